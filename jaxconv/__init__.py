@@ -1,0 +1,22 @@
+"""jaxconv: differentiable convolution-gradient operators for JAX.
+
+The oneDNN Graph, OpenVINO and Ascend TBE convolution-gradient operators as
+pure JAX functions that run under ``jit``, ``vmap`` and ``grad`` on any
+backend. See ``README.md`` and ``docs/``.
+"""
+
+from jaxconv._src.convolution import (
+    convolution,
+    convolution_backprop_filters,
+    convolution_backward_data,
+    convolution_backward_weights,
+)
+from jaxconv._src.version import __version__
+
+__all__ = [
+    "__version__",
+    "convolution",
+    "convolution_backprop_filters",
+    "convolution_backward_data",
+    "convolution_backward_weights",
+]

@@ -1,0 +1,1 @@
+"""jaxconv's implementation. Private: import from ``jaxconv`` instead."""

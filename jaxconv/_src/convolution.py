@@ -1,0 +1,392 @@
+"""oneDNN Graph convolution family: Convolution, its data and weight gradients.
+
+Seed: ConvolutionBackpropFilters-1 (oneDNN Graph), also known under oneDNN's
+current name ConvolutionBackwardWeights. The ops only validate (through
+``geometry``) and call a kernel of ``lowering``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxconv._src import geometry, lowering
+from jaxconv._src.geometry import Names
+
+ArrayLike = Any  # jax.Array | np.ndarray
+ShapeLike = Any  # tuple/list of ints, 1-D integer numpy array or concrete jax array
+IntOrSeq = Any  # int | Sequence[int] | None
+
+_JIT_STATIC = ("p", "precision", "preferred_element_type")
+_forward = jax.jit(lowering.forward, static_argnames=_JIT_STATIC)
+_data_grad = jax.jit(lowering.data_grad, static_argnames=_JIT_STATIC)
+_weight_grad = jax.jit(lowering.weight_grad, static_argnames=_JIT_STATIC)
+
+
+def compute_options(op: str, precision: Any, preferred_element_type: Any) -> tuple[Any, Any]:
+    """Validates ``precision`` and ``preferred_element_type``; returns hashable forms."""
+    if preferred_element_type is not None:
+        try:
+            preferred_element_type = np.dtype(preferred_element_type)
+        except TypeError:
+            raise TypeError(
+                f"{op}: preferred_element_type must be a dtype or None, got "
+                f"{preferred_element_type!r}"
+            ) from None
+        if not jnp.issubdtype(preferred_element_type, jnp.number):
+            raise TypeError(
+                f"{op}: preferred_element_type must be a numeric dtype, got {preferred_element_type}"
+            )
+    if precision is None or isinstance(precision, lax.Precision):
+        return precision, preferred_element_type
+    if isinstance(precision, str):
+        try:
+            return lax.Precision(precision), preferred_element_type
+        except ValueError:
+            pass
+    elif (
+        isinstance(precision, (tuple, list))
+        and len(precision) == 2
+        and all(isinstance(v, lax.Precision) or v is None for v in precision)
+    ):
+        return tuple(precision), preferred_element_type
+    raise ValueError(
+        f"{op}: precision must be None, a lax.Precision, 'default', 'high', 'highest' or a pair "
+        f"of lax.Precision, got {precision!r}"
+    )
+
+
+def _check_output_dtype(op: str, dtype: np.dtype, preferred_element_type: Any) -> None:
+    if preferred_element_type is not None and not jnp.issubdtype(
+        preferred_element_type, np.inexact
+    ):
+        raise TypeError(
+            f"{op}: preferred_element_type must be a floating dtype for {dtype} inputs, got "
+            f"{preferred_element_type}"
+        )
+
+
+_FORWARD_NAMES = Names(x="input", y="output", w="filter", w_shape="filter", w_format="filter_format")
+
+
+def convolution(
+    input: ArrayLike,  # noqa: A002 - the spec's name
+    filter: ArrayLike,  # noqa: A002
+    *,
+    strides: IntOrSeq = None,
+    pads_begin: IntOrSeq = None,
+    pads_end: IntOrSeq = None,
+    dilations: IntOrSeq = None,
+    auto_pad: str = "none",
+    groups: int = 1,
+    data_format: str = "NXC",
+    filter_format: str = "XIO",
+    precision: Any = None,
+    preferred_element_type: Any = None,
+) -> jax.Array:
+    r"""oneDNN Graph Convolution (forward), 1D/2D/3D, grouped.
+
+    .. math::
+        y[n, g \cdot OC_g + oc, o] = \sum_{ic, k} x[n, g \cdot IC_g + ic, o S + k D - p_b]
+        \, W[g \cdot OC_g + oc, ic, k]
+
+    with ``x`` zero outside ``[0, I)`` and ``O = floor((I + pb + pe - DK) / S) + 1``,
+    ``DK = (K - 1) * D + 1``. Under ``jax.grad`` its transposes are the
+    hazard-free kernels of :func:`convolution_backward_data` and
+    :func:`convolution_backprop_filters` (no strided + dilated remainder ever
+    reaches XLA).
+
+    Args:
+      input: data, ``(N, *X, IC)`` for ``data_format="NXC"`` or ``(N, IC, *X)``
+        for ``"NCX"``; 1 to 3 spatial axes.
+      filter: ``(*K, IC/groups, OC)`` for ``filter_format="XIO"`` or
+        ``(OC, IC/groups, *K)`` for ``"OIX"``.
+      strides: one positive int per spatial axis (or one int for all); default 1.
+      pads_begin: non-negative padding at the start of each spatial axis; default 0.
+      pads_end: non-negative padding at the end of each spatial axis; default 0.
+      dilations: one positive int per spatial axis; default 1.
+      auto_pad: ``"none"`` (or ``"explicit"``: use the pads), ``"same_upper"``,
+        ``"same_lower"`` (output ``ceil(I / S)``; an odd total puts the extra pad
+        at the end / beginning) or ``"valid"`` (no padding); case-insensitive.
+      groups: number of channel groups; ``groups == IC`` is depthwise.
+      data_format: ``"NXC"`` (default) or ``"NCX"``.
+      filter_format: ``"XIO"`` (default) or ``"OIX"``.
+      precision: passed to ``lax.conv_general_dilated``; use
+        ``lax.Precision.HIGHEST`` for exact f32 on GPU/TPU.
+      preferred_element_type: the result dtype and accumulation type (e.g. f32
+        for f16/bf16 inputs). By default the result has the inputs' dtype;
+        f16/bf16 still accumulate in f32.
+
+    Returns:
+      ``y`` in ``data_format``, with ``OC`` channels.
+
+    Raises:
+      ValueError: inconsistent shapes, channels or groups, bad attribute values.
+      TypeError: non-array inputs, mismatched or non-floating dtypes, bad kinds.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxconv
+      >>> x = jnp.ones((2, 8, 8, 4))          # NXC
+      >>> w = jnp.ones((3, 3, 4, 6))          # XIO
+      >>> jaxconv.convolution(x, w, strides=2, auto_pad="same_upper").shape
+      (2, 4, 4, 6)
+    """
+    op = "convolution"
+    x = geometry.check_array(op, "input", input)
+    w = geometry.check_array(op, "filter", filter)
+    dtype = geometry.check_same_dtype(op, {"input": x, "filter": w})
+    precision, preferred_element_type = compute_options(op, precision, preferred_element_type)
+    _check_output_dtype(op, dtype, preferred_element_type)
+    geometry.spatial_rank(op, "input", x.ndim)
+    p = geometry.convolution_problem(
+        op, _FORWARD_NAMES, x_shape=x.shape, y_shape=None, w_shape=w.shape,
+        strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
+        auto_pad=auto_pad, groups=groups, data_format=data_format, filter_format=filter_format,
+    )
+    return _forward(x, w, p=p, precision=precision, preferred_element_type=preferred_element_type)
+
+
+_DATA_NAMES = Names(
+    x="input", y="output_delta", w="filter", w_shape="filter", w_format="filter_format",
+    x_shape="input_shape",
+)
+
+
+def convolution_backward_data(
+    output_delta: ArrayLike,
+    filter: ArrayLike,  # noqa: A002
+    input_shape: ShapeLike,
+    *,
+    strides: IntOrSeq = None,
+    pads_begin: IntOrSeq = None,
+    pads_end: IntOrSeq = None,
+    dilations: IntOrSeq = None,
+    auto_pad: str = "none",
+    groups: int = 1,
+    data_format: str = "NXC",
+    filter_format: str = "XIO",
+    precision: Any = None,
+    preferred_element_type: Any = None,
+) -> jax.Array:
+    r"""oneDNN Graph ConvolutionBackwardData: the gradient of :func:`convolution` w.r.t. its input.
+
+    .. math::
+        dx[n, g \cdot IC_g + ic, s] = \sum_{oc, k, t \,:\, tS + kD - p_b = s}
+        dy[n, g \cdot OC_g + oc, t] \, W[g \cdot OC_g + oc, ic, k]
+
+    Lowered as a stride-1 convolution of ``dy`` spread on a grid of step S
+    (explicit ``lax.pad`` with interior padding) with the spatially flipped
+    filter, sized to fit exactly: no strided + dilated remainder reaches XLA
+    (jaxlib 0.10.2 CPU aborts on those; see HAZARDS).
+
+    Args:
+      output_delta: ``dy``, the gradient w.r.t. the forward output, in
+        ``data_format``; its spatial shape must equal the forward output size.
+      filter: the forward filter, ``XIO`` or ``OIX``.
+      input_shape: the forward input's spatial shape, or its full shape in
+        ``data_format`` order (several input sizes give the same output size
+        when a stride is > 1, so it is required). Tuple, numpy array or
+        concrete jax array.
+      strides, pads_begin, pads_end, dilations, auto_pad, groups, data_format,
+      filter_format, precision, preferred_element_type: as in
+        :func:`convolution`; auto_pad uses the forward input size.
+
+    Returns:
+      ``dx`` with the forward input's shape.
+
+    Raises:
+      ValueError: inconsistent shapes, channels or groups, bad attribute values.
+      TypeError: non-array inputs, traced ``input_shape``, mismatched dtypes.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxconv
+      >>> dy = jnp.ones((2, 4, 4, 6)); w = jnp.ones((3, 3, 4, 6))
+      >>> jaxconv.convolution_backward_data(dy, w, (8, 8), strides=2, pads_begin=1,
+      ...                                   pads_end=0).shape
+      (2, 8, 8, 4)
+    """
+    op = "convolution_backward_data"
+    dy = geometry.check_array(op, "output_delta", output_delta)
+    w = geometry.check_array(op, "filter", filter)
+    dtype = geometry.check_same_dtype(op, {"output_delta": dy, "filter": w})
+    precision, preferred_element_type = compute_options(op, precision, preferred_element_type)
+    _check_output_dtype(op, dtype, preferred_element_type)
+    n = geometry.spatial_rank(op, "output_delta", dy.ndim)
+    layout = geometry.data_layout(op, "data_format", data_format, n)
+    if w.ndim != n + 2:
+        raise ValueError(
+            f"{op}: filter must have rank {n + 2} like output_delta, got rank {w.ndim} "
+            f"(shape {list(w.shape)})"
+        )
+    wl = geometry.filter_layout(op, "filter_format", filter_format, n,
+                                geometry.CONVOLUTION_FILTER_FORMATS)
+    g = geometry.check_groups(op, groups)
+    x_shape = geometry.full_input_shape(
+        op, _DATA_NAMES, input_shape, dy.shape, layout, w.shape[wl.i_axis] * g
+    )
+    p = geometry.convolution_problem(
+        op, _DATA_NAMES, x_shape=x_shape, y_shape=dy.shape, w_shape=w.shape,
+        strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
+        auto_pad=auto_pad, groups=g, data_format=data_format, filter_format=filter_format,
+    )
+    return _data_grad(dy, w, p=p, precision=precision,
+                      preferred_element_type=preferred_element_type)
+
+
+def _weight_gradient(
+    op: str, names: Names, x_value: ArrayLike, dy_value: ArrayLike, w_shape: ShapeLike,
+    precision: Any, preferred_element_type: Any, **attrs: Any,
+) -> jax.Array:
+    x = geometry.check_array(op, names.x, x_value)
+    dy = geometry.check_array(op, names.y, dy_value)
+    dtype = geometry.check_same_dtype(op, {names.x: x, names.y: dy})
+    precision, preferred_element_type = compute_options(op, precision, preferred_element_type)
+    _check_output_dtype(op, dtype, preferred_element_type)
+    shape = geometry.static_shape(op, names.w_shape, w_shape)
+    p = geometry.convolution_problem(op, names, x_shape=x.shape, y_shape=dy.shape,
+                                     w_shape=shape, **attrs)
+    return _weight_grad(x, dy, p=p, precision=precision,
+                        preferred_element_type=preferred_element_type)
+
+
+_FILTERS_NAMES = Names(
+    x="input_forward", y="output_delta", w="filter_delta", w_shape="filter_shape",
+    w_format="filter_format",
+)
+
+
+def convolution_backprop_filters(
+    input_forward: ArrayLike,
+    output_delta: ArrayLike,
+    filter_shape: ShapeLike = None,
+    *,
+    strides: IntOrSeq = None,
+    pads_begin: IntOrSeq = None,
+    pads_end: IntOrSeq = None,
+    dilations: IntOrSeq = None,
+    auto_pad: str = "none",
+    groups: int = 1,
+    data_format: str = "NXC",
+    filter_format: str = "XIO",
+    precision: Any = None,
+    preferred_element_type: Any = None,
+) -> jax.Array:
+    r"""oneDNN Graph ConvolutionBackpropFilters-1: the gradient of :func:`convolution` w.r.t. the filter.
+
+    .. math::
+        dW[g \cdot OC_g + oc, ic, k] = \sum_{n, t} x[n, g \cdot IC_g + ic, tS + kD - p_b]
+        \, dy[n, g \cdot OC_g + oc, t]
+
+    ``O`` (the positions t) comes from ``output_delta``; ``pads_end`` never
+    changes the values, it only takes part in the shape check. Lowered as one
+    ``lax.conv_general_dilated`` of ``x`` with ``dy`` as the kernel (channels
+    relabelled as batch, batch as features, ``window_strides = dilations``,
+    ``rhs_dilation = strides``, ``batch_group_count = groups``), whose output
+    dimension numbers write the result directly in ``filter_format``.
+
+    The spec's optional third input and its ``filter_shape`` attribute both map
+    onto ``filter_shape``; it is required, since the kernel size cannot in
+    general be recovered from the data shapes.
+
+    Args:
+      input_forward: ``x``, the forward input, in ``data_format``.
+      output_delta: ``dy``, the gradient w.r.t. the forward output; its spatial
+        shape must equal the forward output size.
+      filter_shape: the full filter shape in ``filter_format``: ``(*K, IC/g, OC)``
+        for ``"XIO"`` or ``(OC, IC/g, *K)`` for ``"OIX"``. Tuple, numpy integer
+        array or concrete jax array (not a traced value).
+      strides, pads_begin, pads_end, dilations, auto_pad, groups, data_format,
+      filter_format, precision, preferred_element_type: as in
+        :func:`convolution`; auto_pad uses the forward input size.
+
+    Returns:
+      ``dW`` with shape ``filter_shape``, in ``filter_format``.
+
+    Raises:
+      ValueError: ``output_delta``'s spatial shape is not the forward output
+        size; channels do not match ``filter_shape`` or ``groups``; bad ranks,
+        lengths or values.
+      TypeError: non-array inputs, traced ``filter_shape``, mismatched dtypes.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxconv
+      >>> x = jnp.ones((2, 8, 8, 4)); dy = jnp.ones((2, 4, 4, 6))
+      >>> dw = jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 6), strides=2,
+      ...                                           auto_pad="same_upper")
+      >>> dw.shape
+      (3, 3, 4, 6)
+      >>> ref = jax.vjp(lambda w: jaxconv.convolution(x, w, strides=2, auto_pad="same_upper"),
+      ...               jnp.zeros((3, 3, 4, 6)))[1](dy)[0]
+      >>> bool(jnp.allclose(dw, ref))
+      True
+    """
+    return _weight_gradient(
+        "convolution_backprop_filters", _FILTERS_NAMES, input_forward, output_delta,
+        filter_shape, precision, preferred_element_type, strides=strides,
+        pads_begin=pads_begin, pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
+        groups=groups, data_format=data_format, filter_format=filter_format,
+    )
+
+
+_WEIGHTS_NAMES = Names(
+    x="src", y="diff_dst", w="diff_weights", w_shape="weights_shape", w_format="weights_format"
+)
+
+
+def convolution_backward_weights(
+    src: ArrayLike,
+    diff_dst: ArrayLike,
+    weights_shape: ShapeLike = None,
+    *,
+    strides: IntOrSeq = None,
+    pads_begin: IntOrSeq = None,
+    pads_end: IntOrSeq = None,
+    dilations: IntOrSeq = None,
+    auto_pad: str = "none",
+    groups: int = 1,
+    data_format: str = "NXC",
+    weights_format: str = "XIO",
+    precision: Any = None,
+    preferred_element_type: Any = None,
+) -> jax.Array:
+    """oneDNN ConvolutionBackwardWeights: :func:`convolution_backprop_filters` under oneDNN's current names.
+
+    ``src`` = ``input_forward``, ``diff_dst`` = ``output_delta``,
+    ``weights_shape`` = ``filter_shape``, ``weights_format`` = ``filter_format``.
+    Same math, same lowering, errors in these names.
+
+    Args:
+      src: the forward input, in ``data_format``.
+      diff_dst: the gradient w.r.t. the forward output.
+      weights_shape: the full weights shape in ``weights_format`` (required).
+      strides, pads_begin, pads_end, dilations, auto_pad, groups, data_format,
+      precision, preferred_element_type: as in :func:`convolution`.
+      weights_format: ``"XIO"`` (default) or ``"OIX"``.
+
+    Returns:
+      ``diff_weights`` with shape ``weights_shape``.
+
+    Raises:
+      ValueError: as :func:`convolution_backprop_filters`.
+      TypeError: as :func:`convolution_backprop_filters`.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxconv
+      >>> src = jnp.ones((1, 3, 5, 5)); diff_dst = jnp.ones((1, 2, 5, 5))
+      >>> jaxconv.convolution_backward_weights(src, diff_dst, (2, 3, 3, 3), auto_pad="SAME_UPPER",
+      ...     data_format="NCX", weights_format="OIX")[0, 0]
+      Array([[16., 20., 16.],
+             [20., 25., 20.],
+             [16., 20., 16.]], dtype=float32)
+    """
+    return _weight_gradient(
+        "convolution_backward_weights", _WEIGHTS_NAMES, src, diff_dst, weights_shape,
+        precision, preferred_element_type, strides=strides, pads_begin=pads_begin,
+        pads_end=pads_end, dilations=dilations, auto_pad=auto_pad, groups=groups,
+        data_format=data_format, filter_format=weights_format,
+    )
+

@@ -1,0 +1,638 @@
+"""The geometry of every jaxconv op: attributes, padding, output sizes, layouts.
+
+Every public op is thin: it hands its arguments to one of the ``*_problem``
+builders below, which validate everything *before* any computation and return
+a frozen :class:`ConvProblem`. The lowerings in ``lowering.py`` only read that
+object. There is no other copy of padding or shape logic in the package.
+
+Notation per spatial axis (as in the specs): input size I, kernel K, stride S,
+dilation D, dilated kernel DK = (K - 1) * D + 1, pads pb (begin) / pe (end).
+
+Forward convolution output size::
+
+    O = floor((I + pb + pe - DK) / S) + 1
+
+The ``rem = (I + pb + pe - DK) % S`` trailing elements of the padded input are
+never read by the forward convolution; the lowerings crop them explicitly (see
+HAZARDS: letting XLA see that remainder together with a kernel dilation aborts
+jaxlib 0.10.2 on CPU).
+
+auto_pad (oneDNN ``infer_auto_pad``; SEMANTICS.md section 2)::
+
+    valid:             pb = pe = 0
+    same_* conv-style: total = max(0, DK - (I % S if I % S else S))   # O = ceil(I / S)
+    same_* deconv:     total = max(0, DK - S)                          # ConvTranspose
+    same_upper:        pb = total // 2          (extra pad at the end)
+    same_lower:        pb = total - total // 2  (extra pad at the beginning)
+    pe = total - pb
+
+Layout strings are read letter by letter: ``N``/``C``/``X`` for data
+(``X`` = all spatial axes, in order), ``O``/``I``/``X`` for filters. They become
+``lax.ConvDimensionNumbers``; no data is transposed to honour a layout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+__all__ = [
+    "AUTO_PAD_MODES",
+    "ConvProblem",
+    "DataLayout",
+    "FilterLayout",
+    "PadRule",
+    "auto_pads",
+    "canonical_auto_pad",
+    "check_array",
+    "check_same_dtype",
+    "conv_output_size",
+    "conv_transpose_output_size",
+    "convolution_problem",
+    "data_layout",
+    "filter_layout",
+    "int_tuple",
+    "spatial_rank",
+    "static_shape",
+]
+
+#: Canonical auto_pad names; the keys of ``_AUTO_PAD_ALIASES`` are accepted
+#: case-insensitively.
+AUTO_PAD_MODES = ("explicit", "same_upper", "same_lower", "valid")
+_AUTO_PAD_ALIASES = {
+    "none": "explicit",
+    "explicit": "explicit",
+    "notset": "explicit",
+    "same_upper": "same_upper",
+    "same_lower": "same_lower",
+    "valid": "valid",
+}
+
+CONVOLUTION_FILTER_FORMATS = ("XIO", "OIX")
+DATA_FORMATS = ("NXC", "NCX")
+
+
+# --------------------------------------------------------------------------
+# Argument parsing
+# --------------------------------------------------------------------------
+
+
+def _kind(value: Any) -> str:
+    """A short description of a value's kind for error messages."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"{type(value).__name__} of shape {tuple(value.shape)} and dtype {value.dtype}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_array(op: str, name: str, value: Any) -> jax.Array:
+    """Returns ``value`` as a jax array, or raises ``TypeError``.
+
+    Accepts ``jax.Array`` (traced or not) and ``numpy.ndarray``; rejects lists,
+    scalars and other objects, since their rank is the first thing we check.
+    """
+    if isinstance(value, (jax.Array, np.ndarray)):
+        dtype = np.dtype(value.dtype)
+        if not (jnp.issubdtype(dtype, jnp.number) or dtype == np.bool_):
+            raise TypeError(f"{op}: {name} must have a numeric dtype, got {dtype}")
+        return jax.numpy.asarray(value)
+    raise TypeError(f"{op}: {name} must be a jax.Array or numpy.ndarray, got {_kind(value)}")
+
+
+def check_same_dtype(op: str, arrays: dict[str, jax.Array], *, floating: bool = True) -> np.dtype:
+    """Checks that the named arrays share one dtype (floating if asked); returns it."""
+    dtypes = {name: np.dtype(a.dtype) for name, a in arrays.items()}
+    names = list(dtypes)
+    first = dtypes[names[0]]
+    for name in names[1:]:
+        if dtypes[name] != first:
+            got = ", ".join(f"{n} {d}" for n, d in dtypes.items())
+            raise TypeError(f"{op}: {', '.join(names)} must have the same dtype, got {got}")
+    if floating and not jnp.issubdtype(first, jnp.inexact):
+        raise TypeError(
+            f"{op}: {names[0]} must have a floating dtype (float32, float16, bfloat16, "
+            f"float64), got {first}"
+        )
+    if jnp.issubdtype(first, jnp.complexfloating):
+        raise TypeError(f"{op}: {names[0]} must be real, got {first}")
+    return first
+
+
+def spatial_rank(op: str, name: str, array_rank: int, extra: int = 2) -> int:
+    """Spatial rank from an array's rank (``extra`` non-spatial axes); 1, 2 or 3."""
+    n = array_rank - extra
+    if n not in (1, 2, 3):
+        raise ValueError(
+            f"{op}: {name} must have rank {extra + 1}, {extra + 2} or {extra + 3} "
+            f"(1, 2 or 3 spatial axes), got rank {array_rank}"
+        )
+    return n
+
+
+def static_shape(op: str, name: str, value: Any) -> tuple[int, ...]:
+    """A shape-like argument as a tuple of Python ints.
+
+    Takes a tuple/list of ints, a numpy integer array or a concrete jax array;
+    a traced value raises ``TypeError`` telling the caller to pass it statically.
+    """
+    if value is None:
+        raise TypeError(f"{op}: {name} is required (a tuple of ints), got None")
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(
+            f"{op}: {name} must be a static value (tuple of ints, numpy array or concrete "
+            f"jax array), got a traced array {value.aval}; pass it as a Python tuple or close "
+            f"over it instead of passing it through jit/vmap"
+        )
+    if isinstance(value, (jax.Array, np.ndarray)):
+        arr = np.asarray(value)
+        if arr.ndim != 1 or not jnp.issubdtype(arr.dtype, jnp.integer):
+            raise TypeError(
+                f"{op}: {name} must be a 1-D integer array, got shape {arr.shape} "
+                f"and dtype {arr.dtype}"
+            )
+        return tuple(int(v) for v in arr)
+    if isinstance(value, (tuple, list)):
+        if not all(_is_int(v) for v in value):
+            raise TypeError(f"{op}: {name} must hold ints, got {value!r}")
+        return tuple(int(v) for v in value)
+    raise TypeError(f"{op}: {name} must be a tuple of ints, got {_kind(value)}")
+
+
+def int_tuple(
+    op: str, name: str, value: Any, n: int, *, default: int, minimum: int
+) -> tuple[int, ...]:
+    """One int per spatial axis, ``>= minimum``; ``None`` gives ``default``.
+
+    A single int is broadcast to every axis (as in ``lax`` and PyTorch).
+    """
+    if value is None:
+        return (default,) * n
+    if _is_int(value):
+        values = (int(value),) * n
+    elif isinstance(value, (tuple, list, np.ndarray, jax.Array)) and not isinstance(
+        value, jax.core.Tracer
+    ):
+        seq = list(np.asarray(value).tolist()) if not isinstance(value, (tuple, list)) else value
+        if not all(_is_int(v) for v in seq):
+            raise TypeError(f"{op}: {name} must hold ints, got {value!r}")
+        values = tuple(int(v) for v in seq)
+        if len(values) != n:
+            raise ValueError(
+                f"{op}: {name} must have {n} value(s), one per spatial axis, got "
+                f"{len(values)}: {list(values)}"
+            )
+    else:
+        raise TypeError(f"{op}: {name} must be an int or a sequence of ints, got {_kind(value)}")
+    bad = [v for v in values if v < minimum]
+    if bad:
+        what = "positive" if minimum == 1 else f">= {minimum}"
+        raise ValueError(f"{op}: {name} must be {what}, got {list(values)}")
+    return values
+
+
+def canonical_auto_pad(op: str, value: Any) -> str:
+    """The canonical auto_pad mode (see ``AUTO_PAD_MODES``), case-insensitive."""
+    if value is None:
+        return "explicit"
+    if not isinstance(value, str):
+        raise TypeError(f"{op}: auto_pad must be a string, got {_kind(value)}")
+    mode = _AUTO_PAD_ALIASES.get(value.lower())
+    if mode is None:
+        raise ValueError(
+            f"{op}: auto_pad must be one of 'none', 'explicit', 'same_upper', 'same_lower', "
+            f"'valid' (any case), got {value!r}"
+        )
+    return mode
+
+
+def check_groups(op: str, groups: Any) -> int:
+    if not _is_int(groups):
+        raise TypeError(f"{op}: groups must be an int, got {_kind(groups)}")
+    if groups < 1:
+        raise ValueError(f"{op}: groups must be >= 1, got {groups}")
+    return int(groups)
+
+
+# --------------------------------------------------------------------------
+# Sizes and padding
+# --------------------------------------------------------------------------
+
+
+def dilated_kernel_size(k: int, d: int) -> int:
+    return (k - 1) * d + 1
+
+
+def conv_output_size(i: int, k: int, s: int, d: int, pb: int, pe: int) -> int:
+    """``floor((I + pb + pe - DK) / S) + 1``; may be <= 0 for impossible shapes."""
+    return (i + pb + pe - dilated_kernel_size(k, d)) // s + 1
+
+
+def conv_transpose_output_size(i: int, k: int, s: int, d: int, pb: int, pe: int, op: int = 0) -> int:
+    """``S * (I - 1) + DK - pb - pe + output_padding``."""
+    return s * (i - 1) + dilated_kernel_size(k, d) - pb - pe + op
+
+
+class PadRule:
+    """How same_upper/same_lower compute the total padding of one axis."""
+
+    #: conv-style: the output is ceil(I / S) (TF/ONNX SAME, oneDNN Convolution).
+    CONV = "conv"
+    #: deconv-style: total = max(0, DK - S) (oneDNN ConvTranspose forward).
+    DECONV = "deconv"
+
+
+def _split_total(mode: str, total: int, upper_extra_at_end: bool = True) -> tuple[int, int]:
+    if mode == "same_upper":
+        pb = total // 2 if upper_extra_at_end else total - total // 2
+    else:  # same_lower mirrors same_upper
+        pb = total - total // 2 if upper_extra_at_end else total // 2
+    return pb, total - pb
+
+
+def auto_pads(
+    mode: str,
+    rule: str,
+    sizes: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads_begin: Sequence[int],
+    pads_end: Sequence[int],
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Resolves (pads_begin, pads_end) for one op per the auto_pad rules above.
+
+    ``sizes`` is the input size I of the rule: the forward convolution's input
+    for ``PadRule.CONV``, the ConvTranspose input for ``PadRule.DECONV``.
+    """
+    if mode == "explicit":
+        return tuple(pads_begin), tuple(pads_end)
+    if mode == "valid":
+        zeros = (0,) * len(sizes)
+        return zeros, zeros
+    begins, ends = [], []
+    for i, k, s, d in zip(sizes, kernel, strides, dilations):
+        dk = dilated_kernel_size(k, d)
+        if rule == PadRule.CONV:
+            total = max(0, dk - (i % s if i % s else s))
+        else:
+            total = max(0, dk - s)
+        pb, pe = _split_total(mode, total)
+        begins.append(pb)
+        ends.append(pe)
+    return tuple(begins), tuple(ends)
+
+
+# --------------------------------------------------------------------------
+# Layouts
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class DataLayout:
+    """Where the batch, channel and spatial axes of a data tensor are."""
+
+    format: str
+    batch_axis: int
+    channel_axis: int
+    spatial_axes: tuple[int, ...]
+
+    @property
+    def spec(self) -> tuple[int, ...]:
+        """(batch, feature, *spatial): the lhs/out part of ConvDimensionNumbers."""
+        return (self.batch_axis, self.channel_axis, *self.spatial_axes)
+
+    def shape(self, batch: int, channels: int, spatial: Sequence[int]) -> tuple[int, ...]:
+        out = [0] * (len(spatial) + 2)
+        out[self.batch_axis] = batch
+        out[self.channel_axis] = channels
+        for ax, v in zip(self.spatial_axes, spatial):
+            out[ax] = v
+        return tuple(out)
+
+    def split(self, shape: Sequence[int]) -> tuple[int, int, tuple[int, ...]]:
+        """(batch, channels, spatial sizes) of a shape in this layout."""
+        return (
+            shape[self.batch_axis],
+            shape[self.channel_axis],
+            tuple(shape[a] for a in self.spatial_axes),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class FilterLayout:
+    """Where the O, I and spatial axes of a filter are, read from its letters."""
+
+    format: str
+    o_axis: int
+    i_axis: int
+    spatial_axes: tuple[int, ...]
+
+    def spec(self, *, swap: bool = False) -> tuple[int, ...]:
+        """(out-feature, in-feature, *spatial) for ConvDimensionNumbers.
+
+        ``swap=True`` reads the I letter as the convolution's output feature,
+        as a ConvTranspose weight is the filter of the convolution it transposes.
+        """
+        o, i = (self.i_axis, self.o_axis) if swap else (self.o_axis, self.i_axis)
+        return (o, i, *self.spatial_axes)
+
+    def shape(self, o: int, i: int, spatial: Sequence[int]) -> tuple[int, ...]:
+        out = [0] * (len(spatial) + 2)
+        out[self.o_axis] = o
+        out[self.i_axis] = i
+        for ax, v in zip(self.spatial_axes, spatial):
+            out[ax] = v
+        return tuple(out)
+
+    def split(self, shape: Sequence[int]) -> tuple[int, int, tuple[int, ...]]:
+        """(O size, I size, kernel sizes) of a shape in this layout."""
+        return shape[self.o_axis], shape[self.i_axis], tuple(shape[a] for a in self.spatial_axes)
+
+
+def _parse_letters(op: str, name: str, fmt: Any, n: int, letters: str, allowed: Sequence[str]):
+    if not isinstance(fmt, str):
+        raise TypeError(f"{op}: {name} must be a string, got {_kind(fmt)}")
+    upper = fmt.upper()
+    if upper not in allowed:
+        raise ValueError(f"{op}: {name} must be one of {', '.join(map(repr, allowed))}, got {fmt!r}")
+    axes: dict[str, Any] = {}
+    pos = 0
+    for letter in upper:
+        if letter == "X":
+            axes["X"] = tuple(range(pos, pos + n))
+            pos += n
+        else:
+            axes[letter] = pos
+            pos += 1
+    assert sorted(axes) == sorted(letters + "X"), (fmt, letters)
+    return upper, axes
+
+
+def data_layout(op: str, name: str, fmt: Any, n: int) -> DataLayout:
+    """Parses a data format ("NXC" or "NCX") for ``n`` spatial axes."""
+    upper, axes = _parse_letters(op, name, fmt, n, "NC", DATA_FORMATS)
+    return DataLayout(upper, axes["N"], axes["C"], axes["X"])
+
+
+def filter_layout(op: str, name: str, fmt: Any, n: int, allowed: Sequence[str]) -> FilterLayout:
+    """Parses a filter format (a permutation of "O", "I", "X") for ``n`` spatial axes."""
+    upper, axes = _parse_letters(op, name, fmt, n, "OI", allowed)
+    return FilterLayout(upper, axes["O"], axes["I"], axes["X"])
+
+
+# --------------------------------------------------------------------------
+# The resolved problem
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvProblem:
+    """A fully resolved convolution, in the roles of the *forward convolution*.
+
+    ``x`` (the convolution input) has ``in_channels`` channels and spatial size
+    ``input_size``; ``y`` (its output) has ``out_channels`` and ``output_size``.
+    The filter, in ``filter_layout``, holds ``out_channels`` on its O-role axis
+    and ``in_channels // groups`` on its I-role axis. ``filter_swap`` says that
+    the filter's letters name the roles the other way round (ConvTranspose
+    weights, whose I letter is the transposed op's input = our ``y``).
+
+    Pads may be negative here (a crop), which the public attributes never are:
+    a ConvTranspose ``output_shape`` larger than the full result maps onto a
+    convolution with a negative end pad.
+    """
+
+    op: str
+    rank: int
+    data: DataLayout
+    filter_layout: FilterLayout
+    filter_swap: bool
+    batch: int
+    in_channels: int
+    out_channels: int
+    groups: int
+    input_size: tuple[int, ...]
+    output_size: tuple[int, ...]
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads_begin: tuple[int, ...]
+    pads_end: tuple[int, ...]
+
+    @property
+    def dilated_kernel(self) -> tuple[int, ...]:
+        return tuple(dilated_kernel_size(k, d) for k, d in zip(self.kernel, self.dilations))
+
+    @property
+    def remainder(self) -> tuple[int, ...]:
+        """Trailing padded-input elements the forward convolution never reads."""
+        return tuple(
+            (i + pb + pe - dk) % s
+            for i, pb, pe, dk, s in zip(
+                self.input_size, self.pads_begin, self.pads_end, self.dilated_kernel, self.strides
+            )
+        )
+
+    @property
+    def fit_pads(self) -> tuple[tuple[int, int], ...]:
+        """(pb, pe - rem) per axis: the padded input then fits the windows exactly."""
+        return tuple(
+            (pb, pe - r) for pb, pe, r in zip(self.pads_begin, self.pads_end, self.remainder)
+        )
+
+    @property
+    def x_shape(self) -> tuple[int, ...]:
+        return self.data.shape(self.batch, self.in_channels, self.input_size)
+
+    @property
+    def y_shape(self) -> tuple[int, ...]:
+        return self.data.shape(self.batch, self.out_channels, self.output_size)
+
+    @property
+    def filter_shape(self) -> tuple[int, ...]:
+        o, i = self.out_channels, self.in_channels // self.groups
+        if self.filter_swap:
+            o, i = i, o
+        return self.filter_layout.shape(o, i, self.kernel)
+
+    def dimension_numbers(self) -> lax.ConvDimensionNumbers:
+        """The forward convolution's dimension numbers (x, filter -> y)."""
+        spec = self.data.spec
+        return lax.ConvDimensionNumbers(spec, self.filter_layout.spec(swap=self.filter_swap), spec)
+
+    def flops(self) -> int:
+        """Multiply-adds x 2 of the forward convolution (same for each gradient)."""
+        return (
+            2
+            * self.batch
+            * self.out_channels
+            * (self.in_channels // self.groups)
+            * math.prod(self.output_size)
+            * math.prod(self.kernel)
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Names:
+    """The argument names an op uses, so that its errors speak its language."""
+
+    x: str = "input"
+    y: str = "output_delta"
+    w: str = "filter"
+    w_shape: str = "filter_shape"
+    w_format: str = "filter_format"
+    x_shape: str = "input_shape"
+
+
+def _check_channels(
+    op: str, names: Names, groups: int, in_channels: int, out_channels: int,
+    filter_o: int, filter_i: int, filter_shape: tuple[int, ...], w_format: str,
+) -> None:
+    if in_channels % groups:
+        raise ValueError(
+            f"{op}: the {names.x} channels ({in_channels}) must be divisible by groups ({groups})"
+        )
+    if out_channels % groups:
+        raise ValueError(
+            f"{op}: the output channels ({out_channels}) must be divisible by groups ({groups})"
+        )
+    if filter_o != out_channels or filter_i != in_channels // groups:
+        raise ValueError(
+            f"{op}: {names.w_shape} {list(filter_shape)} in {w_format} format holds "
+            f"O={filter_o}, I={filter_i}; expected O={out_channels} (output channels) and "
+            f"I={in_channels // groups} ({names.x} channels {in_channels} / groups {groups})"
+        )
+
+
+def convolution_problem(
+    op: str,
+    names: Names,
+    *,
+    x_shape: tuple[int, ...] | None,
+    y_shape: tuple[int, ...] | None,
+    w_shape: tuple[int, ...],
+    strides: Any,
+    pads_begin: Any,
+    pads_end: Any,
+    dilations: Any,
+    auto_pad: Any,
+    groups: Any,
+    data_format: Any,
+    filter_format: Any,
+    filter_formats: Sequence[str] = CONVOLUTION_FILTER_FORMATS,
+) -> ConvProblem:
+    """Validates and resolves a oneDNN-style convolution, forward or gradient.
+
+    Exactly the shapes the op has are given: forward gets ``x_shape`` and
+    ``w_shape``; the data gradient ``y_shape``, ``w_shape`` and ``x_shape``
+    (the forward input's full shape); the weight gradient ``x_shape``,
+    ``y_shape`` and ``w_shape``. ``y_shape``, when given, must equal the forward
+    output shape.
+    """
+    ref_name, ref_shape = (names.x, x_shape) if x_shape is not None else (names.y, y_shape)
+    assert ref_shape is not None
+    n = spatial_rank(op, ref_name, len(ref_shape))
+    for name, shape in ((names.x, x_shape), (names.y, y_shape)):
+        if shape is not None and len(shape) != n + 2:
+            raise ValueError(
+                f"{op}: {name} must have rank {n + 2} like {ref_name}, got rank {len(shape)} "
+                f"(shape {list(shape)})"
+            )
+    if len(w_shape) != n + 2:
+        raise ValueError(
+            f"{op}: {names.w_shape} must have {n + 2} entries for {n} spatial axes, got "
+            f"{len(w_shape)}: {list(w_shape)}"
+        )
+    if any(v <= 0 for v in w_shape):
+        raise ValueError(f"{op}: {names.w_shape} must be positive, got {list(w_shape)}")
+    layout = data_layout(op, "data_format", data_format, n)
+    wl = filter_layout(op, names.w_format, filter_format, n, filter_formats)
+    g = check_groups(op, groups)
+    s = int_tuple(op, "strides", strides, n, default=1, minimum=1)
+    d = int_tuple(op, "dilations", dilations, n, default=1, minimum=1)
+    pb = int_tuple(op, "pads_begin", pads_begin, n, default=0, minimum=0)
+    pe = int_tuple(op, "pads_end", pads_end, n, default=0, minimum=0)
+    mode = canonical_auto_pad(op, auto_pad)
+
+    filter_o, filter_i, kernel = wl.split(w_shape)
+    assert x_shape is not None, "every convolution op knows its forward input shape"
+    batch, in_channels, in_size = layout.split(x_shape)
+    if y_shape is not None:
+        y_batch, out_channels, out_given = layout.split(y_shape)
+        if y_batch != batch:
+            raise ValueError(
+                f"{op}: {names.x} and {names.y} must have the same batch size, got "
+                f"{batch} and {y_batch}"
+            )
+    else:
+        out_channels, out_given = filter_o, None
+    if any(v <= 0 for v in in_size):
+        raise ValueError(f"{op}: {names.x} spatial sizes must be positive, got {list(in_size)}")
+    _check_channels(op, names, g, in_channels, out_channels, filter_o, filter_i, w_shape, wl.format)
+
+    pb, pe = auto_pads(mode, PadRule.CONV, in_size, kernel, s, d, pb, pe)
+    out_size = tuple(
+        conv_output_size(i, k, st, dl, b, e)
+        for i, k, st, dl, b, e in zip(in_size, kernel, s, d, pb, pe)
+    )
+    if any(o <= 0 for o in out_size):
+        dk = [dilated_kernel_size(k, dl) for k, dl in zip(kernel, d)]
+        raise ValueError(
+            f"{op}: the dilated kernel {dk} is larger than the padded {names.x} "
+            f"{[i + b + e for i, b, e in zip(in_size, pb, pe)]} (spatial {list(in_size)}, "
+            f"pads_begin {list(pb)}, pads_end {list(pe)}): the output would be empty"
+        )
+    if out_given is not None and out_given != out_size:
+        raise ValueError(
+            f"{op}: {names.y} spatial shape must equal the forward output size "
+            f"{list(out_size)} (from {names.x} spatial {list(in_size)}, kernel {list(kernel)}, "
+            f"strides {list(s)}, dilations {list(d)}, pads_begin {list(pb)}, pads_end "
+            f"{list(pe)}), got {list(out_given)}"
+        )
+    return ConvProblem(
+        op=op, rank=n, data=layout, filter_layout=wl, filter_swap=False, batch=batch,
+        in_channels=in_channels, out_channels=out_channels, groups=g, input_size=in_size,
+        output_size=out_size, kernel=kernel, strides=s, dilations=d, pads_begin=pb, pads_end=pe,
+    )
+
+
+def full_input_shape(
+    op: str, names: Names, value: Any, y_shape: tuple[int, ...], layout: DataLayout,
+    in_channels: int,
+) -> tuple[int, ...]:
+    """The forward input's full shape from an ``input_shape`` argument.
+
+    ``value`` holds either the spatial sizes only, or the full shape in
+    data_format order (whose batch must match ``y_shape``).
+    """
+    shape = static_shape(op, names.x_shape, value)
+    n = len(y_shape) - 2
+    batch = y_shape[layout.batch_axis]
+    if len(shape) == n:
+        return layout.shape(batch, in_channels, shape)
+    if len(shape) == n + 2:
+        b, c, _ = layout.split(shape)
+        if b != batch:
+            raise ValueError(
+                f"{op}: {names.x_shape} {list(shape)} has batch {b}, but {names.y} has batch {batch}"
+            )
+        if c != in_channels:
+            raise ValueError(
+                f"{op}: {names.x_shape} {list(shape)} has {c} channels in {layout.format} order; "
+                f"the filter and groups give {in_channels}"
+            )
+        return shape
+    raise ValueError(
+        f"{op}: {names.x_shape} must hold {n} spatial sizes or the full {n + 2}-entry shape, "
+        f"got {len(shape)} entries: {list(shape)}"
+    )

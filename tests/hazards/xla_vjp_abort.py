@@ -1,0 +1,94 @@
+"""Child-process scripts for tests/test_hazards.py (HAZARDS.md section 1).
+
+jaxlib 0.10.2 on CPU aborts the whole process (SIGABRT in XLA's
+AlgebraicSimplifier, "Window dimensions do not match RHS shape") when compiling
+the input gradient of a strided + dilated convolution whose padded input has an
+unused remainder. These scripts run in a subprocess so that an abort fails a
+test instead of killing the test run.
+
+usage: python -m tests.hazards.xla_vjp_abort plain|jaxconv
+  plain    the upstream reproducer: jax.vjp of lax.conv_general_dilated (aborts on 0.10.2)
+  jaxconv  the same configuration and its neighbours through every jaxconv op,
+           their gradients and second derivatives (must exit 0)
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax import lax  # noqa: E402
+
+# The reproducer: NCHW (1, 2, 6, 3), HWIO (2, 3, 2, 4), strides (2, 2),
+# pads H (1, 1) W (3, 2), rhs_dilation (1, 2).
+X_SHAPE, W_SHAPE = (1, 2, 6, 3), (2, 3, 2, 4)
+ATTRS = dict(strides=(2, 2), pads_begin=(1, 3), pads_end=(1, 2), dilations=(1, 2))
+
+
+def plain() -> None:
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal(X_SHAPE), jnp.float32)
+    w = jnp.asarray(rng.standard_normal(W_SHAPE), jnp.float32)
+
+    def f(x):
+        return lax.conv_general_dilated(x, w, (2, 2), [(1, 1), (3, 2)], rhs_dilation=(1, 2),
+                                        dimension_numbers=("NCHW", "HWIO", "NCHW"))
+
+    y, vjp = jax.vjp(f, x)
+    print(vjp(jnp.ones_like(y))[0].shape, flush=True)
+
+
+def neighbours():
+    """The reproducer and a family around it: every stride/dilation/pad nearby."""
+    yield X_SHAPE[2:], W_SHAPE[:2], ATTRS
+    for (h, wd), (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr) in itertools.product(
+        [(6, 3), (7, 5)], [(2, 3)], [(2, 2), (3, 2)], [(1, 2), (2, 3)], [(1, 3), (0, 1)],
+        [(1, 2), (0, 0)],
+    ):
+        yield (h, wd), (kh, kw), dict(strides=(sh, sw), pads_begin=(pt, pl), pads_end=(pb, pr),
+                                      dilations=(dh, dw))
+
+
+def ours() -> None:
+    import jaxconv
+
+    rng = np.random.default_rng(0)
+    count = 0
+    for spatial, kernel, attrs in neighbours():
+        a = dict(attrs, data_format="NCX", filter_format="XIO")
+        x = jnp.asarray(rng.standard_normal((1, 2, *spatial)), jnp.float32)
+        w = jnp.asarray(rng.standard_normal((*kernel, 2, 4)), jnp.float32)
+        try:
+            y = jaxconv.convolution(x, w, **a)
+        except ValueError:  # kernel larger than the padded input: not a valid problem
+            continue
+        dy = jnp.ones_like(y)
+
+        def conv(x, w):
+            return jaxconv.convolution(x, w, **a)
+
+        def bwd_data(dy, w):
+            return jaxconv.convolution_backward_data(dy, w, x.shape, **a)
+
+        def bwd_filter(x, dy):
+            return jaxconv.convolution_backprop_filters(x, dy, w.shape, **a)
+
+        for f, args in ((conv, (x, w)), (bwd_data, (dy, w)), (bwd_filter, (x, dy))):
+            loss = lambda *args, f=f: jnp.sum(f(*args) ** 2)  # noqa: E731
+            jax.block_until_ready(jax.jit(jax.grad(loss, argnums=(0, 1)))(*args))
+            # second order: the gradient of a gradient
+            g2 = jax.grad(lambda a0, a1, loss=loss: jnp.sum(jax.grad(loss)(a0, a1) ** 2),
+                          argnums=1)
+            jax.block_until_ready(jax.jit(g2)(*args))
+        count += 1
+    print(f"ok {count} configurations", flush=True)
+
+
+if __name__ == "__main__":
+    {"plain": plain, "jaxconv": ours}[sys.argv[1]]()

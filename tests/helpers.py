@@ -1,0 +1,103 @@
+"""Shared test helpers: tolerance table, random data, layout conversions.
+
+The conversions here are plain numpy transposes written independently of
+``jaxconv._src.geometry``, so that the oracles do not share code with the
+implementation under test.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+DATA = pathlib.Path(__file__).parent / "data"
+
+# Per-dtype tolerance for max|got - ref| / max(1, max|ref|), with the reference
+# computed in float64 on the same (rounded) inputs. f32 uses Precision.HIGHEST.
+TOLERANCE = {
+    "float64": 1e-12,
+    "float32": 2e-5,
+    "float16": 4e-3,
+    "bfloat16": 2e-2,
+}
+
+
+def load_vectors(name: str) -> dict:
+    return json.loads((DATA / "vectors" / name).read_text())
+
+
+def rel_error(got, ref) -> float:
+    got = np.asarray(got, np.float64)
+    ref = np.asarray(ref, np.float64)
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    if got.size == 0:
+        return 0.0
+    return float(np.max(np.abs(got - ref)) / max(1.0, float(np.max(np.abs(ref)))))
+
+
+def assert_close(got, ref, dtype) -> None:
+    tol = TOLERANCE[np.dtype(dtype).name]
+    err = rel_error(got, ref)
+    assert err <= tol, f"relative error {err:.3e} > {tol:.1e} for {np.dtype(dtype).name}"
+
+
+def random(rng: np.random.Generator, shape, dtype=jnp.float32) -> jax.Array:
+    """Standard-normal data rounded to ``dtype``."""
+    return jnp.asarray(rng.standard_normal(shape), dtype)
+
+
+def to_f64(a) -> np.ndarray:
+    return np.asarray(jnp.asarray(a).astype(jnp.float32), np.float64) if np.dtype(
+        a.dtype
+    ).itemsize < 4 else np.asarray(a, np.float64)
+
+
+# ---- layouts, independent of the library -----------------------------------
+
+
+def data_to_ncx(a: np.ndarray, fmt: str) -> np.ndarray:
+    return np.moveaxis(a, -1, 1) if fmt == "NXC" else a
+
+
+def data_from_ncx(a: np.ndarray, fmt: str) -> np.ndarray:
+    return np.moveaxis(a, 1, -1) if fmt == "NXC" else a
+
+
+def conv_filter_to_oix(w: np.ndarray, fmt: str) -> np.ndarray:
+    """Convolution filter XIO (*K, I, O) / OIX (O, I, *K) -> OIX."""
+    if fmt == "OIX":
+        return w
+    n = w.ndim - 2
+    return np.transpose(w, (n + 1, n, *range(n)))
+
+
+def conv_filter_from_oix(w: np.ndarray, fmt: str) -> np.ndarray:
+    if fmt == "OIX":
+        return w
+    n = w.ndim - 2
+    return np.transpose(w, (*range(2, n + 2), 1, 0))
+
+
+def conv_filter_shape(fmt: str, oc: int, icg: int, kernel) -> tuple[int, ...]:
+    return (oc, icg, *kernel) if fmt == "OIX" else (*kernel, icg, oc)
+
+
+def data_shape(fmt: str, n: int, c: int, spatial) -> tuple[int, ...]:
+    return (n, c, *spatial) if fmt == "NCX" else (n, *spatial, c)
+
+
+def same_pads(size, kernel, stride, dilation, upper: bool):
+    """TF/ONNX SAME padding: the output is ceil(I / S)."""
+    pb, pe = [], []
+    for i, k, s, d in zip(size, kernel, stride, dilation):
+        out = math.ceil(i / s)
+        total = max(0, (out - 1) * s + (k - 1) * d + 1 - i)
+        lo = total // 2 if upper else total - total // 2
+        pb.append(lo)
+        pe.append(total - lo)
+    return pb, pe

@@ -1,0 +1,239 @@
+"""The oneDNN convolution family against jax.vjp and against PyTorch autograd.
+
+A declarative matrix: spatial rank 1/2/3 x data_format NXC/NCX x filter_format
+XIO/OIX x groups 1/2/depthwise x geometries (asymmetric pads, strides with a
+remainder, dilations, every auto_pad mode). Each case runs
+convolution_backprop_filters (the seed) and its alias, convolution_backward_data
+and convolution, and compares with
+
+* ``jax.vjp`` of ``jaxconv.convolution`` with the same attributes, and
+* PyTorch autograd in float64 on explicitly padded data (pads from an
+  independent TF-style SAME formula), the independent oracle.
+
+A dtype table (f32/f16/bf16/f64, preferred_element_type) runs on a subset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jaxconv
+from tests import helpers as h
+from tests import oracles
+
+HIGHEST = lax.Precision.HIGHEST
+
+SPATIAL = {1: (11,), 2: (9, 7), 3: (6, 5, 7)}
+KERNEL = {1: (3,), 2: (3, 2), 3: (2, 3, 2)}
+
+# name -> attributes (sliced to the rank); pads given with auto_pad != none are
+# deliberately odd values that must be ignored.
+GEOMETRIES = {
+    "asym_pads": dict(strides=(1, 1, 1), dilations=(1, 1, 1), pads_begin=(2, 0, 1),
+                      pads_end=(0, 1, 2), auto_pad="none"),
+    "stride_dil_remainder": dict(strides=(2, 3, 2), dilations=(2, 1, 2), pads_begin=(1, 2, 0),
+                                 pads_end=(0, 1, 2), auto_pad="explicit"),
+    "same_upper": dict(strides=(2, 1, 3), dilations=(1, 2, 1), pads_begin=(9, 9, 9),
+                       pads_end=(9, 9, 9), auto_pad="same_upper"),
+    "same_lower": dict(strides=(2, 2, 1), dilations=(1, 1, 2), pads_begin=(9, 9, 9),
+                       pads_end=(9, 9, 9), auto_pad="SAME_LOWER"),
+    "valid": dict(strides=(3, 1, 2), dilations=(1, 2, 1), pads_begin=(5, 5, 5),
+                  pads_end=(5, 5, 5), auto_pad="VALID"),
+    "none_stride_pads": dict(strides=(2, 2, 2), dilations=(1, 1, 1), pads_begin=(1, 1, 0),
+                             pads_end=(1, 0, 1), auto_pad="None"),
+}
+GROUPS = {"g1": (1, 4, 3), "g2": (2, 4, 6), "depthwise": (4, 4, 8)}  # groups, IC, OC
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    rank: int
+    data_format: str
+    filter_format: str
+    groups_name: str
+    geometry: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.rank}d-{self.data_format}-{self.filter_format}-{self.groups_name}-{self.geometry}"
+
+    @property
+    def attrs(self) -> dict:
+        geo = GEOMETRIES[self.geometry]
+        out = {k: (v[: self.rank] if isinstance(v, tuple) else v) for k, v in geo.items()}
+        out.update(groups=GROUPS[self.groups_name][0], data_format=self.data_format,
+                   filter_format=self.filter_format)
+        return out
+
+    def torch_pads(self):
+        a = self.attrs
+        mode = a["auto_pad"].lower()
+        if mode in ("none", "explicit"):
+            return a["pads_begin"], a["pads_end"]
+        if mode == "valid":
+            return (0,) * self.rank, (0,) * self.rank
+        return h.same_pads(SPATIAL[self.rank], KERNEL[self.rank], a["strides"], a["dilations"],
+                           upper=mode == "same_upper")
+
+    def make(self, seed: int = 0, dtype=jnp.float32):
+        g, ic, oc = GROUPS[self.groups_name]
+        rng = np.random.default_rng(seed)
+        x = h.random(rng, h.data_shape(self.data_format, 2, ic, SPATIAL[self.rank]), dtype)
+        w_shape = h.conv_filter_shape(self.filter_format, oc, ic // g, KERNEL[self.rank])
+        w = h.random(rng, w_shape, dtype)
+        pb, pe = self.torch_pads()
+        y_ncx = oracles.conv_output_shape(
+            h.data_to_ncx(np.zeros(x.shape), self.data_format).shape,
+            h.conv_filter_to_oix(np.zeros(w_shape), self.filter_format).shape,
+            strides=self.attrs["strides"], dilations=self.attrs["dilations"],
+            pads_begin=pb, pads_end=pe, groups=g)
+        y_shape = h.data_from_ncx(np.zeros(y_ncx), self.data_format).shape
+        dy = h.random(rng, y_shape, dtype)
+        return x, w, dy
+
+    def torch_reference(self, x, w, dy):
+        pb, pe = self.torch_pads()
+        y, dx, dw = oracles.conv_all(
+            h.data_to_ncx(h.to_f64(x), self.data_format),
+            h.conv_filter_to_oix(h.to_f64(w), self.filter_format),
+            h.data_to_ncx(h.to_f64(dy), self.data_format),
+            strides=self.attrs["strides"], dilations=self.attrs["dilations"],
+            pads_begin=pb, pads_end=pe, groups=GROUPS[self.groups_name][0])
+        return (h.data_from_ncx(y, self.data_format), h.data_from_ncx(dx, self.data_format),
+                h.conv_filter_from_oix(dw, self.filter_format))
+
+
+MATRIX = [
+    Case(*c)
+    for c in itertools.product((1, 2, 3), ("NXC", "NCX"), ("XIO", "OIX"), tuple(GROUPS),
+                               tuple(GEOMETRIES))
+]
+
+
+# forward and data gradient: every (rank, groups, geometry), the four layout
+# pairs rotating through them, so that every layout meets every rank and geometry.
+_LAYOUTS = list(itertools.product(("NXC", "NCX"), ("XIO", "OIX")))
+ROTATED = [
+    Case(rank, *_LAYOUTS[j % 4], gname, geo)
+    for j, (rank, gname, geo) in enumerate(
+        itertools.product((1, 2, 3), tuple(GROUPS), tuple(GEOMETRIES)))
+]
+
+
+def _ours(case: Case, x, w, dy, **extra):
+    a = dict(case.attrs, **extra)
+    y = jaxconv.convolution(x, w, **a)
+    dx = jaxconv.convolution_backward_data(dy, w, x.shape, **a)
+    dw = jaxconv.convolution_backprop_filters(x, dy, w.shape, **a)
+    return y, dx, dw
+
+
+def _vjp_reference(case: Case, x, w, dy, **extra):
+    """(y, dx, dW) from jax.vjp of jaxconv.convolution, jitted."""
+
+    @jax.jit
+    def run(x, w, dy):
+        y, vjp = jax.vjp(lambda x, w: jaxconv.convolution(x, w, **case.attrs, **extra), x, w)
+        return (y, *vjp(dy))
+
+    return run(x, w, dy)
+
+
+@pytest.mark.parametrize("case", MATRIX, ids=lambda c: c.id)
+def test_backprop_filters_matrix(case: Case):
+    """The seed op on the full matrix: against jax.vjp and against torch."""
+    x, w, dy = case.make()
+    dw = jaxconv.convolution_backprop_filters(x, dy, w.shape, **case.attrs, precision=HIGHEST)
+    assert dw.shape == w.shape and dw.dtype == jnp.float32
+    _, vjp = jax.vjp(
+        lambda w: jaxconv.convolution(x, w, **case.attrs, precision=HIGHEST), w)
+    h.assert_close(dw, jax.jit(vjp)(dy)[0], jnp.float32)
+    h.assert_close(dw, case.torch_reference(x, w, dy)[2], jnp.float32)
+
+
+@pytest.mark.parametrize("case", ROTATED, ids=lambda c: c.id)
+def test_forward_and_backward_data_matrix(case: Case):
+    x, w, dy = case.make(seed=5)
+    y = jaxconv.convolution(x, w, **case.attrs, precision=HIGHEST)
+    dx = jaxconv.convolution_backward_data(dy, w, x.shape, **case.attrs, precision=HIGHEST)
+    assert y.shape == dy.shape and dx.shape == x.shape
+    y_ref, dx_ref, _ = _vjp_reference(case, x, w, dy, precision=HIGHEST)
+    h.assert_close(y, y_ref, jnp.float32)
+    h.assert_close(dx, dx_ref, jnp.float32)
+    y_t, dx_t, _ = case.torch_reference(x, w, dy)
+    h.assert_close(y, y_t, jnp.float32)
+    h.assert_close(dx, dx_t, jnp.float32)
+
+
+# The alias under oneDNN's current names: same numbers on a slice of the matrix.
+@pytest.mark.parametrize("case", MATRIX[::7], ids=lambda c: c.id)
+def test_backward_weights_alias(case: Case):
+    x, w, dy = case.make(seed=1)
+    a = dict(case.attrs)
+    fmt = a.pop("filter_format")
+    got = jaxconv.convolution_backward_weights(x, dy, w.shape, weights_format=fmt, **a,
+                                               precision=HIGHEST)
+    ref = jaxconv.convolution_backprop_filters(x, dy, w.shape, filter_format=fmt, **a,
+                                               precision=HIGHEST)
+    np.testing.assert_array_equal(got, ref)
+    h.assert_close(got, case.torch_reference(x, w, dy)[2], jnp.float32)
+
+
+# ---- dtypes ----------------------------------------------------------------
+
+DTYPE_CASES = [
+    Case(2, "NXC", "XIO", "g2", "stride_dil_remainder"),
+    Case(1, "NCX", "OIX", "depthwise", "same_upper"),
+    Case(3, "NCX", "XIO", "g1", "same_lower"),
+]
+DTYPES = ["float32", "float16", "bfloat16", "float64"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", DTYPE_CASES, ids=lambda c: c.id)
+def test_dtypes(case: Case, dtype: str):
+    with jax.enable_x64(dtype == "float64"):
+        x, w, dy = case.make(seed=2, dtype=jnp.dtype(dtype))
+        y, dx, dw = _ours(case, x, w, dy, precision=HIGHEST)
+        for a in (y, dx, dw):
+            assert a.dtype == jnp.dtype(dtype)
+        refs = case.torch_reference(x, w, dy)
+        for got, ref in zip((y, dx, dw), refs):
+            h.assert_close(got, ref, dtype)
+        # against jax.vjp in the same dtype
+        _, dx_ref, dw_ref = _vjp_reference(case, x, w, dy, precision=HIGHEST)
+        h.assert_close(dx, dx_ref, dtype)
+        h.assert_close(dw, dw_ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("case", DTYPE_CASES, ids=lambda c: c.id)
+def test_preferred_element_type_f32(case: Case, dtype: str):
+    x, w, dy = case.make(seed=3, dtype=jnp.dtype(dtype))
+    y, dx, dw = _ours(case, x, w, dy, precision=HIGHEST, preferred_element_type=jnp.float32)
+    refs = case.torch_reference(x, w, dy)
+    for got, ref in zip((y, dx, dw), refs):
+        assert got.dtype == jnp.float32
+        # f32 output of f16/bf16 products: only f32 accumulation error remains.
+        h.assert_close(got, ref, "float32")
+
+
+def test_low_precision_accumulates_in_f32():
+    """f16 results are rounded once from an f32 accumulator, not summed in f16."""
+    case = Case(1, "NCX", "OIX", "g1", "asym_pads")
+    rng = np.random.default_rng(4)
+    # A long reduction: batch 64, length 400.
+    x = h.random(rng, (64, 4, 400), jnp.float16)
+    dy = h.random(rng, (64, 3, 400), jnp.float16)
+    a = dict(case.attrs, pads_begin=(1,), pads_end=(1,))
+    dw16 = jaxconv.convolution_backprop_filters(x, dy, (3, 4, 3), **a)
+    dw32 = jaxconv.convolution_backprop_filters(x.astype(jnp.float32), dy.astype(jnp.float32),
+                                                (3, 4, 3), **a, precision=HIGHEST)
+    np.testing.assert_array_equal(dw16, dw32.astype(jnp.float16))
