@@ -5,6 +5,12 @@ pure JAX functions that run under ``jit``, ``vmap`` and ``grad`` on any
 backend. See ``README.md`` and ``docs/``.
 """
 
+from jaxconv._src.conv_transpose import (
+    conv_transpose,
+    conv_transpose_backprop_filters,
+    conv_transpose_backward_data,
+    conv_transpose_backward_weights,
+)
 from jaxconv._src.convolution import (
     convolution,
     convolution_backprop_filters,
@@ -15,6 +21,10 @@ from jaxconv._src.version import __version__
 
 __all__ = [
     "__version__",
+    "conv_transpose",
+    "conv_transpose_backprop_filters",
+    "conv_transpose_backward_data",
+    "conv_transpose_backward_weights",
     "convolution",
     "convolution_backprop_filters",
     "convolution_backward_data",

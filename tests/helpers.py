@@ -101,3 +101,42 @@ def same_pads(size, kernel, stride, dilation, upper: bool):
         pb.append(lo)
         pe.append(total - lo)
     return pb, pe
+
+
+# ConvTranspose weights: I = IC (full), O = OC / groups.
+_CONVT_AXES = {  # format -> position of (I, O) and where the spatial axes start
+    "IOX": lambda n: ((0, 1), tuple(range(2, n + 2))),
+    "OIX": lambda n: ((1, 0), tuple(range(2, n + 2))),
+    "XOI": lambda n: ((n + 1, n), tuple(range(n))),
+    "XIO": lambda n: ((n, n + 1), tuple(range(n))),
+}
+
+
+def convt_filter_to_iox(w: np.ndarray, fmt: str) -> np.ndarray:
+    n = w.ndim - 2
+    (i, o), sp = _CONVT_AXES[fmt](n)
+    return np.transpose(w, (i, o, *sp))
+
+
+def convt_filter_from_iox(w: np.ndarray, fmt: str) -> np.ndarray:
+    n = w.ndim - 2
+    (i, o), sp = _CONVT_AXES[fmt](n)
+    perm = [0] * (n + 2)
+    for src, dst in enumerate((i, o, *sp)):
+        perm[dst] = src
+    return np.transpose(w, perm)
+
+
+def convt_filter_shape(fmt: str, ic: int, ocg: int, kernel) -> tuple[int, ...]:
+    return convt_filter_from_iox(np.zeros((ic, ocg, *kernel)), fmt).shape
+
+
+def deconv_same_pads(kernel, stride, dilation, upper: bool):
+    """oneDNN ConvTranspose same_*: total = max(0, DK - S); same_upper puts the extra at the end."""
+    pb, pe = [], []
+    for k, s, d in zip(kernel, stride, dilation):
+        total = max(0, (k - 1) * d + 1 - s)
+        lo = total // 2 if upper else total - total // 2
+        pb.append(lo)
+        pe.append(total - lo)
+    return pb, pe

@@ -23,9 +23,13 @@ def _run(mode: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_jaxconv_ops_survive_the_strided_dilated_family():
-    """Every op, its gradient and its second derivative on the reproducer and neighbours."""
-    proc = _run("jaxconv")
+@pytest.mark.parametrize("mode", ["jaxconv", pytest.param("jaxconv-full", marks=pytest.mark.slow)])
+def test_jaxconv_ops_survive_the_strided_dilated_family(mode):
+    """Every op, its gradient and its second derivative on the reproducer and neighbours.
+
+    The default run takes the reproducer and 8 neighbours; ``-m slow`` the 33-case family.
+    """
+    proc = _run(mode)
     assert proc.returncode == 0, (
         f"child exited with {proc.returncode} (negative = killed by a signal) on jaxlib "
         f"{jaxlib.__version__}\n{proc.stdout}\n{proc.stderr[-3000:]}")

@@ -1,4 +1,8 @@
-"""The oneDNN convolution family under jit, vmap and grad (to order 2)."""
+"""Every public op under jit, vmap and grad (check_grads to order 2, fwd and rev).
+
+``PROBLEMS`` maps a problem id to a builder that returns, for every op of the
+family, the op as a function of its array arguments only and those arguments.
+"""
 
 from __future__ import annotations
 
@@ -13,102 +17,141 @@ import jaxconv
 from tests import helpers as h
 
 HIGHEST = lax.Precision.HIGHEST
-
-# (name, rank, data_format, filter_format, attrs, IC, OC)
-CONFIGS = [
-    ("2d-NXC-XIO-g2-stride-dil", 2, "NXC", "XIO",
-     dict(strides=(2, 1), dilations=(1, 2), pads_begin=(1, 0), pads_end=(0, 2), groups=2), 4, 6),
-    ("1d-NCX-OIX-depthwise-same", 1, "NCX", "OIX",
-     dict(strides=2, auto_pad="same_lower", groups=3), 3, 6),
-    ("3d-NCX-XIO-valid", 3, "NCX", "XIO", dict(strides=(1, 2, 1), auto_pad="valid"), 2, 3),
-]
 SPATIAL = {1: (9,), 2: (7, 6), 3: (5, 4, 5)}
+SMALL = {1: (4,), 2: (3, 4), 3: (3, 2, 3)}
 KERNEL = {1: (3,), 2: (3, 2), 3: (2, 2, 2)}
 
 
-def _problem(cfg, dtype=jnp.float32, seed=0, batch=2):
-    name, n, df, ff, attrs, ic, oc = cfg
-    attrs = dict(attrs, data_format=df, filter_format=ff, precision=HIGHEST)
-    rng = np.random.default_rng(seed)
-    x = h.random(rng, h.data_shape(df, batch, ic, SPATIAL[n]), dtype)
-    w_shape = h.conv_filter_shape(ff, oc, ic // attrs.get("groups", 1), KERNEL[n])
-    w = h.random(rng, w_shape, dtype)
-    y = jaxconv.convolution(x, w, **attrs)
-    dy = h.random(rng, y.shape, dtype)
-    return x, w, dy, attrs
+def convolution_family(n, df, ff, attrs, ic, oc):
+    def build(dtype=jnp.float32, seed=0, batch=2):
+        a = dict(attrs, data_format=df, filter_format=ff, precision=HIGHEST)
+        rng = np.random.default_rng(seed)
+        x = h.random(rng, h.data_shape(df, batch, ic, SPATIAL[n]), dtype)
+        w = h.random(rng, h.conv_filter_shape(ff, oc, ic // a.get("groups", 1), KERNEL[n]), dtype)
+        dy = h.random(rng, jaxconv.convolution(x, w, **a).shape, dtype)
+        return {
+            "convolution": (lambda x, w: jaxconv.convolution(x, w, **a), (x, w)),
+            "convolution_backward_data": (
+                lambda dy, w: jaxconv.convolution_backward_data(dy, w, x.shape, **a), (dy, w)),
+            "convolution_backprop_filters": (
+                lambda x, dy: jaxconv.convolution_backprop_filters(x, dy, w.shape, **a), (x, dy)),
+            "convolution_backward_weights": (
+                lambda x, dy: jaxconv.convolution_backward_weights(
+                    x, dy, w.shape, **{k: v for k, v in a.items() if k != "filter_format"},
+                    weights_format=ff), (x, dy)),
+        }
+    return build
 
 
-def _ops(x, w, dy, attrs):
-    """The three ops as functions of their array arguments only."""
-    return {
-        "convolution": (lambda x, w: jaxconv.convolution(x, w, **attrs), (x, w)),
-        "convolution_backward_data": (
-            lambda dy, w: jaxconv.convolution_backward_data(dy, w, x.shape, **attrs), (dy, w)),
-        "convolution_backprop_filters": (
-            lambda x, dy: jaxconv.convolution_backprop_filters(x, dy, w.shape, **attrs), (x, dy)),
-    }
+def conv_transpose_family(n, df, wf, attrs, ic, oc, output_shape=None):
+    def build(dtype=jnp.float32, seed=0, batch=2):
+        a = dict(attrs, data_format=df, precision=HIGHEST)
+        g = a.get("groups", 1)
+        rng = np.random.default_rng(seed)
+        x = h.random(rng, h.data_shape(df, batch, ic, SMALL[n]), dtype)
+        w = h.random(rng, h.convt_filter_shape(wf, ic, oc // g, KERNEL[n]), dtype)
+        y = jaxconv.conv_transpose(x, w, **a, filter_format=wf)
+        dy = h.random(rng, y.shape, dtype)
+        ops = {
+            "conv_transpose": (
+                lambda x, w: jaxconv.conv_transpose(x, w, **a, filter_format=wf), (x, w)),
+            "conv_transpose_backward_data": (
+                lambda dy, w: jaxconv.conv_transpose_backward_data(dy, w, **a, filter_format=wf),
+                (dy, w)),
+            "conv_transpose_backward_weights": (
+                lambda x, dy: jaxconv.conv_transpose_backward_weights(
+                    x, dy, w.shape, **a, weights_format=wf), (x, dy)),
+            "conv_transpose_backprop_filters": (
+                lambda x, dy: jaxconv.conv_transpose_backprop_filters(
+                    x, dy, w.shape, **a, filter_format=wf), (x, dy)),
+        }
+        if output_shape is not None:
+            ops["conv_transpose[output_shape]"] = (
+                lambda x, w: jaxconv.conv_transpose(
+                    x, w, output_shape, **{k: v for k, v in a.items() if k != "output_padding"},
+                    filter_format=wf), (x, w))
+        return ops
+    return build
 
 
-ids = [c[0] for c in CONFIGS]
+PROBLEMS = {
+    "conv-2d-NXC-XIO-g2-stride-dil": convolution_family(
+        2, "NXC", "XIO",
+        dict(strides=(2, 1), dilations=(1, 2), pads_begin=(1, 0), pads_end=(0, 2), groups=2), 4, 6),
+    "conv-1d-NCX-OIX-depthwise-same": convolution_family(
+        1, "NCX", "OIX", dict(strides=2, auto_pad="same_lower", groups=3), 3, 6),
+    "conv-3d-NCX-XIO-valid": convolution_family(
+        3, "NCX", "XIO", dict(strides=(1, 2, 1), auto_pad="valid"), 2, 3),
+    "convT-2d-NXC-XOI-g2-outpad": conv_transpose_family(
+        2, "NXC", "XOI", dict(strides=(2, 3), dilations=(1, 2), pads_begin=(1, 0),
+                              pads_end=(0, 1), output_padding=(1, 2), groups=2), 4, 6,
+        output_shape=(9, 11)),
+    "convT-1d-NCX-IOX-depthwise-same": conv_transpose_family(
+        1, "NCX", "IOX", dict(strides=2, auto_pad="same_upper", groups=3), 3, 6),
+    "convT-3d-NCX-OIX-valid": conv_transpose_family(
+        3, "NCX", "OIX", dict(strides=(1, 2, 1), auto_pad="valid", output_padding=(0, 1, 0)),
+        2, 3),
+}
+IDS = list(PROBLEMS)
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=ids)
-def test_jit_equals_eager(cfg):
-    x, w, dy, attrs = _problem(cfg)
-    for name, (f, args) in _ops(x, w, dy, attrs).items():
+@pytest.mark.parametrize("pid", IDS)
+def test_jit_equals_eager(pid):
+    for name, (f, args) in PROBLEMS[pid]().items():
         np.testing.assert_allclose(jax.jit(f)(*args), f(*args), rtol=1e-6, atol=1e-6,
                                    err_msg=name)
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=ids)
-def test_vmap_over_a_stack_equals_a_loop(cfg):
-    stack = [_problem(cfg, seed=s) for s in range(3)]
-    attrs = stack[0][3]
-    xs, ws, dys = (jnp.stack([p[i] for p in stack]) for i in range(3))
-    for name in _ops(*stack[0]):
-        def f(x, w, dy, name=name):
-            return _ops(x, w, dy, attrs)[name][0](*_ops(x, w, dy, attrs)[name][1])
-
-        got = jax.vmap(f)(xs, ws, dys)
-        want = jnp.stack([f(*p[:3]) for p in stack])
+@pytest.mark.parametrize("pid", IDS)
+def test_vmap_over_a_stack_equals_a_loop(pid):
+    stack = [PROBLEMS[pid](seed=s) for s in range(3)]
+    for name in stack[0]:
+        f = stack[0][name][0]
+        args = [jnp.stack(a) for a in zip(*(p[name][1] for p in stack))]
+        got = jax.vmap(f)(*args)
+        want = jnp.stack([f(*p[name][1]) for p in stack])
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
 def test_vmap_other_axes_and_unbatched_arguments():
-    x, w, dy, attrs = _problem(CONFIGS[0])
+    f, (x, dy) = PROBLEMS[IDS[0]]()["convolution_backprop_filters"]
     dys = jnp.stack([dy, 2 * dy, -dy], axis=2)  # batch on axis 2, x shared
-    f = lambda dy: jaxconv.convolution_backprop_filters(x, dy, w.shape, **attrs)  # noqa: E731
-    got = jax.vmap(f, in_axes=2, out_axes=-1)(dys)
-    want = jnp.stack([f(dy), f(2 * dy), f(-dy)], axis=-1)
+    got = jax.vmap(lambda dy: f(x, dy), in_axes=2, out_axes=-1)(dys)
+    want = jnp.stack([f(x, dy), f(x, 2 * dy), f(x, -dy)], axis=-1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=ids)
-def test_check_grads_order_2(cfg):
+@pytest.mark.parametrize("pid", IDS)
+def test_check_grads_order_2(pid):
     with jax.enable_x64(True):
-        x, w, dy, attrs = _problem(cfg, dtype=jnp.float64, batch=1)
-        for name, (f, args) in _ops(x, w, dy, attrs).items():
+        for name, (f, args) in PROBLEMS[pid](dtype=jnp.float64, batch=1).items():
             check_grads(f, args, order=2, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6, eps=1e-4)
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=ids)
-def test_gradient_ops_are_the_vjp_of_the_forward(cfg):
-    """grad through jaxconv.convolution equals the two gradient ops (and jvp is linear)."""
-    x, w, dy, attrs = _problem(cfg)
-    ops = _ops(x, w, dy, attrs)
-    _, vjp = jax.vjp(ops["convolution"][0], x, w)
+@pytest.mark.parametrize("pid", IDS)
+def test_gradient_ops_are_the_vjp_of_the_forward(pid):
+    """grad through the family's forward op equals its two gradient ops; jvp is linear."""
+    ops = PROBLEMS[pid]()
+    fwd_name = "convolution" if "convolution" in ops else "conv_transpose"
+    f, (x, w) = ops[fwd_name]
+    y, vjp = jax.vjp(f, x, w)
+    data_name = fwd_name + "_backward_data"
+    dy = ops[data_name][1][0]
     dx, dw = vjp(dy)
-    np.testing.assert_allclose(ops["convolution_backward_data"][0](dy, w), dx, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(ops["convolution_backprop_filters"][0](x, dy), dw, rtol=1e-5,
-                               atol=1e-5)
-    # Linear in each argument: jvp in x alone is the forward op on the tangent.
-    _, tangent = jax.jvp(lambda x: ops["convolution"][0](x, w), (x,), (x,))
-    np.testing.assert_allclose(tangent, ops["convolution"][0](x, w), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(ops[data_name][0](dy, w), dx, rtol=1e-5, atol=1e-5)
+    for name in ops:
+        if name.endswith(("_backprop_filters", "_backward_weights")):
+            np.testing.assert_allclose(ops[name][0](x, dy), dw, rtol=1e-5, atol=1e-5)
+    _, tangent = jax.jvp(lambda x: f(x, w), (x,), (x,))
+    np.testing.assert_allclose(tangent, y, rtol=1e-6, atol=1e-6)
 
 
 def test_numpy_inputs_and_jax_array_shapes():
-    x, w, dy, attrs = _problem(CONFIGS[0])
+    f, (x, dy) = PROBLEMS[IDS[0]]()["convolution_backprop_filters"]
+    w_shape = (3, 2, 2, 6)
+    kw = dict(strides=(2, 1), dilations=(1, 2), pads_begin=(1, 0), pads_end=(0, 2), groups=2,
+              precision=HIGHEST)
     got = jaxconv.convolution_backprop_filters(np.asarray(x), np.asarray(dy),
-                                               np.asarray(w.shape), **attrs)
-    ref = jaxconv.convolution_backprop_filters(x, dy, jnp.asarray(w.shape), **attrs)
+                                               np.asarray(w_shape), **kw)
+    ref = jaxconv.convolution_backprop_filters(x, dy, jnp.asarray(w_shape), **kw)
     np.testing.assert_array_equal(got, ref)

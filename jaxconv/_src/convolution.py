@@ -10,65 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import numpy as np
-from jax import lax
 
-from jaxconv._src import geometry, lowering
+from jaxconv._src import geometry, lowering, options
 from jaxconv._src.geometry import Names
 
 ArrayLike = Any  # jax.Array | np.ndarray
 ShapeLike = Any  # tuple/list of ints, 1-D integer numpy array or concrete jax array
 IntOrSeq = Any  # int | Sequence[int] | None
-
-_JIT_STATIC = ("p", "precision", "preferred_element_type")
-_forward = jax.jit(lowering.forward, static_argnames=_JIT_STATIC)
-_data_grad = jax.jit(lowering.data_grad, static_argnames=_JIT_STATIC)
-_weight_grad = jax.jit(lowering.weight_grad, static_argnames=_JIT_STATIC)
-
-
-def compute_options(op: str, precision: Any, preferred_element_type: Any) -> tuple[Any, Any]:
-    """Validates ``precision`` and ``preferred_element_type``; returns hashable forms."""
-    if preferred_element_type is not None:
-        try:
-            preferred_element_type = np.dtype(preferred_element_type)
-        except TypeError:
-            raise TypeError(
-                f"{op}: preferred_element_type must be a dtype or None, got "
-                f"{preferred_element_type!r}"
-            ) from None
-        if not jnp.issubdtype(preferred_element_type, jnp.number):
-            raise TypeError(
-                f"{op}: preferred_element_type must be a numeric dtype, got {preferred_element_type}"
-            )
-    if precision is None or isinstance(precision, lax.Precision):
-        return precision, preferred_element_type
-    if isinstance(precision, str):
-        try:
-            return lax.Precision(precision), preferred_element_type
-        except ValueError:
-            pass
-    elif (
-        isinstance(precision, (tuple, list))
-        and len(precision) == 2
-        and all(isinstance(v, lax.Precision) or v is None for v in precision)
-    ):
-        return tuple(precision), preferred_element_type
-    raise ValueError(
-        f"{op}: precision must be None, a lax.Precision, 'default', 'high', 'highest' or a pair "
-        f"of lax.Precision, got {precision!r}"
-    )
-
-
-def _check_output_dtype(op: str, dtype: np.dtype, preferred_element_type: Any) -> None:
-    if preferred_element_type is not None and not jnp.issubdtype(
-        preferred_element_type, np.inexact
-    ):
-        raise TypeError(
-            f"{op}: preferred_element_type must be a floating dtype for {dtype} inputs, got "
-            f"{preferred_element_type}"
-        )
-
 
 _FORWARD_NAMES = Names(x="input", y="output", w="filter", w_shape="filter", w_format="filter_format")
 
@@ -136,18 +84,15 @@ def convolution(
       (2, 4, 4, 6)
     """
     op = "convolution"
-    x = geometry.check_array(op, "input", input)
-    w = geometry.check_array(op, "filter", filter)
-    dtype = geometry.check_same_dtype(op, {"input": x, "filter": w})
-    precision, preferred_element_type = compute_options(op, precision, preferred_element_type)
-    _check_output_dtype(op, dtype, preferred_element_type)
-    geometry.spatial_rank(op, "input", x.ndim)
+    (x, w), precision, preferred_element_type = options.check_inputs(
+        op, {"input": input, "filter": filter}, precision, preferred_element_type)
     p = geometry.convolution_problem(
         op, _FORWARD_NAMES, x_shape=x.shape, y_shape=None, w_shape=w.shape,
         strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
         auto_pad=auto_pad, groups=groups, data_format=data_format, filter_format=filter_format,
     )
-    return _forward(x, w, p=p, precision=precision, preferred_element_type=preferred_element_type)
+    return lowering.jit_forward(x, w, p=p, precision=precision,
+                                preferred_element_type=preferred_element_type)
 
 
 _DATA_NAMES = Names(
@@ -210,11 +155,8 @@ def convolution_backward_data(
       (2, 8, 8, 4)
     """
     op = "convolution_backward_data"
-    dy = geometry.check_array(op, "output_delta", output_delta)
-    w = geometry.check_array(op, "filter", filter)
-    dtype = geometry.check_same_dtype(op, {"output_delta": dy, "filter": w})
-    precision, preferred_element_type = compute_options(op, precision, preferred_element_type)
-    _check_output_dtype(op, dtype, preferred_element_type)
+    (dy, w), precision, preferred_element_type = options.check_inputs(
+        op, {"output_delta": output_delta, "filter": filter}, precision, preferred_element_type)
     n = geometry.spatial_rank(op, "output_delta", dy.ndim)
     layout = geometry.data_layout(op, "data_format", data_format, n)
     if w.ndim != n + 2:
@@ -233,7 +175,7 @@ def convolution_backward_data(
         strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
         auto_pad=auto_pad, groups=g, data_format=data_format, filter_format=filter_format,
     )
-    return _data_grad(dy, w, p=p, precision=precision,
+    return lowering.jit_data_grad(dy, w, p=p, precision=precision,
                       preferred_element_type=preferred_element_type)
 
 
@@ -241,15 +183,12 @@ def _weight_gradient(
     op: str, names: Names, x_value: ArrayLike, dy_value: ArrayLike, w_shape: ShapeLike,
     precision: Any, preferred_element_type: Any, **attrs: Any,
 ) -> jax.Array:
-    x = geometry.check_array(op, names.x, x_value)
-    dy = geometry.check_array(op, names.y, dy_value)
-    dtype = geometry.check_same_dtype(op, {names.x: x, names.y: dy})
-    precision, preferred_element_type = compute_options(op, precision, preferred_element_type)
-    _check_output_dtype(op, dtype, preferred_element_type)
+    (x, dy), precision, preferred_element_type = options.check_inputs(
+        op, {names.x: x_value, names.y: dy_value}, precision, preferred_element_type)
     shape = geometry.static_shape(op, names.w_shape, w_shape)
     p = geometry.convolution_problem(op, names, x_shape=x.shape, y_shape=dy.shape,
                                      w_shape=shape, **attrs)
-    return _weight_grad(x, dy, p=p, precision=precision,
+    return lowering.jit_weight_grad(x, dy, p=p, precision=precision,
                         preferred_element_type=preferred_element_type)
 
 

@@ -636,3 +636,195 @@ def full_input_shape(
         f"{op}: {names.x_shape} must hold {n} spatial sizes or the full {n + 2}-entry shape, "
         f"got {len(shape)} entries: {list(shape)}"
     )
+
+
+# --------------------------------------------------------------------------
+# ConvTranspose (oneDNN ConvTranspose family; SEMANTICS.md section 2)
+# --------------------------------------------------------------------------
+#
+# A ConvTranspose with input x (IC channels, size I) and output y (OC, size O)
+# is the adjoint of the convolution y -> x. Its weights name the roles with
+# the transposed op's letters: I = IC (full count), O = OC / groups. So the
+# ConvProblem we build is that convolution's: in_channels = OC, out_channels =
+# IC, input_size = O, output_size = I, filter_swap = True.
+#
+#   O = S * (I - 1) + DK - pb - pe + output_padding          (no output_shape)
+#   y[o] = full[o + pb], o in [0, O)                          (with output_shape)
+#
+# where full is the un-padded result of length S * (I - 1) + DK, zero past its
+# end. Both read as the convolution with pads (pb, pe') for the exact fit
+#   pe' = S * (I - 1) + DK - pb - O,
+# negative when O reaches past the end of full (a crop of the conv input, i.e.
+# zeros in the transposed output).
+
+CONV_TRANSPOSE_FILTER_FORMATS = ("IOX", "XOI", "OIX", "XIO")
+
+
+def _conv_transpose_pads(
+    mode: str, sizes, kernel, strides, dilations, pads_begin, pads_end, output_padding,
+    output_shape,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(pads_begin, pads_end) of a ConvTranspose; with output_shape, pads_end is unused."""
+    if output_shape is None or mode in ("explicit", "valid"):
+        return auto_pads(mode, PadRule.DECONV, sizes, kernel, strides, dilations, pads_begin,
+                         pads_end)
+    begins, ends = [], []
+    for i, k, s, d, o, op in zip(sizes, kernel, strides, dilations, output_shape, output_padding):
+        total = max(0, s * (i - 1) + dilated_kernel_size(k, d) - o + op)
+        pb, pe = _split_total(mode, total)
+        begins.append(pb)
+        ends.append(pe)
+    return tuple(begins), tuple(ends)
+
+
+def conv_transpose_problem(
+    op: str,
+    names: Names,
+    *,
+    x_shape: tuple[int, ...] | None,
+    y_shape: tuple[int, ...] | None,
+    w_shape: tuple[int, ...],
+    output_shape: Any = None,
+    strides: Any,
+    pads_begin: Any,
+    pads_end: Any,
+    dilations: Any,
+    auto_pad: Any,
+    output_padding: Any,
+    groups: Any,
+    data_format: Any,
+    filter_format: Any,
+) -> ConvProblem:
+    """Validates and resolves a ConvTranspose (forward or gradient) as a ConvProblem.
+
+    ``x_shape`` is the ConvTranspose input, ``y_shape`` its output (the
+    gradient ops' ``diff_dst``). The forward gets x, w and optionally
+    ``output_shape``; backward data gets y and w (x's size is solved for);
+    backward weights gets x, y and w.
+    """
+    ref_name, ref_shape = (names.x, x_shape) if x_shape is not None else (names.y, y_shape)
+    assert ref_shape is not None
+    n = spatial_rank(op, ref_name, len(ref_shape))
+    for name, shape in ((names.x, x_shape), (names.y, y_shape)):
+        if shape is not None and len(shape) != n + 2:
+            raise ValueError(
+                f"{op}: {name} must have rank {n + 2} like {ref_name}, got rank {len(shape)} "
+                f"(shape {list(shape)})"
+            )
+    if len(w_shape) != n + 2:
+        raise ValueError(
+            f"{op}: {names.w_shape} must have {n + 2} entries for {n} spatial axes, got "
+            f"{len(w_shape)}: {list(w_shape)}"
+        )
+    if any(v <= 0 for v in w_shape):
+        raise ValueError(f"{op}: {names.w_shape} must be positive, got {list(w_shape)}")
+    layout = data_layout(op, "data_format", data_format, n)
+    wl = filter_layout(op, names.w_format, filter_format, n, CONV_TRANSPOSE_FILTER_FORMATS)
+    g = check_groups(op, groups)
+    s = int_tuple(op, "strides", strides, n, default=1, minimum=1)
+    d = int_tuple(op, "dilations", dilations, n, default=1, minimum=1)
+    pb_attr = int_tuple(op, "pads_begin", pads_begin, n, default=0, minimum=0)
+    pe_attr = int_tuple(op, "pads_end", pads_end, n, default=0, minimum=0)
+    opad = int_tuple(op, "output_padding", output_padding, n, default=0, minimum=0)
+    if any(o >= st for o, st in zip(opad, s)):
+        raise ValueError(
+            f"{op}: output_padding must be smaller than the stride on every axis, got "
+            f"output_padding {list(opad)} with strides {list(s)}"
+        )
+    mode = canonical_auto_pad(op, auto_pad)
+    out_shape = None
+    if output_shape is not None:
+        out_shape = static_shape(op, "output_shape", output_shape)
+        if len(out_shape) != n:
+            raise ValueError(
+                f"{op}: output_shape must hold the {n} spatial output sizes, got "
+                f"{len(out_shape)}: {list(out_shape)}"
+            )
+        if any(v <= 0 for v in out_shape):
+            raise ValueError(f"{op}: output_shape must be positive, got {list(out_shape)}")
+
+    w_o, w_i, kernel = wl.split(w_shape)  # I letter: IC (full); O letter: OC / groups
+    dk = tuple(dilated_kernel_size(k, dl) for k, dl in zip(kernel, d))
+
+    # Channels and batch first: a weights shape in the wrong format is reported as such.
+    if x_shape is not None:
+        batch, in_channels, in_size = layout.split(x_shape)
+    else:
+        in_channels = w_i
+    if y_shape is not None:
+        y_batch, out_channels, y_size = layout.split(y_shape)
+        if x_shape is not None and y_batch != batch:
+            raise ValueError(
+                f"{op}: {names.x} and {names.y} must have the same batch size, got "
+                f"{batch} and {y_batch}"
+            )
+        batch = y_batch
+    else:
+        out_channels = w_o * g
+    if in_channels % g:
+        raise ValueError(
+            f"{op}: the {names.x} channels ({in_channels}) must be divisible by groups ({g})"
+        )
+    if out_channels % g:
+        raise ValueError(
+            f"{op}: the output channels ({out_channels}) must be divisible by groups ({g})"
+        )
+    if w_i != in_channels or w_o != out_channels // g:
+        raise ValueError(
+            f"{op}: {names.w_shape} {list(w_shape)} in {wl.format} format holds I={w_i}, "
+            f"O={w_o}; expected I={in_channels} ({names.x} channels, the full count) and "
+            f"O={out_channels // g} (output channels {out_channels} / groups {g})"
+        )
+
+    if x_shape is not None:
+        if any(v <= 0 for v in in_size):
+            raise ValueError(f"{op}: {names.x} spatial sizes must be positive, got {list(in_size)}")
+        pb, pe = _conv_transpose_pads(mode, in_size, kernel, s, d, pb_attr, pe_attr, opad, out_shape)
+        if out_shape is not None:
+            out_size = out_shape
+        else:
+            out_size = tuple(conv_transpose_output_size(i, k, st, dl, b, e, o) for
+                             i, k, st, dl, b, e, o in zip(in_size, kernel, s, d, pb, pe, opad))
+            if any(o <= 0 for o in out_size):
+                raise ValueError(
+                    f"{op}: the pads remove the whole output: S*(I-1)+DK-pb-pe+output_padding = "
+                    f"{list(out_size)} (I {list(in_size)}, pads_begin {list(pb)}, pads_end "
+                    f"{list(pe)})"
+                )
+        if y_shape is not None and y_size != out_size:
+            raise ValueError(
+                f"{op}: {names.y} spatial shape must equal the ConvTranspose output size "
+                f"{list(out_size)} (S*(I-1)+DK-pb-pe+output_padding from {names.x} spatial "
+                f"{list(in_size)}, kernel {list(kernel)}, strides {list(s)}, dilations "
+                f"{list(d)}, pads_begin {list(pb)}, pads_end {list(pe)}, output_padding "
+                f"{list(opad)}), got {list(y_size)}"
+            )
+    else:
+        # backward data: solve O = S*(I-1) + DK - pb - pe + output_padding for I.
+        out_size = y_size
+        pb, pe = auto_pads(mode, PadRule.DECONV, out_size, kernel, s, d, pb_attr, pe_attr)
+        sizes = []
+        for o, st, k_d, b, e, opd in zip(out_size, s, dk, pb, pe, opad):
+            span = o - k_d + b + e - opd
+            if span < 0 or span % st:
+                lo = max(0, span) // st
+                near = sorted({st * i + k_d - b - e + opd for i in (lo, lo + 1)} - {o})
+                raise ValueError(
+                    f"{op}: {names.y} spatial shape {list(out_size)} is not a ConvTranspose "
+                    f"output size for kernel {list(kernel)}, strides {list(s)}, dilations "
+                    f"{list(d)}, pads_begin {list(pb)}, pads_end {list(pe)}, output_padding "
+                    f"{list(opad)}: need (O - DK + pb + pe - output_padding) to be a "
+                    f"non-negative multiple of the stride (nearest valid sizes {near})"
+                )
+            sizes.append(span // st + 1)
+        in_size = tuple(sizes)
+
+    # The convolution this ConvTranspose transposes, fitted exactly.
+    conv_pe = tuple(st * (i - 1) + k_d - b - o
+                    for st, i, k_d, b, o in zip(s, in_size, dk, pb, out_size))
+    return ConvProblem(
+        op=op, rank=n, data=layout, filter_layout=wl, filter_swap=True, batch=batch,
+        in_channels=out_channels, out_channels=in_channels, groups=g, input_size=tuple(out_size),
+        output_size=tuple(in_size), kernel=kernel, strides=s, dilations=d, pads_begin=pb,
+        pads_end=conv_pe,
+    )

@@ -154,3 +154,10 @@ def weight_grad(x, dy, p: ConvProblem, *, precision=None, preferred_element_type
         dimension_numbers=lax.ConvDimensionNumbers(lhs_spec, rhs_spec, out_spec),
         batch_group_count=p.groups,
     )
+
+
+# Jitted entry points: the problem and the options are static (hashable).
+_STATIC = ("p", "precision", "preferred_element_type")
+jit_forward = jax.jit(forward, static_argnames=_STATIC)
+jit_data_grad = jax.jit(data_grad, static_argnames=_STATIC)
+jit_weight_grad = jax.jit(weight_grad, static_argnames=_STATIC)

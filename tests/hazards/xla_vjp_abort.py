@@ -6,9 +6,10 @@ the input gradient of a strided + dilated convolution whose padded input has an
 unused remainder. These scripts run in a subprocess so that an abort fails a
 test instead of killing the test run.
 
-usage: python -m tests.hazards.xla_vjp_abort plain|jaxconv
+usage: python -m tests.hazards.xla_vjp_abort plain|jaxconv|jaxconv-full
   plain    the upstream reproducer: jax.vjp of lax.conv_general_dilated (aborts on 0.10.2)
-  jaxconv  the same configuration and its neighbours through every jaxconv op,
+  jaxconv  the same configuration and its neighbours through every jaxconv op
+           (convolution and ConvTranspose families),
            their gradients and second derivatives (must exit 0)
 """
 
@@ -44,23 +45,24 @@ def plain() -> None:
     print(vjp(jnp.ones_like(y))[0].shape, flush=True)
 
 
-def neighbours():
-    """The reproducer and a family around it: every stride/dilation/pad nearby."""
+def neighbours(full: bool):
+    """The reproducer and a family around it: strides, dilations and pads nearby."""
     yield X_SHAPE[2:], W_SHAPE[:2], ATTRS
+    sizes = [(6, 3), (7, 5)] if full else [(6, 3)]
+    begins = [(1, 3), (0, 1)] if full else [(1, 3)]
     for (h, wd), (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr) in itertools.product(
-        [(6, 3), (7, 5)], [(2, 3)], [(2, 2), (3, 2)], [(1, 2), (2, 3)], [(1, 3), (0, 1)],
-        [(1, 2), (0, 0)],
+        sizes, [(2, 3)], [(2, 2), (3, 2)], [(1, 2), (2, 3)], begins, [(1, 2), (0, 0)],
     ):
         yield (h, wd), (kh, kw), dict(strides=(sh, sw), pads_begin=(pt, pl), pads_end=(pb, pr),
                                       dilations=(dh, dw))
 
 
-def ours() -> None:
+def ours(full: bool = False) -> None:
     import jaxconv
 
     rng = np.random.default_rng(0)
     count = 0
-    for spatial, kernel, attrs in neighbours():
+    for spatial, kernel, attrs in neighbours(full):
         a = dict(attrs, data_format="NCX", filter_format="XIO")
         x = jnp.asarray(rng.standard_normal((1, 2, *spatial)), jnp.float32)
         w = jnp.asarray(rng.standard_normal((*kernel, 2, 4)), jnp.float32)
@@ -79,7 +81,26 @@ def ours() -> None:
         def bwd_filter(x, dy):
             return jaxconv.convolution_backprop_filters(x, dy, w.shape, **a)
 
-        for f, args in ((conv, (x, w)), (bwd_data, (dy, w)), (bwd_filter, (x, dy))):
+        # The ConvTranspose of the same geometry: input = y's shape, output = x's.
+        t = dict(attrs, data_format="NCX", filter_format="XIO")
+        t["output_padding"] = tuple(
+            (i + b + e - ((k - 1) * dl + 1)) % s
+            for i, k, s, dl, b, e in zip(spatial, kernel, attrs["strides"], attrs["dilations"],
+                                         attrs["pads_begin"], attrs["pads_end"]))
+        wt = jnp.asarray(rng.standard_normal((*kernel, 4, 2)), jnp.float32)  # XIO: IC=4, OC/g=2
+
+        def convt(y, wt):
+            return jaxconv.conv_transpose(y, wt, **t)
+
+        def convt_data(dx, wt):
+            return jaxconv.conv_transpose_backward_data(dx, wt, **t)
+
+        def convt_weights(y, dx):
+            return jaxconv.conv_transpose_backprop_filters(y, dx, wt.shape, **t)
+
+        cases = ((conv, (x, w)), (bwd_data, (dy, w)), (bwd_filter, (x, dy)), (convt, (dy, wt)),
+                 (convt_data, (x, wt)), (convt_weights, (dy, x)))
+        for f, args in cases:
             loss = lambda *args, f=f: jnp.sum(f(*args) ** 2)  # noqa: E731
             jax.block_until_ready(jax.jit(jax.grad(loss, argnums=(0, 1)))(*args))
             # second order: the gradient of a gradient
@@ -91,4 +112,4 @@ def ours() -> None:
 
 
 if __name__ == "__main__":
-    {"plain": plain, "jaxconv": ours}[sys.argv[1]]()
+    {"plain": plain, "jaxconv": ours, "jaxconv-full": lambda: ours(full=True)}[sys.argv[1]]()
