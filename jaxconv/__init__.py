@@ -17,6 +17,12 @@ from jaxconv._src.convolution import (
     convolution_backward_data,
     convolution_backward_weights,
 )
+from jaxconv._src.openvino import (
+    convolution_backprop_data,
+    group_convolution,
+    group_convolution_backprop_data,
+)
+from jaxconv._src.openvino_ir import from_openvino_ir
 from jaxconv._src.version import __version__
 
 __all__ = [
@@ -26,7 +32,11 @@ __all__ = [
     "conv_transpose_backward_data",
     "conv_transpose_backward_weights",
     "convolution",
+    "convolution_backprop_data",
     "convolution_backprop_filters",
     "convolution_backward_data",
     "convolution_backward_weights",
+    "from_openvino_ir",
+    "group_convolution",
+    "group_convolution_backprop_data",
 ]

@@ -140,3 +140,31 @@ def deconv_same_pads(kernel, stride, dilation, upper: bool):
         pb.append(lo)
         pe.append(total - lo)
     return pb, pe
+
+
+def numpy_group_conv_transpose(x, w, strides, dilations, pads_begin, out_size):
+    """A plain loop: full[n, g*Co+co, i*S + k*D] += x[n, g*Ci+ci, i] * w[g, ci, co, k],
+    cropped at pads_begin to out_size (zeros past the end). Integer-exact in int64."""
+    x = np.asarray(x)
+    w = np.asarray(w)
+    acc = np.int64 if np.issubdtype(x.dtype, np.integer) else np.float64
+    n_batch, _, *in_size = x.shape
+    g, ci, co, *k = w.shape
+    full_size = [s * (i - 1) + (kk - 1) * d + 1 for i, kk, s, d in
+                 zip(in_size, k, strides, dilations)]
+    full = np.zeros((n_batch, g * co, *full_size), acc)
+    for gi in range(g):
+        for idx in np.ndindex(*in_size):
+            xin = x[(slice(None), slice(gi * ci, (gi + 1) * ci), *idx)].astype(acc)  # (N, Ci)
+            for kidx in np.ndindex(*k):
+                pos = tuple(i * s + kk * d for i, kk, s, d in zip(idx, kidx, strides, dilations))
+                wk = w[(gi, slice(None), slice(None), *kidx)].astype(acc)  # (Ci, Co)
+                full[(slice(None), slice(gi * co, (gi + 1) * co), *pos)] += xin @ wk
+    out = np.zeros((n_batch, g * co, *out_size), acc)
+    src, dst = [], []
+    for b, o, f in zip(pads_begin, out_size, full_size):
+        lo, hi = b, min(b + o, f)
+        src.append(slice(lo, max(lo, hi)))
+        dst.append(slice(0, max(0, hi - lo)))
+    out[(slice(None), slice(None), *dst)] = full[(slice(None), slice(None), *src)]
+    return out

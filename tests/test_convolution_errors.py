@@ -99,7 +99,7 @@ CASES = [
     ("dtype-int", lambda: bpf(X.astype(jnp.int32), DY.astype(jnp.int32), FS, **P1), TypeError,
      ["input_forward must have a floating dtype", "int32"]),
     ("dtype-bool", lambda: bpf(X > 0, DY > 0, FS, **P1), TypeError,
-     ["must have a floating dtype", "bool"]),
+     ["must have a numeric dtype, got bool"]),
     ("kernel-too-big", lambda: bpf(X, DY, (11, 3, 4, 6)), ValueError,
      ["the dilated kernel [11, 3] is larger than the padded input_forward [8, 8]"]),
     ("precision", lambda: bpf(X, DY, FS, precision="max", **P1), ValueError,

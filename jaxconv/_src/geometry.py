@@ -119,6 +119,8 @@ def check_same_dtype(op: str, arrays: dict[str, jax.Array], *, floating: bool = 
         if dtypes[name] != first:
             got = ", ".join(f"{n} {d}" for n, d in dtypes.items())
             raise TypeError(f"{op}: {', '.join(names)} must have the same dtype, got {got}")
+    if first == np.bool_:
+        raise TypeError(f"{op}: {names[0]} must have a numeric dtype, got bool")
     if floating and not jnp.issubdtype(first, jnp.inexact):
         raise TypeError(
             f"{op}: {names[0]} must have a floating dtype (float32, float16, bfloat16, "
@@ -660,18 +662,35 @@ def full_input_shape(
 CONV_TRANSPOSE_FILTER_FORMATS = ("IOX", "XOI", "OIX", "XIO")
 
 
+class TransposePadRule:
+    """Whose auto_pad rules a ConvTranspose-like op follows."""
+
+    #: oneDNN ConvTranspose: same_* use total = max(0, DK - S) without output_shape.
+    ONEDNN = "onednn"
+    #: OpenVINO (Group)ConvolutionBackpropData: same_* pad nothing without output_shape.
+    OPENVINO = "openvino"
+
+
 def _conv_transpose_pads(
-    mode: str, sizes, kernel, strides, dilations, pads_begin, pads_end, output_padding,
-    output_shape,
+    mode: str, rule: str, sizes, kernel, strides, dilations, pads_begin, pads_end,
+    output_padding, output_shape, upper_extra_at_end: bool = True,
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(pads_begin, pads_end) of a ConvTranspose; with output_shape, pads_end is unused."""
+    """(pads_begin, pads_end) of a ConvTranspose; with output_shape, pads_end is unused.
+
+    With output_shape, same_* split ``total = max(0, S*(I-1) + DK - O +
+    output_padding)``; ``upper_extra_at_end=False`` gives the OpenVINO
+    runtime's opposite split of an odd total.
+    """
     if output_shape is None or mode in ("explicit", "valid"):
+        if rule == TransposePadRule.OPENVINO and mode.startswith("same"):
+            zeros = (0,) * len(sizes)
+            return zeros, zeros
         return auto_pads(mode, PadRule.DECONV, sizes, kernel, strides, dilations, pads_begin,
                          pads_end)
     begins, ends = [], []
     for i, k, s, d, o, op in zip(sizes, kernel, strides, dilations, output_shape, output_padding):
         total = max(0, s * (i - 1) + dilated_kernel_size(k, d) - o + op)
-        pb, pe = _split_total(mode, total)
+        pb, pe = _split_total(mode, total, upper_extra_at_end)
         begins.append(pb)
         ends.append(pe)
     return tuple(begins), tuple(ends)
@@ -694,13 +713,17 @@ def conv_transpose_problem(
     groups: Any,
     data_format: Any,
     filter_format: Any,
+    pad_rule: str = TransposePadRule.ONEDNN,
+    upper_extra_at_end: bool = True,
 ) -> ConvProblem:
     """Validates and resolves a ConvTranspose (forward or gradient) as a ConvProblem.
 
     ``x_shape`` is the ConvTranspose input, ``y_shape`` its output (the
     gradient ops' ``diff_dst``). The forward gets x, w and optionally
     ``output_shape``; backward data gets y and w (x's size is solved for);
-    backward weights gets x, y and w.
+    backward weights gets x, y and w. ``pad_rule`` picks oneDNN's or OpenVINO's
+    auto_pad rules (OpenVINO also lets output_padding reach the stride:
+    the extra elements are zeros).
     """
     ref_name, ref_shape = (names.x, x_shape) if x_shape is not None else (names.y, y_shape)
     assert ref_shape is not None
@@ -726,7 +749,7 @@ def conv_transpose_problem(
     pb_attr = int_tuple(op, "pads_begin", pads_begin, n, default=0, minimum=0)
     pe_attr = int_tuple(op, "pads_end", pads_end, n, default=0, minimum=0)
     opad = int_tuple(op, "output_padding", output_padding, n, default=0, minimum=0)
-    if any(o >= st for o, st in zip(opad, s)):
+    if pad_rule == TransposePadRule.ONEDNN and any(o >= st for o, st in zip(opad, s)):
         raise ValueError(
             f"{op}: output_padding must be smaller than the stride on every axis, got "
             f"output_padding {list(opad)} with strides {list(s)}"
@@ -779,7 +802,8 @@ def conv_transpose_problem(
     if x_shape is not None:
         if any(v <= 0 for v in in_size):
             raise ValueError(f"{op}: {names.x} spatial sizes must be positive, got {list(in_size)}")
-        pb, pe = _conv_transpose_pads(mode, in_size, kernel, s, d, pb_attr, pe_attr, opad, out_shape)
+        pb, pe = _conv_transpose_pads(mode, pad_rule, in_size, kernel, s, d, pb_attr, pe_attr, opad,
+                                      out_shape, upper_extra_at_end)
         if out_shape is not None:
             out_size = out_shape
         else:

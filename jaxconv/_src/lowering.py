@@ -35,16 +35,31 @@ DType = Any  # jnp dtype-like or None
 _LOW_PRECISION = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
 
 
-def _conv(lhs, rhs, *, dtype, precision, preferred_element_type, **kwargs) -> jax.Array:
-    """``conv_general_dilated`` that accumulates f16/bf16 in f32 by default.
+def accumulation_dtype(dtype, preferred_element_type=None):
+    """The type a convolution of ``dtype`` inputs accumulates in.
 
-    The result has ``preferred_element_type`` if given, else ``dtype``.
+    ``preferred_element_type`` if given; else float32 for float16/bfloat16,
+    int32 for integers narrower than 32 bits, and the input dtype otherwise.
     """
-    acc = preferred_element_type
-    if acc is None and np.dtype(dtype) in _LOW_PRECISION:
-        acc = jnp.float32
+    if preferred_element_type is not None:
+        return preferred_element_type
+    dt = np.dtype(dtype)
+    if dt in _LOW_PRECISION:
+        return np.dtype(jnp.float32)
+    if jnp.issubdtype(dt, jnp.integer) and dt.itemsize < 4:
+        return np.dtype(jnp.int32)
+    return None
+
+
+def _conv(lhs, rhs, *, dtype, precision, preferred_element_type, **kwargs) -> jax.Array:
+    """``conv_general_dilated`` accumulating in :func:`accumulation_dtype`.
+
+    The result has ``preferred_element_type`` if given, else ``dtype`` (a
+    narrow integer result is the wide accumulator cast back, wrapping like C).
+    """
     out = lax.conv_general_dilated(
-        lhs, rhs, precision=precision, preferred_element_type=acc, **kwargs
+        lhs, rhs, precision=precision,
+        preferred_element_type=accumulation_dtype(dtype, preferred_element_type), **kwargs
     )
     return out.astype(preferred_element_type if preferred_element_type is not None else dtype)
 
