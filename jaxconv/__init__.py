@@ -23,10 +23,13 @@ from jaxconv._src.openvino import (
     group_convolution_backprop_data,
 )
 from jaxconv._src.openvino_ir import from_openvino_ir
+from jaxconv._src.tbe import conv2d_backprop_filter
 from jaxconv._src.version import __version__
+from jaxconv import tbe
 
 __all__ = [
     "__version__",
+    "conv2d_backprop_filter",
     "conv_transpose",
     "conv_transpose_backprop_filters",
     "conv_transpose_backward_data",
@@ -39,4 +42,5 @@ __all__ = [
     "from_openvino_ir",
     "group_convolution",
     "group_convolution_backprop_data",
+    "tbe",
 ]
