@@ -5,6 +5,7 @@ pure JAX functions that run under ``jit``, ``vmap`` and ``grad`` on any
 backend. See ``README.md`` and ``docs/``.
 """
 
+from jaxconv._src.config import weight_grad_lowering
 from jaxconv._src.conv_transpose import (
     conv_transpose,
     conv_transpose_backprop_filters,
@@ -43,4 +44,5 @@ __all__ = [
     "group_convolution",
     "group_convolution_backprop_data",
     "tbe",
+    "weight_grad_lowering",
 ]

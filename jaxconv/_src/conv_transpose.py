@@ -25,7 +25,7 @@ from typing import Any
 
 import jax
 
-from jaxconv._src import geometry, lowering, options
+from jaxconv._src import config, geometry, lowering, options
 from jaxconv._src.geometry import Names
 
 ArrayLike = Any  # jax.Array | np.ndarray
@@ -196,7 +196,8 @@ def _weight_gradient(
     # SEMANTICS.md section 1: the ConvTranspose weight gradient is the weight
     # gradient of the convolution it transposes, with x and dy swapped.
     return lowering.jit_weight_grad(dy, x, p=p, precision=precision,
-                                    preferred_element_type=preferred_element_type)
+                                    preferred_element_type=preferred_element_type,
+        method=config.weight_grad_method(op, p))
 
 
 _WEIGHTS_NAMES = Names(x="src", y="diff_dst", w="diff_weights", w_shape="weights_shape",

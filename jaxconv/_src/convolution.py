@@ -11,7 +11,7 @@ from typing import Any
 
 import jax
 
-from jaxconv._src import geometry, lowering, options
+from jaxconv._src import config, geometry, lowering, options
 from jaxconv._src.geometry import Names
 
 ArrayLike = Any  # jax.Array | np.ndarray
@@ -189,7 +189,8 @@ def _weight_gradient(
     p = geometry.convolution_problem(op, names, x_shape=x.shape, y_shape=dy.shape,
                                      w_shape=shape, **attrs)
     return lowering.jit_weight_grad(x, dy, p=p, precision=precision,
-                        preferred_element_type=preferred_element_type)
+                        preferred_element_type=preferred_element_type,
+        method=config.weight_grad_method(op, p))
 
 
 _FILTERS_NAMES = Names(

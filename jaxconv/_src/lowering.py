@@ -74,13 +74,36 @@ def _pad_spatial(a: jax.Array, axes, pads, interior=None) -> jax.Array:
     return lax.pad(a, jnp.zeros((), a.dtype), config)
 
 
+def _fit(a: jax.Array, axes, pads, caps) -> tuple[jax.Array, list[tuple[int, int]]]:
+    """Splits (low, high) pads between ``a`` and the convolution's own padding.
+
+    The convolution gets ``min(pad, cap)`` of each non-negative pad: padding
+    inside the convolution is what XLA handles best (an explicit ``lax.pad``
+    is materialized). Negative pads crop ``a``; padding beyond ``cap`` is
+    applied explicitly. ``cap`` is the window's dilated extent minus one: the
+    transposes JAX derives under ``grad`` then never get a negative pad next to
+    an input dilation, the pattern that aborts jaxlib 0.10.2 (HAZARDS.md).
+    """
+    config = [(0, 0, 0)] * a.ndim
+    conv_pads = []
+    for ax, (lo, hi), cap in zip(axes, pads, caps):
+        in_lo, in_hi = min(max(lo, 0), cap), min(max(hi, 0), cap)
+        config[ax] = (lo - in_lo, hi - in_hi, 0)
+        conv_pads.append((in_lo, in_hi))
+    if any(c != (0, 0, 0) for c in config):
+        a = lax.pad(a, jnp.zeros((), a.dtype), config)  # negative widths crop
+    return a, conv_pads
+
+
 # ---------------------------------------------------------------------------
 # Forward:  y[n, g*OCg+oc, o] = sum_{ic,k} x[n, g*ICg+ic, o*S + k*D - pb] W[g*OCg+oc, ic, k]
 #
-# Pad x by (pb, pe - rem) so the windows fit exactly, then a VALID strided,
-# dilated convolution with feature_group_count = groups.
+# Pad x by (pb, pe - rem) so the windows fit exactly (the never-read remainder
+# is cropped), then a VALID strided, dilated convolution, feature_group_count = g.
 # ---------------------------------------------------------------------------
 def forward(x, w, p: ConvProblem, *, precision=None, preferred_element_type=None) -> jax.Array:
+    # Explicit lax.pad + VALID: padding inside this convolution would let the
+    # transpose JAX derives for grad abort jaxlib 0.10.2 (tests/test_hazards.py).
     xp = _pad_spatial(x, p.data.spatial_axes, p.fit_pads)
     return _conv(
         xp, w, dtype=x.dtype, precision=precision, preferred_element_type=preferred_element_type,
@@ -92,7 +115,7 @@ def forward(x, w, p: ConvProblem, *, precision=None, preferred_element_type=None
 # ---------------------------------------------------------------------------
 # Data gradient:  dx[n, g*ICg+ic, s] = sum_{oc,k,t: t*S + k*D - pb = s} dy[n, g*OCg+oc, t] W[.., ic, k]
 #
-# Place dy on a grid of step S (interior padding S-1), so that t*S = s + pb - k*D.
+# Place dy on a grid of step S (lhs_dilation S), so that t*S = s + pb - k*D.
 # With the flipped kernel index k' = K-1-k, k*D = DK-1 - k'*D and
 #     dx[s] = sum_{k'} dyd[s + (pb - DK + 1) + k'*D] * W[K-1-k'],
 # a stride-1 correlation of dyd with the flipped kernel, dilation D, padded by
@@ -102,6 +125,9 @@ def forward(x, w, p: ConvProblem, *, precision=None, preferred_element_type=None
 # role: its O axis is the input feature and its I axis the output feature.
 # With groups, O = g*OCg must become the per-group input feature: the group
 # factor moves from the O axis onto the I axis (a reshape of the small filter).
+# The grid is built by an explicit lax.pad (interior padding S-1, negative
+# widths crop), so that no convolution with an input dilation reaches XLA:
+# with one, the transposes JAX derives under grad abort jaxlib 0.10.2.
 # ---------------------------------------------------------------------------
 def _regroup_for_transpose(w, p: ConvProblem):
     """The filter relabelled for the transposed convolution.
@@ -127,23 +153,24 @@ def data_grad(dy, w, p: ConvProblem, *, precision=None, preferred_element_type=N
     pads = []
     for i, o, s, pb, dk in zip(p.input_size, p.output_size, p.strides, p.pads_begin, p.dilated_kernel):
         pads.append((dk - 1 - pb, i + pb - (o - 1) * s - 1))
-    interior = [s - 1 for s in p.strides]
-    dyd = _pad_spatial(dy, p.data.spatial_axes, pads, interior)
     wt, rhs_spec = _regroup_for_transpose(w, p)
     spec = p.data.spec
-    return _conv(
-        dyd, wt, dtype=dy.dtype, precision=precision,
-        preferred_element_type=preferred_element_type,
-        window_strides=(1,) * p.rank, padding="VALID", rhs_dilation=p.dilations,
+    common = dict(
+        dtype=dy.dtype, precision=precision, preferred_element_type=preferred_element_type,
+        window_strides=(1,) * p.rank, rhs_dilation=p.dilations,
         dimension_numbers=lax.ConvDimensionNumbers(spec, rhs_spec, spec),
         feature_group_count=p.groups,
     )
+    # Explicit grid (lax.pad with interior padding) + VALID: an input dilation
+    # inside the convolution aborts jaxlib 0.10.2 under grad (tests/test_hazards.py).
+    dyd = _pad_spatial(dy, p.data.spatial_axes, pads, [s - 1 for s in p.strides])
+    return _conv(dyd, wt, padding="VALID", **common)
 
 
 # ---------------------------------------------------------------------------
 # Weight gradient:  dW[g*OCg+oc, ic, k] = sum_{n,t} x[n, g*ICg+ic, t*S + k*D - pb] dy[n, g*OCg+oc, t]
 #
-# Read it as a convolution over the spatial axis with the roles relabelled:
+# "conv": read it as a convolution over the spatial axes with the roles relabelled:
 #   lhs  = padded x, with its C axis as the *batch* and its N axis as the feature,
 #   rhs  = dy, with its C axis as the output feature and its N axis as the input
 #          feature (the sum over n is the feature contraction),
@@ -155,24 +182,127 @@ def data_grad(dy, w, p: ConvProblem, *, precision=None, preferred_element_type=N
 # into matching groups, leaving ICg in the output batch. The output dimension
 # numbers put batch -> the filter's I axis, feature -> O, spatial -> X, so the
 # result comes out directly in the requested filter format.
+#
+# "feature_group": XLA expands batch_group_count into g times the work. Move
+# the group factor of x's channels next to its batch instead, group-major
+# (one transpose of x), so that the lhs feature axis is (g, N) and
+# feature_group_count = g pairs group j of x with group j of dy.
+#
+# "shifted" (ICg = 1: depthwise, channel multiplier m = OCg): for each kernel
+# offset k, dW[:, 0, k] = sum_{n,t} xs_k * dy, where xs_k is the strided slice
+# of padded x starting at k*D; one fused multiply-reduce per offset.
+#
+# "dot" (every K = 1): dW[oc, ic] = sum_{n,t} xs[n, ic, t] dy[n, oc, t] with xs
+# the strided slice of padded x: a dot_general contracting batch and spatial
+# axes (batched over the groups).
 # ---------------------------------------------------------------------------
-def weight_grad(x, dy, p: ConvProblem, *, precision=None, preferred_element_type=None) -> jax.Array:
-    xp = _pad_spatial(x, p.data.spatial_axes, p.fit_pads)
+WEIGHT_GRAD_METHODS = ("conv", "feature_group", "shifted", "dot")
+
+
+def choose_weight_grad(p: ConvProblem) -> str:
+    """The weight-gradient method ``"auto"`` picks for a problem (see docs/performance.md)."""
+    if all(k == 1 for k in p.kernel):
+        return "dot"
+    if p.groups > 1 and p.in_channels == p.groups:
+        return "shifted"
+    if p.groups > 1:
+        return "feature_group"
+    return "conv"
+
+
+def _weight_out(dw_gio: jax.Array, p: ConvProblem) -> jax.Array:
+    """(G, ICg, OCg, *K) -> the filter layout (O = G*OCg, I = ICg)."""
+    g, icg, ocg = dw_gio.shape[:3]
+    k = dw_gio.shape[3:]
+    dw = jnp.moveaxis(dw_gio, 0, 1).reshape(icg, g * ocg, *k)  # (I, O, *K), O group-major
+    o_ax, i_ax, *sp = p.filter_layout.spec(swap=p.filter_swap)
+    src = [i_ax, o_ax, *sp]
+    perm = [src.index(ax) for ax in range(dw.ndim)]
+    return jnp.transpose(dw, perm)
+
+
+def _strided_window(xc, p: ConvProblem, start) -> jax.Array:
+    """x[..., start + t*S] for t in [0, O) on the spatial axes."""
+    starts = [0] * xc.ndim
+    limits = list(xc.shape)
+    strides = [1] * xc.ndim
+    for ax, st, o, s in zip(p.data.spatial_axes, start, p.output_size, p.strides):
+        starts[ax] = st
+        limits[ax] = st + (o - 1) * s + 1
+        strides[ax] = s
+    return lax.slice(xc, starts, limits, strides)
+
+
+def _to_ncx(a, d):
+    return jnp.transpose(a, d.spec)
+
+
+def weight_grad(x, dy, p: ConvProblem, *, precision=None, preferred_element_type=None,
+                method: str = "auto") -> jax.Array:
+    if method == "auto":
+        method = choose_weight_grad(p)
     d = p.data
-    lhs_spec = (d.channel_axis, d.batch_axis, *d.spatial_axes)
-    rhs_spec = (d.channel_axis, d.batch_axis, *d.spatial_axes)
+    out_dtype = preferred_element_type if preferred_element_type is not None else x.dtype
+    acc = accumulation_dtype(x.dtype, preferred_element_type)
+    if method in ("shifted", "dot"):
+        xc = _pad_spatial(x, d.spatial_axes, p.fit_pads)
+        g = p.groups
+        c = d.channel_axis
+        # Split the channel axis in place into (G, per-group): a free reshape.
+        def split(a, per):
+            return a.reshape(a.shape[:c] + (g, per) + a.shape[c + 1:])
+
+        def moved(ax):
+            return ax + 1 if ax > c else ax
+
+        red = [moved(d.batch_axis), *(moved(a) for a in d.spatial_axes)]
+        if method == "dot":
+            xs = split(_strided_window(xc, p, (0,) * p.rank), p.in_channels // g)
+            dyg = split(dy, p.out_channels // g)
+            dw = lax.dot_general(xs, dyg, ((red, red), ((c,), (c,))), precision=precision,
+                                 preferred_element_type=acc)  # (G, ICg, OCg)
+            dw = dw.reshape(*dw.shape, *(1,) * p.rank)
+        else:  # shifted: ICg == 1, channel multiplier m
+            m = p.out_channels // g
+            dyg = split(dy, m)
+            if acc is not None:
+                dyg = dyg.astype(acc)
+            taps = []
+            for k in np.ndindex(*p.kernel):
+                xs = _strided_window(xc, p, [kk * dl for kk, dl in zip(k, p.dilations)])
+                taps.append(jnp.sum(split(xs, 1).astype(dyg.dtype) * dyg, axis=red))  # (G, m)
+            dw = jnp.stack(taps, axis=-1).reshape(g, m, *p.kernel)[:, None]  # (G, 1, m, *K)
+        return _weight_out(dw, p).astype(out_dtype)
+
+    # Padding inside the convolution where it is safe. A problem with a stride
+    # and a dilation (on any axes) keeps all padding explicit: the transposes
+    # JAX derives for its second-order grads otherwise abort jaxlib 0.10.2
+    # (tests/test_hazards.py).
+    strided_dilated = any(s > 1 for s in p.strides) and any(dl > 1 for dl in p.dilations)
+    caps = [0 if strided_dilated else (o - 1) * s for o, s in zip(p.output_size, p.strides)]
+    xc, pads = _fit(x, d.spatial_axes, p.fit_pads, caps)
     o_ax, i_ax, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
     out_spec = (i_ax, o_ax, *w_sp)
-    return _conv(
-        xp, dy, dtype=x.dtype, precision=precision, preferred_element_type=preferred_element_type,
-        window_strides=p.dilations, padding="VALID", rhs_dilation=p.strides,
-        dimension_numbers=lax.ConvDimensionNumbers(lhs_spec, rhs_spec, out_spec),
-        batch_group_count=p.groups,
+    rhs_spec = (d.channel_axis, d.batch_axis, *d.spatial_axes)
+    common = dict(
+        dtype=x.dtype, precision=precision, preferred_element_type=preferred_element_type,
+        window_strides=p.dilations, padding=pads, rhs_dilation=p.strides,
     )
+    if method == "feature_group" and p.groups > 1:
+        g = p.groups
+        xn = _to_ncx(xc, d)  # (N, C, *X)
+        nb, c, *sp = xn.shape
+        xg = jnp.moveaxis(xn.reshape(nb, g, c // g, *sp), 1, 0).reshape(g * nb, c // g, *sp)
+        lhs_spec = (1, 0, *range(2, 2 + p.rank))  # batch = ICg, feature = (g, N)
+        return _conv(xg, dy, dimension_numbers=lax.ConvDimensionNumbers(
+            lhs_spec, rhs_spec, out_spec), feature_group_count=g, **common)
+    lhs_spec = (d.channel_axis, d.batch_axis, *d.spatial_axes)
+    return _conv(xc, dy, dimension_numbers=lax.ConvDimensionNumbers(lhs_spec, rhs_spec, out_spec),
+                 batch_group_count=p.groups, **common)
 
 
 # Jitted entry points: the problem and the options are static (hashable).
 _STATIC = ("p", "precision", "preferred_element_type")
 jit_forward = jax.jit(forward, static_argnames=_STATIC)
 jit_data_grad = jax.jit(data_grad, static_argnames=_STATIC)
-jit_weight_grad = jax.jit(weight_grad, static_argnames=_STATIC)
+jit_weight_grad = jax.jit(weight_grad, static_argnames=(*_STATIC, "method"))

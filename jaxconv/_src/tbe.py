@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxconv._src import geometry, lowering, options, tbe_layouts
+from jaxconv._src import config, geometry, lowering, options, tbe_layouts
 from jaxconv._src.geometry import ConvProblem
 
 _OP = "conv2d_backprop_filter"
@@ -47,12 +47,13 @@ def _para(para_dict: Any) -> dict[str, Any]:
     return out
 
 
-@jax.jit(static_argnames=("p", "res_dtype"))
-def _compute(x5: jax.Array, dy5: jax.Array, p: ConvProblem, res_dtype: Any) -> jax.Array:
+@jax.jit(static_argnames=("p", "res_dtype", "method"))
+def _compute(x5: jax.Array, dy5: jax.Array, p: ConvProblem, res_dtype: Any,
+             method: str) -> jax.Array:
     x = tbe_layouts.from_5hd(x5, p.in_channels)
     dy = tbe_layouts.from_5hd(dy5, p.out_channels)
     dw = lowering.weight_grad(x, dy, p, precision=lax.Precision.HIGHEST,
-                              preferred_element_type=jnp.float32)
+                              preferred_element_type=jnp.float32, method=method)
     return tbe_layouts.to_fractal_z(dw, p.groups).astype(res_dtype)
 
 
@@ -114,4 +115,5 @@ def conv2d_backprop_filter(
         _OP, x5_shape=tuple(x5.shape), dy5_shape=tuple(dy5.shape), filter_sizes=filter_sizes,
         strides=para["strides"], padding=para["padding"], dilations=para["dilations"],
         groups=para["groups"])
-    return _compute(x5, dy5, p=p, res_dtype=np.dtype(_RES_DTYPES[para["res_dtype"]]))
+    return _compute(x5, dy5, p=p, res_dtype=np.dtype(_RES_DTYPES[para["res_dtype"]]),
+                    method=config.weight_grad_method(_OP, p))

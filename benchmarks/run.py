@@ -1,0 +1,293 @@
+"""Benchmark jaxconv's gradient ops against the plain jax.vjp path and PyTorch.
+
+For every benchdnn problem of the chosen lists it times, interleaved in one
+process, the weight gradient (and the data gradient for the deconv lists and
+grouped problems) through
+
+* ``jaxconv``: the public op (its lowering chosen per problem),
+* ``jax.vjp``: the obvious JAX path, ``jax.vjp`` of ``lax.conv_general_dilated``,
+* ``torch``: PyTorch autograd (oneDNN on CPU), when installed,
+
+and reports medians, ratios, GFLOP/s and compile times, as JSON and a plot.
+
+usage:
+  python -m benchmarks.run --preset quick            # a few problems per list
+  python -m benchmarks.run --preset full             # every problem of the target lists
+  python -m benchmarks.run --lists conv_shapes_resnet_50 --reps 7 --out results/r50.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+import jaxconv
+from benchmarks import benchdnn
+
+TARGET_LISTS = ["conv_shapes_resnet_50", "conv_shapes_mobilenet", "conv_shapes_mobilenet_dw",
+                "conv_shapes_3d", "conv_shapes_dilated"]
+DECONV_LISTS = ["deconv_shapes_2d", "deconv_shapes_3d"]
+PRESETS = {
+    "quick": dict(lists=TARGET_LISTS + DECONV_LISTS, per_list=3, reps=3),
+    "full": dict(lists=TARGET_LISTS + DECONV_LISTS, per_list=None, reps=5),
+}
+RESULTS = pathlib.Path(__file__).parent / "results"
+
+
+def _dn(rank: int) -> tuple[str, str, str]:
+    sp = "DHW"[3 - rank:]
+    return (f"N{sp}C", f"{sp}IO", f"N{sp}C")
+
+
+def build(prob: benchdnn.Problem, kind: str, dtype=jnp.float32) -> dict[str, Callable]:
+    """Zero-argument callables per implementation, with their inputs bound (NXC/XIO)."""
+    rng = np.random.default_rng(0)
+    n, g = prob.batch, prob.groups
+    x = jnp.asarray(rng.standard_normal((n, *prob.input_size, prob.in_channels)), dtype)
+    dy = jnp.asarray(rng.standard_normal((n, *prob.output_size, prob.out_channels)), dtype)
+    w_shape = (*prob.kernel, prob.in_channels // g, prob.out_channels)
+    w = jnp.asarray(rng.standard_normal(w_shape), dtype)
+    pads = list(zip(prob.pads_begin, prob.pads_end))
+    attrs = dict(strides=prob.strides, dilations=prob.dilations, pads_begin=prob.pads_begin,
+                 pads_end=prob.pads_end, groups=g)
+
+    def plain(x, w):
+        return lax.conv_general_dilated(x, w, prob.strides, pads, rhs_dilation=prob.dilations,
+                                        dimension_numbers=_dn(prob.rank), feature_group_count=g)
+
+    impls: dict[str, Callable] = {}
+    if kind == "wgrad":
+        if prob.transposed:
+            # ConvTranspose y -> x: src = dy (its input), diff_dst = x (its output); XIO weights
+            # of the convolution read as the ConvTranspose's XOI (I letter = conv O).
+            ours = jax.jit(lambda x, dy: jaxconv.conv_transpose_backward_weights(
+                dy, x, (*prob.kernel, prob.in_channels // g, prob.out_channels), **attrs,
+                output_padding=prob.output_padding, weights_format="XOI"))
+        else:
+            ours = jax.jit(lambda x, dy: jaxconv.convolution_backprop_filters(x, dy, w_shape, **attrs))
+        base = jax.jit(lambda x, dy: jax.vjp(lambda w: plain(x, w), jnp.zeros(w_shape, dtype))[1](dy)[0])
+        impls["jaxconv"] = lambda: ours(x, dy)
+        impls["jax.vjp"] = lambda: base(x, dy)
+    else:  # dgrad: dx from dy (for a deconv line: the ConvTranspose forward)
+        if prob.transposed:
+            ours = jax.jit(lambda dy, w: jaxconv.conv_transpose(
+                dy, w, **attrs, output_padding=prob.output_padding, filter_format="XOI"))
+        else:
+            ours = jax.jit(lambda dy, w: jaxconv.convolution_backward_data(
+                dy, w, prob.input_size, **attrs))
+        base = jax.jit(lambda dy, w: jax.vjp(lambda x: plain(x, w), jnp.zeros(x.shape, dtype))[1](dy)[0])
+        impls["jaxconv"] = lambda: ours(dy, w)
+        impls["jax.vjp"] = lambda: base(dy, w)
+    torch_fn = _torch_impl(prob, kind, np.asarray(x), np.asarray(dy), np.asarray(w))
+    if torch_fn is not None:
+        impls["torch"] = torch_fn
+    return impls
+
+
+def _torch_impl(prob, kind, x, dy, w):
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    torch.set_num_threads(os.cpu_count() or 1)
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[prob.rank]
+    perm_in = (0, prob.rank + 1, *range(1, prob.rank + 1))
+    xt = torch.from_numpy(np.ascontiguousarray(x.transpose(perm_in)))
+    dyt = torch.from_numpy(np.ascontiguousarray(dy.transpose(perm_in)))
+    wt = torch.from_numpy(np.ascontiguousarray(
+        w.transpose(prob.rank + 1, prob.rank, *range(prob.rank))))
+    pad = []
+    for b, e in zip(reversed(prob.pads_begin), reversed(prob.pads_end)):
+        pad += [b, e]
+
+    def run():
+        xx = xt.clone().requires_grad_(kind == "dgrad")
+        ww = wt.clone().requires_grad_(kind == "wgrad")
+        y = conv(F.pad(xx, pad), ww, stride=prob.strides, dilation=prob.dilations,
+                 groups=prob.groups)
+        (g,) = torch.autograd.grad(y, ww if kind == "wgrad" else xx, dyt)
+        return g
+
+    return run
+
+
+def _time(fn: Callable) -> float:
+    t0 = time.perf_counter()
+    out = fn()
+    if hasattr(out, "block_until_ready"):
+        out.block_until_ready()
+    return time.perf_counter() - t0
+
+
+def measure(prob, kind, reps) -> dict:
+    impls = build(prob, kind)
+    compile_s = {name: _time(fn) for name, fn in impls.items()}  # first call: compile + run
+    times = {name: [] for name in impls}
+    for _ in range(reps):  # interleaved
+        for name, fn in impls.items():
+            times[name].append(_time(fn))
+    med = {name: statistics.median(ts) for name, ts in times.items()}
+    row = {
+        "list": prob.source, "name": prob.name, "kind": kind, "category": prob.category,
+        "problem": {k: v for k, v in prob.__dict__.items() if k not in ("name", "source")},
+        "gflop": prob.flops / 1e9,
+        "median_ms": {k: v * 1e3 for k, v in med.items()},
+        "gflops_per_s": {k: prob.flops / v / 1e9 for k, v in med.items()},
+        "first_call_s": compile_s,
+        "speedup_vs_vjp": med["jax.vjp"] / med["jaxconv"],
+    }
+    if "torch" in med:
+        row["jaxconv_over_torch"] = med["jaxconv"] / med["torch"]
+    return row
+
+
+def geomean(values) -> float:
+    values = [v for v in values if v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def summarize(rows: list[dict]) -> dict:
+    out = {}
+    for lst in sorted({r["list"] for r in rows}):
+        sel = [r for r in rows if r["list"] == lst]
+        out[lst] = {
+            "problems": len(sel),
+            "geomean_speedup_vs_vjp": geomean(r["speedup_vs_vjp"] for r in sel),
+            "min_speedup_vs_vjp": min(r["speedup_vs_vjp"] for r in sel),
+            "geomean_jaxconv_over_torch": geomean(
+                r["jaxconv_over_torch"] for r in sel if "jaxconv_over_torch" in r),
+        }
+    for cat in ("grouped", "depthwise"):
+        sel = [r for r in rows if r["category"] == cat and r["kind"] == "wgrad"]
+        if sel:
+            out[f"category:{cat}"] = {"problems": len(sel), "geomean_speedup_vs_vjp": geomean(
+                r["speedup_vs_vjp"] for r in sel)}
+    target = [r for r in rows if r["list"] in TARGET_LISTS]
+    if target:
+        out["target_lists"] = {"problems": len(target),
+                               "geomean_speedup_vs_vjp": geomean(r["speedup_vs_vjp"] for r in target),
+                               "slower_than_vjp": [f"{r['list']}:{r['name']}:{r['kind']}"
+                                                   for r in target if r["speedup_vs_vjp"] < 1 / 1.05]}
+    return out
+
+
+def plot(rows: list[dict], path: pathlib.Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot", file=sys.stderr)
+        return
+    lists = sorted({r["list"] for r in rows})
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.22), 4.5))
+    xs = np.arange(len(rows))
+    colors = {lst: plt.cm.tab10(i) for i, lst in enumerate(lists)}
+    ax.bar(xs, [r["speedup_vs_vjp"] for r in rows], color=[colors[r["list"]] for r in rows])
+    if any("jaxconv_over_torch" in r for r in rows):
+        ax.scatter(xs, [1 / r.get("jaxconv_over_torch", float("nan")) for r in rows], marker="_",
+                   color="k", s=60, label="torch / jaxconv (>1: jaxconv faster than torch)", zorder=3)
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_ylabel("speed-up of jaxconv over jax.vjp")
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"{r['name'][:18]} {r['kind']}" for r in rows], rotation=90, fontsize=6)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[lst]) for lst in lists]
+    ax.legend(handles + ax.get_legend_handles_labels()[0],
+              lists + ax.get_legend_handles_labels()[1], fontsize=7, loc="upper left")
+    ax.set_title(f"jaxconv gradient ops vs jax.vjp ({jax.default_backend()}, f32)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def _progress(items, desc):
+    try:
+        from tqdm import tqdm
+        return tqdm(items, desc=desc, file=sys.stderr)
+    except ImportError:
+        total = len(items)
+
+        def gen():
+            for i, item in enumerate(items):
+                print(f"\r{desc} {i + 1}/{total}", end="", file=sys.stderr, flush=True)
+                yield item
+            print(file=sys.stderr)
+        return gen()
+
+
+def tasks_for(lists, per_list, batch_cap):
+    out = []
+    for lst in lists:
+        probs = benchdnn.load(lst, batch_cap)
+        if per_list is not None:
+            probs = probs[:per_list]
+        for prob in probs:
+            out.append((prob, "wgrad"))
+            if prob.transposed or (prob.groups > 1 and not prob.depthwise):
+                out.append((prob, "dgrad"))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="quick")
+    ap.add_argument("--lists", nargs="+", help="shape lists (names in benchmarks/shapes)")
+    ap.add_argument("--per-list", type=int, help="first N problems of each list")
+    ap.add_argument("--reps", type=int)
+    ap.add_argument("--batch-cap", type=int, default=16,
+                    help="cap on the minibatch (default 16; the file's own where smaller)")
+    ap.add_argument("--out", type=pathlib.Path, help="JSON path (default benchmarks/results/)")
+    args = ap.parse_args(argv)
+    preset = PRESETS[args.preset]
+    lists = args.lists or preset["lists"]
+    per_list = args.per_list if args.per_list is not None else preset["per_list"]
+    reps = args.reps or preset["reps"]
+    for lst in lists:
+        if not (benchdnn.SHAPES / f"{lst}.txt").exists():
+            ap.error(f"unknown list {lst!r}; see {benchdnn.SHAPES}")
+    tasks = tasks_for(lists, per_list, args.batch_cap)
+    rows = []
+    for prob, kind in _progress(tasks, "benchmarks"):
+        rows.append(measure(prob, kind, reps))
+    out = args.out or RESULTS / f"{args.preset}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {
+        "meta": {"jax": jax.__version__, "backend": jax.default_backend(),
+                 "devices": [str(d) for d in jax.devices()], "cpu_count": os.cpu_count(),
+                 "platform": platform.platform(), "reps": reps, "batch_cap": args.batch_cap,
+                 "command": " ".join(["python -m benchmarks.run", *(argv or sys.argv[1:])])},
+        "summary": summarize(rows),
+        "rows": rows,
+    }
+    out.write_text(json.dumps(result, indent=1))
+    plot(rows, out.with_suffix(".png"))
+    print(f"{'list':26s} {'problem':28s} {'kind':5s} {'jaxconv':>9s} {'jax.vjp':>9s} "
+          f"{'torch':>9s} {'x vjp':>7s} {'/torch':>7s}")
+    for r in rows:
+        m = r["median_ms"]
+        print(f"{r['list'][:26]:26s} {r['name'][:28]:28s} {r['kind']:5s} {m['jaxconv']:9.2f} "
+              f"{m['jax.vjp']:9.2f} {m.get('torch', float('nan')):9.2f} "
+              f"{r['speedup_vs_vjp']:7.2f} {r.get('jaxconv_over_torch', float('nan')):7.2f}")
+    print(json.dumps(result["summary"], indent=1))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
