@@ -168,3 +168,17 @@ def numpy_group_conv_transpose(x, w, strides, dilations, pads_begin, out_size):
         dst.append(slice(0, max(0, hi - lo)))
     out[(slice(None), slice(None), *dst)] = full[(slice(None), slice(None), *src)]
     return out
+
+
+def check_bad_input(thunk, exc, parts, ops_pattern) -> None:
+    """``thunk()`` raises ``exc``; the message starts with an op name and holds ``parts``."""
+    import re
+
+    import pytest
+
+    with pytest.raises(exc) as info:
+        thunk()
+    msg = str(info.value)
+    assert re.match(ops_pattern, msg), f"message does not start with an op name: {msg!r}"
+    for part in parts:
+        assert part in msg, f"{part!r} not in {msg!r}"

@@ -100,7 +100,7 @@ def test_inapplicable_or_unknown_method():
             pass
     with jaxconv.weight_grad_lowering("dot"):
         with pytest.raises(ValueError, match=r"convolution_backprop_filters: weight_grad_lowering "
-                                             r"'dot' needs a 1x1 kernel, got \[3, 3\]"):
+                                             r"'dot' needs a 1x1 kernel or a 1x1 output, got kernel \[3, 3\]"):
             jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4))
     with jaxconv.weight_grad_lowering("shifted"):
         with pytest.raises(ValueError, match="'shifted' needs one input channel per group"):
@@ -127,3 +127,82 @@ def test_conv_transpose_and_tbe_follow_the_override(method):
     with jaxconv.weight_grad_lowering(method):
         got = jaxconv.conv2d_backprop_filter(x5, dy5, (4, 3, 3, 3), para)
     h.assert_close(got, ref, jnp.float32)
+
+
+# ---- data gradient: grid and stride phases ---------------------------------------
+
+from tests import test_conv_transpose as tct  # noqa: E402
+
+
+@pytest.mark.parametrize("method", ["grid", "phases"])
+@pytest.mark.parametrize("case", tct.MATRIX[::4], ids=lambda c: c.id)
+def test_data_gradient_lowerings_against_torch(case, method):
+    """conv_transpose (the data-gradient kernel) and its backward data, both forced."""
+    x, w, dy = case.make(seed=9)
+    a = dict(case.attrs, precision=HIGHEST, filter_format=case.weights_format)
+    with jaxconv.data_grad_lowering(method):
+        y = jaxconv.conv_transpose(x, w, **a)
+    y_t, _, _ = case.torch_reference(x, w, dy)
+    h.assert_close(y, y_t, jnp.float32)
+
+
+@pytest.mark.parametrize("method", ["grid", "phases"])
+def test_data_gradient_lowerings_convolution_backward_data(method):
+    rng = np.random.default_rng(2)
+    x = h.random(rng, (2, 9, 8, 4))
+    w = h.random(rng, (3, 2, 2, 6))
+    kw = dict(strides=(3, 2), dilations=(2, 1), pads_begin=(4, 0), pads_end=(1, 1), groups=2,
+              precision=HIGHEST)
+    y = jaxconv.convolution(x, w, **kw)
+    dy = h.random(rng, y.shape)
+    with jaxconv.data_grad_lowering(method):
+        got = jaxconv.convolution_backward_data(dy, w, x.shape, **kw)
+    _, dx, _ = oracles.conv_all(
+        h.data_to_ncx(h.to_f64(x), "NXC"), h.conv_filter_to_oix(h.to_f64(w), "XIO"),
+        h.data_to_ncx(h.to_f64(dy), "NXC"), strides=(3, 2), dilations=(2, 1),
+        pads_begin=(4, 0), pads_end=(1, 1), groups=2)
+    h.assert_close(got, h.data_from_ncx(dx, "NXC"), jnp.float32)
+
+
+def test_data_gradient_auto_choice_and_unknown():
+    assert lowering.choose_data_grad(_problem_strided(2)) == "phases"
+    assert lowering.choose_data_grad(_problem_strided(1)) == "grid"
+    with pytest.raises(ValueError, match="data_grad_lowering: method must be one of"):
+        with jaxconv.data_grad_lowering("fft"):
+            pass
+
+
+def _problem_strided(s):
+    return geometry.convolution_problem(
+        "t", geometry.Names(), x_shape=(1, 9, 9, 2), y_shape=None, w_shape=(3, 3, 2, 2),
+        strides=s, pads_begin=None, pads_end=None, dilations=None, auto_pad="valid", groups=1,
+        data_format="NXC", filter_format="XIO")
+
+
+@pytest.mark.parametrize("rank,df,ff,groups,dilation,pad", [
+    (1, "NCX", "OIX", 1, 1, 0), (2, "NXC", "XIO", 2, 2, 1), (3, "NCX", "XIO", 1, 1, 1),
+    (2, "NCX", "OIX", 4, 1, 0)])
+def test_dot_for_a_window_covering_the_input(rank, df, ff, groups, dilation, pad):
+    """Every output extent 1 (benchdnn's 3d_conv_large_shape): an outer product over the batch."""
+    spatial = (5, 4, 3)[:rank]
+    kernel = tuple((i + 2 * pad - 1) // dilation + 1 for i in spatial)
+    pads_end = tuple((k - 1) * dilation + 1 - i - pad for k, i in zip(kernel, spatial))
+    ic, oc = 4, 8
+    rng = np.random.default_rng(3)
+    x = h.random(rng, h.data_shape(df, 2, ic, spatial))
+    dy = h.random(rng, h.data_shape(df, 2, oc, (1,) * rank))
+    w_shape = h.conv_filter_shape(ff, oc, ic // groups, kernel)
+    kw = dict(dilations=dilation, pads_begin=pad, pads_end=pads_end, groups=groups,
+              data_format=df, filter_format=ff, precision=HIGHEST)
+    from jaxconv._src import geometry as geo
+    p = geo.convolution_problem("t", geo.Names(), x_shape=x.shape, y_shape=dy.shape,
+                                w_shape=w_shape, strides=None, pads_begin=pad, pads_end=pads_end,
+                                dilations=dilation, auto_pad="none", groups=groups,
+                                data_format=df, filter_format=ff)
+    assert lowering.choose_weight_grad(p) == "dot"
+    got = jaxconv.convolution_backprop_filters(x, dy, w_shape, **kw)
+    _, _, dw = oracles.conv_all(
+        h.data_to_ncx(h.to_f64(x), df), h.conv_filter_to_oix(np.zeros(w_shape), ff),
+        h.data_to_ncx(h.to_f64(dy), df), strides=(1,) * rank, dilations=(dilation,) * rank,
+        pads_begin=(pad,) * rank, pads_end=pads_end, groups=groups)
+    h.assert_close(got, h.conv_filter_from_oix(dw, ff), jnp.float32)

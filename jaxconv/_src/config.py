@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from jaxconv._src import lowering
 
 _WEIGHT_GRAD = contextvars.ContextVar("jaxconv_weight_grad_lowering", default="auto")
+_DATA_GRAD = contextvars.ContextVar("jaxconv_data_grad_lowering", default="auto")
 
 
 @contextlib.contextmanager
@@ -23,7 +24,8 @@ def weight_grad_lowering(method: str) -> Iterator[None]:
       method: ``"auto"``, ``"conv"`` (one convolution with batch_group_count),
         ``"feature_group"`` (groups moved next to the batch),
         ``"shifted"`` (one multiply-reduce per kernel tap; needs one input
-        channel per group) or ``"dot"`` (a dot_general; needs a 1x1 kernel).
+        channel per group) or ``"dot"`` (a dot_general; needs a 1x1 kernel or
+        a 1x1 output).
 
     Raises:
       ValueError: an unknown method (at entry), or a method that does not apply
@@ -47,13 +49,70 @@ def weight_grad_lowering(method: str) -> Iterator[None]:
         _WEIGHT_GRAD.reset(token)
 
 
+@contextlib.contextmanager
+def data_grad_lowering(method: str) -> Iterator[None]:
+    """Forces the data-gradient formulation (also the ConvTranspose / backprop-data forward).
+
+    Args:
+      method: ``"auto"``, ``"grid"`` (dy spread on a grid of step S by an
+        explicit pad, one stride-1 convolution) or ``"phases"`` (one stride-1
+        convolution per output phase with the sub-kernel of taps reaching it,
+        interleaved; no zero grid).
+
+    Raises:
+      ValueError: an unknown method.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxconv
+      >>> dy = jnp.ones((1, 4, 4, 2)); w = jnp.ones((3, 3, 2, 2))
+      >>> with jaxconv.data_grad_lowering("grid"):
+      ...     dx = jaxconv.convolution_backward_data(dy, w, (8, 8), strides=2, pads_begin=1)
+      >>> dx.shape
+      (1, 8, 8, 2)
+    """
+    if method not in ("auto", *lowering.DATA_GRAD_METHODS):
+        raise ValueError(f"data_grad_lowering: method must be one of "
+                         f"{['auto', *lowering.DATA_GRAD_METHODS]}, got {method!r}")
+    token = _DATA_GRAD.set(method)
+    try:
+        yield
+    finally:
+        _DATA_GRAD.reset(token)
+
+
+def data_grad_method() -> str:
+    return _DATA_GRAD.get()
+
+
 def weight_grad_method(op: str, p) -> str:
     """The method in force for problem ``p``, checked to apply to it."""
     method = _WEIGHT_GRAD.get()
     if method == "shifted" and p.in_channels != p.groups:
         raise ValueError(f"{op}: weight_grad_lowering 'shifted' needs one input channel per "
                          f"group, got {p.in_channels} channels in {p.groups} groups")
-    if method == "dot" and any(k != 1 for k in p.kernel):
-        raise ValueError(f"{op}: weight_grad_lowering 'dot' needs a 1x1 kernel, got "
-                         f"{list(p.kernel)}")
+    if method == "dot" and any(k != 1 for k in p.kernel) and any(o != 1 for o in p.output_size):
+        raise ValueError(f"{op}: weight_grad_lowering 'dot' needs a 1x1 kernel or a 1x1 output, "
+                         f"got kernel {list(p.kernel)} and output {list(p.output_size)}")
     return method
+
+
+def xla_cpu_compiler_options() -> dict[str, str]:
+    """XLA:CPU compiler options that speed up large-kernel convolutions (jaxlib 0.10).
+
+    An op cannot set compiler options for the ``jax.jit`` it is traced in, so
+    they are offered to the caller: ``jax.jit(step, compiler_options=
+    jaxconv.xla_cpu_compiler_options())``. They select XLA:CPU's
+    individual-dot convolution library, measured 3-5x faster on 7x7 and 11x11
+    weight gradients and slower on depthwise ones (``docs/performance.md``).
+    The option is experimental in XLA: a jaxlib that does not know it rejects
+    it at compile time.
+
+    Returns:
+      A dict for the ``compiler_options`` argument of ``jax.jit`` (CPU only).
+
+    Example:
+      >>> import jaxconv
+      >>> jaxconv.xla_cpu_compiler_options()
+      {'xla_cpu_experimental_ynn_fusion_type': 'LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT'}
+    """
+    return {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}

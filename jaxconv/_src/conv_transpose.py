@@ -116,7 +116,8 @@ def conv_transpose(
         dilations=dilations, auto_pad=auto_pad, output_padding=output_padding, groups=groups,
         data_format=data_format, filter_format=filter_format)
     return lowering.jit_data_grad(x, w, p=p, precision=precision,
-                                  preferred_element_type=preferred_element_type)
+                                  preferred_element_type=preferred_element_type,
+        method=config.data_grad_method())
 
 
 _DATA_NAMES = Names(x="input", y="output_delta", w="filter", w_shape="filter",

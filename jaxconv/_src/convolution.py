@@ -176,7 +176,8 @@ def convolution_backward_data(
         auto_pad=auto_pad, groups=g, data_format=data_format, filter_format=filter_format,
     )
     return lowering.jit_data_grad(dy, w, p=p, precision=precision,
-                      preferred_element_type=preferred_element_type)
+                      preferred_element_type=preferred_element_type,
+        method=config.data_grad_method())
 
 
 def _weight_gradient(

@@ -516,6 +516,42 @@ def _check_channels(
         )
 
 
+def _common_attributes(op, names, x_shape, y_shape, w_shape, data_format, filter_format,
+                       filter_formats, groups, strides, dilations, pads_begin, pads_end, auto_pad):
+    """Ranks, layouts and the attributes every convolution-like op shares, validated.
+
+    Returns (n, data layout, filter layout, groups, strides, dilations,
+    pads_begin, pads_end, auto_pad mode); the pads are the attributes as given.
+    """
+    ref_name, ref_shape = (names.x, x_shape) if x_shape is not None else (names.y, y_shape)
+    assert ref_shape is not None
+    n = spatial_rank(op, ref_name, len(ref_shape))
+    for name, shape in ((names.x, x_shape), (names.y, y_shape)):
+        if shape is not None and len(shape) != n + 2:
+            raise ValueError(
+                f"{op}: {name} must have rank {n + 2} like {ref_name}, got rank {len(shape)} "
+                f"(shape {list(shape)})"
+            )
+    if len(w_shape) != n + 2:
+        raise ValueError(
+            f"{op}: {names.w_shape} must have {n + 2} entries for {n} spatial axes, got "
+            f"{len(w_shape)}: {list(w_shape)}"
+        )
+    if any(v <= 0 for v in w_shape):
+        raise ValueError(f"{op}: {names.w_shape} must be positive, got {list(w_shape)}")
+    return (
+        n,
+        data_layout(op, "data_format", data_format, n),
+        filter_layout(op, names.w_format, filter_format, n, filter_formats),
+        check_groups(op, groups),
+        int_tuple(op, "strides", strides, n, default=1, minimum=1),
+        int_tuple(op, "dilations", dilations, n, default=1, minimum=1),
+        int_tuple(op, "pads_begin", pads_begin, n, default=0, minimum=0),
+        int_tuple(op, "pads_end", pads_end, n, default=0, minimum=0),
+        canonical_auto_pad(op, auto_pad),
+    )
+
+
 def convolution_problem(
     op: str,
     names: Names,
@@ -541,30 +577,9 @@ def convolution_problem(
     ``y_shape`` and ``w_shape``. ``y_shape``, when given, must equal the forward
     output shape.
     """
-    ref_name, ref_shape = (names.x, x_shape) if x_shape is not None else (names.y, y_shape)
-    assert ref_shape is not None
-    n = spatial_rank(op, ref_name, len(ref_shape))
-    for name, shape in ((names.x, x_shape), (names.y, y_shape)):
-        if shape is not None and len(shape) != n + 2:
-            raise ValueError(
-                f"{op}: {name} must have rank {n + 2} like {ref_name}, got rank {len(shape)} "
-                f"(shape {list(shape)})"
-            )
-    if len(w_shape) != n + 2:
-        raise ValueError(
-            f"{op}: {names.w_shape} must have {n + 2} entries for {n} spatial axes, got "
-            f"{len(w_shape)}: {list(w_shape)}"
-        )
-    if any(v <= 0 for v in w_shape):
-        raise ValueError(f"{op}: {names.w_shape} must be positive, got {list(w_shape)}")
-    layout = data_layout(op, "data_format", data_format, n)
-    wl = filter_layout(op, names.w_format, filter_format, n, filter_formats)
-    g = check_groups(op, groups)
-    s = int_tuple(op, "strides", strides, n, default=1, minimum=1)
-    d = int_tuple(op, "dilations", dilations, n, default=1, minimum=1)
-    pb = int_tuple(op, "pads_begin", pads_begin, n, default=0, minimum=0)
-    pe = int_tuple(op, "pads_end", pads_end, n, default=0, minimum=0)
-    mode = canonical_auto_pad(op, auto_pad)
+    n, layout, wl, g, s, d, pb, pe, mode = _common_attributes(
+        op, names, x_shape, y_shape, w_shape, data_format, filter_format, filter_formats, groups,
+        strides, dilations, pads_begin, pads_end, auto_pad)
 
     filter_o, filter_i, kernel = wl.split(w_shape)
     assert x_shape is not None, "every convolution op knows its forward input shape"
@@ -725,36 +740,15 @@ def conv_transpose_problem(
     auto_pad rules (OpenVINO also lets output_padding reach the stride:
     the extra elements are zeros).
     """
-    ref_name, ref_shape = (names.x, x_shape) if x_shape is not None else (names.y, y_shape)
-    assert ref_shape is not None
-    n = spatial_rank(op, ref_name, len(ref_shape))
-    for name, shape in ((names.x, x_shape), (names.y, y_shape)):
-        if shape is not None and len(shape) != n + 2:
-            raise ValueError(
-                f"{op}: {name} must have rank {n + 2} like {ref_name}, got rank {len(shape)} "
-                f"(shape {list(shape)})"
-            )
-    if len(w_shape) != n + 2:
-        raise ValueError(
-            f"{op}: {names.w_shape} must have {n + 2} entries for {n} spatial axes, got "
-            f"{len(w_shape)}: {list(w_shape)}"
-        )
-    if any(v <= 0 for v in w_shape):
-        raise ValueError(f"{op}: {names.w_shape} must be positive, got {list(w_shape)}")
-    layout = data_layout(op, "data_format", data_format, n)
-    wl = filter_layout(op, names.w_format, filter_format, n, CONV_TRANSPOSE_FILTER_FORMATS)
-    g = check_groups(op, groups)
-    s = int_tuple(op, "strides", strides, n, default=1, minimum=1)
-    d = int_tuple(op, "dilations", dilations, n, default=1, minimum=1)
-    pb_attr = int_tuple(op, "pads_begin", pads_begin, n, default=0, minimum=0)
-    pe_attr = int_tuple(op, "pads_end", pads_end, n, default=0, minimum=0)
+    n, layout, wl, g, s, d, pb_attr, pe_attr, mode = _common_attributes(
+        op, names, x_shape, y_shape, w_shape, data_format, filter_format,
+        CONV_TRANSPOSE_FILTER_FORMATS, groups, strides, dilations, pads_begin, pads_end, auto_pad)
     opad = int_tuple(op, "output_padding", output_padding, n, default=0, minimum=0)
     if pad_rule == TransposePadRule.ONEDNN and any(o >= st for o, st in zip(opad, s)):
         raise ValueError(
             f"{op}: output_padding must be smaller than the stride on every axis, got "
             f"output_padding {list(opad)} with strides {list(s)}"
         )
-    mode = canonical_auto_pad(op, auto_pad)
     out_shape = None
     if output_shape is not None:
         out_shape = static_shape(op, "output_shape", output_shape)

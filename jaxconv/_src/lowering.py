@@ -20,6 +20,8 @@ here nor in the transposes JAX derives from these kernels under ``grad``.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
 import jax
@@ -129,13 +131,14 @@ def forward(x, w, p: ConvProblem, *, precision=None, preferred_element_type=None
 # widths crop), so that no convolution with an input dilation reaches XLA:
 # with one, the transposes JAX derives under grad abort jaxlib 0.10.2.
 # ---------------------------------------------------------------------------
-def _regroup_for_transpose(w, p: ConvProblem):
-    """The filter relabelled for the transposed convolution.
+def _regroup_for_transpose(w, p: ConvProblem, flip: bool = True):
+    """The filter relabelled for the transposed convolution (spatially flipped).
 
     Returns (filter, (out_feature_axis, in_feature_axis, *spatial_axes)).
     """
     o_ax, i_ax, *sp = p.filter_layout.spec(swap=p.filter_swap)
-    w = lax.rev(w, tuple(sp))
+    if flip:
+        w = lax.rev(w, tuple(sp))
     g = p.groups
     if g > 1:
         # O (g*OCg) -> (g, OCg); g moves to just before I; (g, ICg) merge into I.
@@ -149,22 +152,112 @@ def _regroup_for_transpose(w, p: ConvProblem):
     return w, (i_ax, o_ax, *sp)
 
 
-def data_grad(dy, w, p: ConvProblem, *, precision=None, preferred_element_type=None) -> jax.Array:
+def _data_grad_grid(dy, w, p: ConvProblem, precision, preferred_element_type) -> jax.Array:
     pads = []
     for i, o, s, pb, dk in zip(p.input_size, p.output_size, p.strides, p.pads_begin, p.dilated_kernel):
         pads.append((dk - 1 - pb, i + pb - (o - 1) * s - 1))
     wt, rhs_spec = _regroup_for_transpose(w, p)
     spec = p.data.spec
-    common = dict(
-        dtype=dy.dtype, precision=precision, preferred_element_type=preferred_element_type,
+    # Explicit grid (lax.pad with interior padding) + VALID: an input dilation
+    # inside the convolution aborts jaxlib 0.10.2 under grad (tests/test_hazards.py).
+    dyd = _pad_spatial(dy, p.data.spatial_axes, pads, [s - 1 for s in p.strides])
+    return _conv(
+        dyd, wt, dtype=dy.dtype, precision=precision,
+        preferred_element_type=preferred_element_type, padding="VALID",
         window_strides=(1,) * p.rank, rhs_dilation=p.dilations,
         dimension_numbers=lax.ConvDimensionNumbers(spec, rhs_spec, spec),
         feature_group_count=p.groups,
     )
-    # Explicit grid (lax.pad with interior padding) + VALID: an input dilation
-    # inside the convolution aborts jaxlib 0.10.2 under grad (tests/test_hazards.py).
-    dyd = _pad_spatial(dy, p.data.spatial_axes, pads, [s - 1 for s in p.strides])
-    return _conv(dyd, wt, padding="VALID", **common)
+
+
+# Stride phases: split the output positions s = r + S*u by their phase r in
+# [0, S). A tap k reaches phase r iff (r + pb - k*D) % S == 0, and then reads
+# dy[u + c_k] with c_k = (r + pb - k*D) / S. Those taps are k0, k0 + step, ...
+# with step = S / gcd(S, D), and c_k falls by D' = D / gcd(S, D) per tap, so
+#     dx_r[u] = sum_j dy[u + c_last + j*D'] * W[k_last - j*step]
+# is a stride-1 correlation with the reversed sub-kernel, dilation D', on dy
+# padded (or cropped) by -c_last at the start, with ceil(I / S) outputs. The
+# phases are then interleaved: dx[r + S*u] = dx_r[u]. No input dilation and no
+# zero grid: S^rank times less work than the grid form.
+def _data_grad_phases(dy, w, p: ConvProblem, precision, preferred_element_type) -> jax.Array:
+    import itertools
+    import math
+
+    o_ax, i_ax, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
+    d = p.data
+    n = p.rank
+    phase_axes = []  # per spatial axis: [(taps (k list, decreasing), c_last) or None per phase]
+    for i, k, s, dl, pb in zip(p.input_size, p.kernel, p.strides, p.dilations, p.pads_begin):
+        per = []
+        for r in range(s):
+            taps = [kk for kk in range(k) if (r + pb - kk * dl) % s == 0]
+            per.append(None if not taps else (taps[::-1], (r + pb - taps[-1] * dl) // s))
+        phase_axes.append(per)
+    u_max = [-(-i // s) for i, s in zip(p.input_size, p.strides)]
+    dil = [dl // math.gcd(s, dl) for s, dl in zip(p.strides, p.dilations)]
+    out_dtype = preferred_element_type if preferred_element_type is not None else dy.dtype
+    parts = {}
+    for combo in itertools.product(*(range(s) for s in p.strides)):
+        sel = [phase_axes[a][r] for a, r in enumerate(combo)]
+        if any(v is None for v in sel):
+            continue
+        # sub-kernel: taps in decreasing k (the reversal), on each spatial axis of the filter
+        wsub = w
+        for ax, (taps, _) in zip(w_sp, sel):
+            wsub = jnp.take(wsub, np.asarray(taps), axis=ax)
+        sub = dataclasses.replace(
+            p, kernel=tuple(len(t) for t, _ in sel), strides=(1,) * n, dilations=tuple(dil),
+            input_size=tuple(u_max), pads_begin=(0,) * n, pads_end=(0,) * n)
+        wt, rhs_spec = _regroup_for_transpose(wsub, sub, flip=False)
+        pads = []
+        for (taps, c_last), o, u, dd in zip(sel, p.output_size, u_max, dil):
+            lo = -c_last
+            span = (len(taps) - 1) * dd + 1
+            pads.append((lo, u - 1 + span - lo - o))
+        dyp = _pad_spatial(dy, d.spatial_axes, pads)
+        spec = d.spec
+        parts[combo] = _conv(
+            dyp, wt, dtype=dy.dtype, precision=precision,
+            preferred_element_type=preferred_element_type, padding="VALID",
+            window_strides=(1,) * n, rhs_dilation=tuple(dil),
+            dimension_numbers=lax.ConvDimensionNumbers(spec, rhs_spec, spec),
+            feature_group_count=p.groups)
+    some = next(iter(parts.values()))
+    zeros = jnp.zeros(some.shape, out_dtype)
+    # interleave, last spatial axis first: stack phases after the axis, merge, crop
+    def assemble(prefix):
+        a = len(prefix)
+        if a == n:
+            return parts.get(prefix, zeros)
+        ax = d.spatial_axes[a]
+        pieces = [assemble(prefix + (r,)) for r in range(p.strides[a])]
+        if len(pieces) == 1:
+            return pieces[0]
+        st = jnp.stack(pieces, axis=ax + 1)
+        shape = st.shape[:ax] + (st.shape[ax] * st.shape[ax + 1],) + st.shape[ax + 2:]
+        return st.reshape(shape)
+    out = assemble(())
+    return lax.slice(out, [0] * out.ndim,
+                     [p.input_size[d.spatial_axes.index(a)] if a in d.spatial_axes else out.shape[a]
+                      for a in range(out.ndim)])
+
+
+DATA_GRAD_METHODS = ("grid", "phases")
+
+
+def choose_data_grad(p: ConvProblem) -> str:
+    """``"phases"`` when a stride is > 1 (and the phase count stays small), else ``"grid"``."""
+    phases = math.prod(p.strides)
+    return "phases" if 1 < phases <= 64 else "grid"
+
+
+def data_grad(dy, w, p: ConvProblem, *, precision=None, preferred_element_type=None,
+              method: str = "auto") -> jax.Array:
+    if method == "auto":
+        method = choose_data_grad(p)
+    if method == "phases":
+        return _data_grad_phases(dy, w, p, precision, preferred_element_type)
+    return _data_grad_grid(dy, w, p, precision, preferred_element_type)
 
 
 # ---------------------------------------------------------------------------
@@ -194,14 +287,16 @@ def data_grad(dy, w, p: ConvProblem, *, precision=None, preferred_element_type=N
 #
 # "dot" (every K = 1): dW[oc, ic] = sum_{n,t} xs[n, ic, t] dy[n, oc, t] with xs
 # the strided slice of padded x: a dot_general contracting batch and spatial
-# axes (batched over the groups).
+# axes (batched over the groups). (Every O = 1: the window covers the padded
+# input once, dW[oc, ic, k] = sum_n x[n, ic, k*D - pb] dy[n, oc]: a dot_general
+# contracting the batch only.)
 # ---------------------------------------------------------------------------
 WEIGHT_GRAD_METHODS = ("conv", "feature_group", "shifted", "dot")
 
 
 def choose_weight_grad(p: ConvProblem) -> str:
     """The weight-gradient method ``"auto"`` picks for a problem (see docs/performance.md)."""
-    if all(k == 1 for k in p.kernel):
+    if all(k == 1 for k in p.kernel) or all(o == 1 for o in p.output_size):
         return "dot"
     if p.groups > 1 and p.in_channels == p.groups:
         return "shifted"
@@ -256,12 +351,31 @@ def weight_grad(x, dy, p: ConvProblem, *, precision=None, preferred_element_type
             return ax + 1 if ax > c else ax
 
         red = [moved(d.batch_axis), *(moved(a) for a in d.spatial_axes)]
-        if method == "dot":
+        if method == "dot" and all(k == 1 for k in p.kernel):
             xs = split(_strided_window(xc, p, (0,) * p.rank), p.in_channels // g)
             dyg = split(dy, p.out_channels // g)
             dw = lax.dot_general(xs, dyg, ((red, red), ((c,), (c,))), precision=precision,
                                  preferred_element_type=acc)  # (G, ICg, OCg)
             dw = dw.reshape(*dw.shape, *(1,) * p.rank)
+        elif method == "dot":  # every O == 1: the window covers the padded input once
+            starts = [0] * xc.ndim
+            limits, steps = list(xc.shape), [1] * xc.ndim
+            for ax, k, dl in zip(d.spatial_axes, p.kernel, p.dilations):
+                limits[ax], steps[ax] = (k - 1) * dl + 1, dl
+            xs = split(lax.slice(xc, starts, limits, steps), p.in_channels // g)  # taps k*D
+            dyg = split(dy, p.out_channels // g)
+            b = moved(d.batch_axis)
+            dy_sp = [moved(a) for a in d.spatial_axes]  # size 1: contracted with nothing
+            dyg = dyg.reshape([s for a, s in enumerate(dyg.shape) if a not in dy_sp])
+            b_dy = b - sum(1 for a in dy_sp if a < b)
+            c_dy = c - sum(1 for a in dy_sp if a < c)
+            dw = lax.dot_general(xs, dyg, (((b,), (b_dy,)), ((c,), (c_dy,))),
+                                 precision=precision, preferred_element_type=acc)
+            # dw axes: G, then x's free axes in order (spatial and ICg), then OCg
+            free = [a for a in range(xs.ndim) if a not in (b, c)]
+            icg_pos = 1 + free.index(c + 1)
+            sp_pos = [1 + free.index(moved(a)) for a in d.spatial_axes]
+            dw = jnp.transpose(dw, (0, icg_pos, dw.ndim - 1, *sp_pos))  # (G, ICg, OCg, *K)
         else:  # shifted: ICg == 1, channel multiplier m
             m = p.out_channels // g
             dyg = split(dy, m)
@@ -304,5 +418,5 @@ def weight_grad(x, dy, p: ConvProblem, *, precision=None, preferred_element_type
 # Jitted entry points: the problem and the options are static (hashable).
 _STATIC = ("p", "precision", "preferred_element_type")
 jit_forward = jax.jit(forward, static_argnames=_STATIC)
-jit_data_grad = jax.jit(data_grad, static_argnames=_STATIC)
+jit_data_grad = jax.jit(data_grad, static_argnames=(*_STATIC, "method"))
 jit_weight_grad = jax.jit(weight_grad, static_argnames=(*_STATIC, "method"))

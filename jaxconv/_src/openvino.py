@@ -28,7 +28,7 @@ from typing import Any
 
 import jax
 
-from jaxconv._src import geometry, lowering, options
+from jaxconv._src import config, geometry, lowering, options
 from jaxconv._src.geometry import Names, TransposePadRule
 
 ArrayLike = Any  # jax.Array | np.ndarray
@@ -139,7 +139,8 @@ def _backprop_data(
         auto_pad=auto_pad, output_padding=output_padding, groups=g, data_format="NCX",
         filter_format="IOX", pad_rule=TransposePadRule.OPENVINO, upper_extra_at_end=not runtime)
     return lowering.jit_data_grad(x, w, p=p, precision=precision,
-                                  preferred_element_type=preferred_element_type)
+                                  preferred_element_type=preferred_element_type,
+        method=config.data_grad_method())
 
 
 _BACKPROP_DATA_DOC = r"""
