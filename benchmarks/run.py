@@ -220,6 +220,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def plot(rows: list[dict], path: pathlib.Path) -> None:
+    """Per list and kind: every row's speed-up over jax.vjp (dots) and over torch (crosses)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -227,23 +228,30 @@ def plot(rows: list[dict], path: pathlib.Path) -> None:
     except ImportError:
         print("matplotlib not installed: no plot", file=sys.stderr)
         return
-    lists = sorted({r["list"] for r in rows})
-    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.22), 4.5))
-    xs = np.arange(len(rows))
-    colors = {lst: plt.cm.tab10(i) for i, lst in enumerate(lists)}
-    ax.bar(xs, [r["speedup_vs_vjp"] for r in rows], color=[colors[r["list"]] for r in rows])
-    if any("jaxconv_over_torch" in r for r in rows):
-        ax.scatter(xs, [1 / r.get("jaxconv_over_torch", float("nan")) for r in rows], marker="_",
-                   color="k", s=60, label="torch / jaxconv (>1: jaxconv faster than torch)", zorder=3)
+    groups = sorted({(r["list"], r["kind"]) for r in rows})
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(groups)), 4.2))
+    rng = np.random.default_rng(0)
+    for i, (lst, kind) in enumerate(groups):
+        sel = [r for r in rows if r["list"] == lst and r["kind"] == kind]
+        vjp = [r["speedup_vs_vjp"] for r in sel]
+        jit = rng.uniform(-0.15, 0.15, len(sel))
+        ax.scatter(i - 0.12 + jit, vjp, s=12, color="tab:blue", alpha=0.7,
+                   label="jaxconv vs jax.vjp" if i == 0 else None)
+        ax.plot([i - 0.3, i + 0.06], [geomean(vjp)] * 2, color="tab:blue", lw=2.5)
+        tor = [1 / r["jaxconv_over_torch"] for r in sel if "jaxconv_over_torch" in r]
+        if tor:
+            ax.scatter(i + 0.18 + jit[: len(tor)], tor, s=12, marker="x", color="tab:orange",
+                       alpha=0.7, label="jaxconv vs torch" if i == 0 else None)
+            ax.plot([i + 0.06, i + 0.36], [geomean(tor)] * 2, color="tab:orange", lw=2.5)
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_yscale("log")
-    ax.set_ylabel("speed-up of jaxconv over jax.vjp")
-    ax.set_xticks(xs)
-    ax.set_xticklabels([f"{r['name'][:18]} {r['kind']}" for r in rows], rotation=90, fontsize=6)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[lst]) for lst in lists]
-    ax.legend(handles + ax.get_legend_handles_labels()[0],
-              lists + ax.get_legend_handles_labels()[1], fontsize=7, loc="upper left")
-    ax.set_title(f"jaxconv gradient ops vs jax.vjp ({jax.default_backend()}, f32)")
+    ax.set_ylabel("speed-up of jaxconv (>1: jaxconv faster)")
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([f"{lst.replace('deconv_shapes_', 'deconv ').replace('conv_shapes_', '')}"
+                        f"\n{kind}" for lst, kind in groups], fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(f"jaxconv gradient ops ({jax.default_backend()}, f32): each problem a point, "
+                 f"bars the geometric means", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
