@@ -26,6 +26,7 @@ from typing import Any
 import jax
 
 from jaxconv._src import config, geometry, lowering, options
+from jaxconv._src.convolution import weight_gradient
 from jaxconv._src.geometry import Names
 
 ArrayLike = Any  # jax.Array | np.ndarray
@@ -185,22 +186,6 @@ def conv_transpose_backward_data(
                                 preferred_element_type=preferred_element_type)
 
 
-def _weight_gradient(
-    op: str, names: Names, x_value: ArrayLike, dy_value: ArrayLike, w_shape: ShapeLike,
-    precision: Any, preferred_element_type: Any, **attrs: Any,
-) -> jax.Array:
-    (x, dy), precision, preferred_element_type = options.check_inputs(
-        op, {names.x: x_value, names.y: dy_value}, precision, preferred_element_type)
-    shape = geometry.static_shape(op, names.w_shape, w_shape)
-    p = geometry.conv_transpose_problem(op, names, x_shape=x.shape, y_shape=dy.shape,
-                                        w_shape=shape, **attrs)
-    # SEMANTICS.md section 1: the ConvTranspose weight gradient is the weight
-    # gradient of the convolution it transposes, with x and dy swapped.
-    return lowering.jit_weight_grad(dy, x, p=p, precision=precision,
-                                    preferred_element_type=preferred_element_type,
-        method=config.weight_grad_method(op, p))
-
-
 _WEIGHTS_NAMES = Names(x="src", y="diff_dst", w="diff_weights", w_shape="weights_shape",
                        w_format="weights_format")
 
@@ -272,12 +257,12 @@ def conv_transpose_backward_weights(
       ...     data_format="NCX", weights_format="IOX").shape      # IC=4 (full), OC/g=4
       (4, 4, 1, 1)
     """
-    return _weight_gradient(
+    return weight_gradient(
         "conv_transpose_backward_weights", _WEIGHTS_NAMES, src, diff_dst, weights_shape,
         precision, preferred_element_type, strides=strides, pads_begin=pads_begin,
         pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
         output_padding=output_padding, groups=groups, data_format=data_format,
-        filter_format=weights_format)
+        filter_format=weights_format, transposed=True)
 
 
 _FILTERS_NAMES = Names(x="input_forward", y="output_delta", w="filter_delta",
@@ -331,9 +316,9 @@ def conv_transpose_backprop_filters(
       ...     auto_pad="same_upper").shape
       (3, 3, 3, 4)
     """
-    return _weight_gradient(
+    return weight_gradient(
         "conv_transpose_backprop_filters", _FILTERS_NAMES, input_forward, output_delta,
         filter_shape, precision, preferred_element_type, strides=strides,
         pads_begin=pads_begin, pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
         output_padding=output_padding, groups=groups, data_format=data_format,
-        filter_format=filter_format)
+        filter_format=filter_format, transposed=True)

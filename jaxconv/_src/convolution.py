@@ -180,18 +180,25 @@ def convolution_backward_data(
         method=config.data_grad_method())
 
 
-def _weight_gradient(
+def weight_gradient(
     op: str, names: Names, x_value: ArrayLike, dy_value: ArrayLike, w_shape: ShapeLike,
-    precision: Any, preferred_element_type: Any, **attrs: Any,
+    precision: Any, preferred_element_type: Any, *, transposed: bool = False, **attrs: Any,
 ) -> jax.Array:
+    """The weight-gradient ops of both oneDNN families: validate, resolve, lower.
+
+    ``transposed`` builds the ConvTranspose problem; by SEMANTICS.md section 1
+    its weight gradient is the weight gradient of the convolution it
+    transposes with x and dy swapped, so one kernel serves both.
+    """
     (x, dy), precision, preferred_element_type = options.check_inputs(
         op, {names.x: x_value, names.y: dy_value}, precision, preferred_element_type)
     shape = geometry.static_shape(op, names.w_shape, w_shape)
-    p = geometry.convolution_problem(op, names, x_shape=x.shape, y_shape=dy.shape,
-                                     w_shape=shape, **attrs)
-    return lowering.jit_weight_grad(x, dy, p=p, precision=precision,
-                        preferred_element_type=preferred_element_type,
-        method=config.weight_grad_method(op, p))
+    build = geometry.conv_transpose_problem if transposed else geometry.convolution_problem
+    p = build(op, names, x_shape=x.shape, y_shape=dy.shape, w_shape=shape, **attrs)
+    lhs, rhs = (dy, x) if transposed else (x, dy)
+    return lowering.jit_weight_grad(lhs, rhs, p=p, precision=precision,
+                                    preferred_element_type=preferred_element_type,
+                                    method=config.weight_grad_method(op, p))
 
 
 _FILTERS_NAMES = Names(
@@ -265,7 +272,7 @@ def convolution_backprop_filters(
       >>> bool(jnp.allclose(dw, ref))
       True
     """
-    return _weight_gradient(
+    return weight_gradient(
         "convolution_backprop_filters", _FILTERS_NAMES, input_forward, output_delta,
         filter_shape, precision, preferred_element_type, strides=strides,
         pads_begin=pads_begin, pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
@@ -324,7 +331,7 @@ def convolution_backward_weights(
              [20., 25., 20.],
              [16., 20., 16.]], dtype=float32)
     """
-    return _weight_gradient(
+    return weight_gradient(
         "convolution_backward_weights", _WEIGHTS_NAMES, src, diff_dst, weights_shape,
         precision, preferred_element_type, strides=strides, pads_begin=pads_begin,
         pads_end=pads_end, dilations=dilations, auto_pad=auto_pad, groups=groups,
