@@ -182,3 +182,12 @@ def check_bad_input(thunk, exc, parts, ops_pattern) -> None:
     assert re.match(ops_pattern, msg), f"message does not start with an op name: {msg!r}"
     for part in parts:
         assert part in msg, f"{part!r} not in {msg!r}"
+
+
+def onednn_weights_shape(case, groups=1):
+    """A oneDNN shape case's weights; some write it as text, "[16, 32/groups, 3, 3] (...)"."""
+    w = case["weights"]
+    if isinstance(w, str):
+        dims = w.split("]")[0].strip("[ ").split(",")
+        w = [int(t.split("/")[0]) // (groups if "/groups" in t else 1) for t in dims]
+    return tuple(w)

@@ -98,21 +98,13 @@ def _shape_cases(op):
     return out
 
 
-def _weights(case, groups):
-    w = case["weights"]
-    if isinstance(w, str):  # "[32/groups, 16, 3, 3]  (...)"
-        dims = w.split("]")[0].strip("[ ").split(",")
-        w = [int(t.split("/")[0]) // (groups if "/groups" in t else 1) for t in dims]
-    return tuple(w)
-
-
 @pytest.mark.parametrize("cmr", _shape_cases("ConvTranspose"),
                          ids=lambda v: f"{v[0]['test']}-{v[1]}")
 def test_onednn_conv_transpose_shape_inference(cmr):
     case, mode, result = cmr
     dst = result["dst"] if result else case["dst"]
     for groups in ((1, 2, 4) if "groups" in case["test"] else (1,)):
-        w = _weights(case, groups)
+        w = h.onednn_weights_shape(case, groups)
         out = jax.eval_shape(
             lambda x, w: jaxconv.conv_transpose(
                 x, w, strides=case["strides"], pads_begin=case["pads_begin"] or None,

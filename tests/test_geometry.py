@@ -23,15 +23,6 @@ ONEDNN = h.load_vectors("onednn_graph_vectors.json")
 SHAPES = ONEDNN["shape_inference_cases"]
 
 
-def _weights(case, groups=1):
-    """The weights shape; some cases write it as text, "[16, 32/groups, 3, 3] (...)"."""
-    w = case["weights"]
-    if isinstance(w, str):
-        dims = w.split("]")[0].strip("[ ").split(",")
-        w = [int(t.split("/")[0]) // (groups if "/groups" in t else 1) for t in dims]
-    return tuple(w)
-
-
 def _cases(op):
     out = []
     for c in SHAPES:
@@ -53,7 +44,7 @@ def _id(v):
 def test_onednn_convolution_shape_inference(case_mode_result):
     case, mode, result = case_mode_result
     for groups in ((1, 2, 4) if "groups" in case["test"] else (1,)):
-        w = _weights(case, groups)
+        w = h.onednn_weights_shape(case, groups)
         p = geo.convolution_problem(
             "t", geo.Names(), x_shape=tuple(case["src"]), y_shape=None, w_shape=w,
             strides=case["strides"], pads_begin=case["pads_begin"], pads_end=case["pads_end"],
@@ -79,7 +70,7 @@ def test_onednn_conv_transpose_shape_rules(case_mode_result):
     """The deconv-style auto_pad rule and the transposed output size (OIX = (OC/g, IC, X))."""
     case, mode, result = case_mode_result
     n = len(case["src"]) - 2
-    k = _weights(case)[2:] if case["weights_format"] == "OIX" else _weights(case)[:n]
+    k = h.onednn_weights_shape(case)[2:] if case["weights_format"] == "OIX" else h.onednn_weights_shape(case)[:n]
     spatial = case["src"][2:] if case["data_format"] == "NCX" else case["src"][1:-1]
     m = geo.canonical_auto_pad("t", mode)
     pb, pe = geo.auto_pads(m, geo.PadRule.DECONV, spatial, k, case["strides"],

@@ -119,6 +119,10 @@ def test_conv_transpose_and_tbe_follow_the_override(method):
     with jaxconv.weight_grad_lowering(method):
         got = jaxconv.conv_transpose_backward_weights(x, dy, (4, 3, 3, 3), **kw)
     h.assert_close(got, ref, jnp.float32)
+    _, _, dw_t = oracles.conv_transpose_all(h.to_f64(x), np.zeros((4, 3, 3, 3)), h.to_f64(dy),
+                                            strides=(2, 2), dilations=(1, 1), pads_begin=(1, 1),
+                                            out_size=(11, 11), groups=2)
+    h.assert_close(got, dw_t, jnp.float32)
 
     x5 = jaxconv.tbe.to_5hd(h.random(rng, (2, 6, 7, 7)))
     dy5 = jaxconv.tbe.to_5hd(h.random(rng, (2, 4, 7, 7)))
@@ -127,6 +131,12 @@ def test_conv_transpose_and_tbe_follow_the_override(method):
     with jaxconv.weight_grad_lowering(method):
         got = jaxconv.conv2d_backprop_filter(x5, dy5, (4, 3, 3, 3), para)
     h.assert_close(got, ref, jnp.float32)
+    from tests.test_tbe import pack_fractal_z_loop
+    _, _, dw_t = oracles.conv_all(
+        h.to_f64(jaxconv.tbe.from_5hd(x5, 6)), np.zeros((4, 3, 3, 3)),
+        h.to_f64(jaxconv.tbe.from_5hd(dy5, 4)), strides=(1, 1), dilations=(1, 1),
+        pads_begin=(1, 1), pads_end=(1, 1), groups=2)
+    h.assert_close(got, pack_fractal_z_loop(dw_t, 2), jnp.float32)
 
 
 # ---- data gradient: grid and stride phases ---------------------------------------

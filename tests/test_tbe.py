@@ -167,6 +167,12 @@ def test_other_input_dtypes(dtype):
     ref = jaxconv.conv2d_backprop_filter(tbe.to_5hd(x.astype(np.float16)),
                                          tbe.to_5hd(dy.astype(np.float16)), sizes, para)
     np.testing.assert_array_equal(got, ref)  # small integers: exact in every dtype
+    pad = para["padding"]
+    _, _, dw_t = oracles.conv_all(
+        x.astype(np.float64), np.zeros(sizes), dy.astype(np.float64), strides=para["strides"],
+        dilations=para["dilations"][2:], pads_begin=(pad[0], pad[2]), pads_end=(pad[1], pad[3]),
+        groups=para["groups"])
+    np.testing.assert_array_equal(got, pack_fractal_z_loop(dw_t, para["groups"]))
 
 
 def test_jit_vmap_grad():

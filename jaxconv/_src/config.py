@@ -13,6 +13,17 @@ _DATA_GRAD = contextvars.ContextVar("jaxconv_data_grad_lowering", default="auto"
 
 
 @contextlib.contextmanager
+def _override(name: str, var: contextvars.ContextVar, methods, method: str) -> Iterator[None]:
+    if method not in ("auto", *methods):
+        raise ValueError(f"{name}: method must be one of {['auto', *methods]}, got {method!r}")
+    token = var.set(method)
+    try:
+        yield
+    finally:
+        var.reset(token)
+
+
+@contextlib.contextmanager
 def weight_grad_lowering(method: str) -> Iterator[None]:
     """Forces the weight-gradient formulation of the ops called inside the block.
 
@@ -39,14 +50,8 @@ def weight_grad_lowering(method: str) -> Iterator[None]:
       >>> float(dw[0, 0, 0, 0])
       128.0
     """
-    if method not in ("auto", *lowering.WEIGHT_GRAD_METHODS):
-        raise ValueError(f"weight_grad_lowering: method must be one of "
-                         f"{['auto', *lowering.WEIGHT_GRAD_METHODS]}, got {method!r}")
-    token = _WEIGHT_GRAD.set(method)
-    try:
+    with _override("weight_grad_lowering", _WEIGHT_GRAD, lowering.WEIGHT_GRAD_METHODS, method):
         yield
-    finally:
-        _WEIGHT_GRAD.reset(token)
 
 
 @contextlib.contextmanager
@@ -70,14 +75,8 @@ def data_grad_lowering(method: str) -> Iterator[None]:
       >>> dx.shape
       (1, 8, 8, 2)
     """
-    if method not in ("auto", *lowering.DATA_GRAD_METHODS):
-        raise ValueError(f"data_grad_lowering: method must be one of "
-                         f"{['auto', *lowering.DATA_GRAD_METHODS]}, got {method!r}")
-    token = _DATA_GRAD.set(method)
-    try:
+    with _override("data_grad_lowering", _DATA_GRAD, lowering.DATA_GRAD_METHODS, method):
         yield
-    finally:
-        _DATA_GRAD.reset(token)
 
 
 def data_grad_method() -> str:

@@ -33,7 +33,7 @@ ArrayLike = Any  # jax.Array | np.ndarray
 ShapeLike = Any  # tuple/list of ints, 1-D integer numpy array or concrete jax array
 IntOrSeq = Any  # int | Sequence[int] | None
 
-_FORWARD_NAMES = Names(x="input", y="output", w="filter", w_shape="filter",
+_FORWARD_NAMES = Names(x="input", y="output", w_shape="filter",
                        w_format="filter_format")
 
 
@@ -121,7 +121,7 @@ def conv_transpose(
         method=config.data_grad_method())
 
 
-_DATA_NAMES = Names(x="input", y="output_delta", w="filter", w_shape="filter",
+_DATA_NAMES = Names(x="input", y="output_delta", w_shape="filter",
                     w_format="filter_format")
 
 
@@ -186,7 +186,7 @@ def conv_transpose_backward_data(
                                 preferred_element_type=preferred_element_type)
 
 
-_WEIGHTS_NAMES = Names(x="src", y="diff_dst", w="diff_weights", w_shape="weights_shape",
+_WEIGHTS_NAMES = Names(x="src", y="diff_dst", w_shape="weights_shape",
                        w_format="weights_format")
 
 
@@ -265,7 +265,7 @@ def conv_transpose_backward_weights(
         filter_format=weights_format, transposed=True)
 
 
-_FILTERS_NAMES = Names(x="input_forward", y="output_delta", w="filter_delta",
+_FILTERS_NAMES = Names(x="input_forward", y="output_delta",
                        w_shape="filter_shape", w_format="filter_format")
 
 

@@ -18,7 +18,7 @@ ArrayLike = Any  # jax.Array | np.ndarray
 ShapeLike = Any  # tuple/list of ints, 1-D integer numpy array or concrete jax array
 IntOrSeq = Any  # int | Sequence[int] | None
 
-_FORWARD_NAMES = Names(x="input", y="output", w="filter", w_shape="filter", w_format="filter_format")
+_FORWARD_NAMES = Names(x="input", y="output", w_shape="filter", w_format="filter_format")
 
 
 def convolution(
@@ -96,7 +96,7 @@ def convolution(
 
 
 _DATA_NAMES = Names(
-    x="input", y="output_delta", w="filter", w_shape="filter", w_format="filter_format",
+    x="input", y="output_delta", w_shape="filter", w_format="filter_format",
     x_shape="input_shape",
 )
 
@@ -202,7 +202,7 @@ def weight_gradient(
 
 
 _FILTERS_NAMES = Names(
-    x="input_forward", y="output_delta", w="filter_delta", w_shape="filter_shape",
+    x="input_forward", y="output_delta", w_shape="filter_shape",
     w_format="filter_format",
 )
 
@@ -281,7 +281,7 @@ def convolution_backprop_filters(
 
 
 _WEIGHTS_NAMES = Names(
-    x="src", y="diff_dst", w="diff_weights", w_shape="weights_shape", w_format="weights_format"
+    x="src", y="diff_dst", w_shape="weights_shape", w_format="weights_format"
 )
 
 

@@ -34,7 +34,6 @@ Layout strings are read letter by letter: ``N``/``C``/``X`` for data
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 from collections.abc import Sequence
 from typing import Any
@@ -472,17 +471,6 @@ class ConvProblem:
         spec = self.data.spec
         return lax.ConvDimensionNumbers(spec, self.filter_layout.spec(swap=self.filter_swap), spec)
 
-    def flops(self) -> int:
-        """Multiply-adds x 2 of the forward convolution (same for each gradient)."""
-        return (
-            2
-            * self.batch
-            * self.out_channels
-            * (self.in_channels // self.groups)
-            * math.prod(self.output_size)
-            * math.prod(self.kernel)
-        )
-
 
 @dataclasses.dataclass(frozen=True)
 class Names:
@@ -490,16 +478,13 @@ class Names:
 
     x: str = "input"
     y: str = "output_delta"
-    w: str = "filter"
     w_shape: str = "filter_shape"
     w_format: str = "filter_format"
     x_shape: str = "input_shape"
 
 
-def _check_channels(
-    op: str, names: Names, groups: int, in_channels: int, out_channels: int,
-    filter_o: int, filter_i: int, filter_shape: tuple[int, ...], w_format: str,
-) -> None:
+def _check_divisible(op: str, names: Names, groups: int, in_channels: int,
+                     out_channels: int) -> None:
     if in_channels % groups:
         raise ValueError(
             f"{op}: the {names.x} channels ({in_channels}) must be divisible by groups ({groups})"
@@ -508,6 +493,13 @@ def _check_channels(
         raise ValueError(
             f"{op}: the output channels ({out_channels}) must be divisible by groups ({groups})"
         )
+
+
+def _check_channels(
+    op: str, names: Names, groups: int, in_channels: int, out_channels: int,
+    filter_o: int, filter_i: int, filter_shape: tuple[int, ...], w_format: str,
+) -> None:
+    _check_divisible(op, names, groups, in_channels, out_channels)
     if filter_o != out_channels or filter_i != in_channels // groups:
         raise ValueError(
             f"{op}: {names.w_shape} {list(filter_shape)} in {w_format} format holds "
@@ -778,14 +770,7 @@ def conv_transpose_problem(
         batch = y_batch
     else:
         out_channels = w_o * g
-    if in_channels % g:
-        raise ValueError(
-            f"{op}: the {names.x} channels ({in_channels}) must be divisible by groups ({g})"
-        )
-    if out_channels % g:
-        raise ValueError(
-            f"{op}: the output channels ({out_channels}) must be divisible by groups ({g})"
-        )
+    _check_divisible(op, names, g, in_channels, out_channels)
     if w_i != in_channels or w_o != out_channels // g:
         raise ValueError(
             f"{op}: {names.w_shape} {list(w_shape)} in {wl.format} format holds I={w_i}, "
@@ -855,6 +840,19 @@ def conv_transpose_problem(
 TBE_C0 = 16
 
 
+def tbe_filter_sizes(op: str, filter_sizes: Any, groups: Any) -> tuple[tuple[int, ...], int]:
+    """``(Cout, Cin/groups, KH, KW)`` as ints, and the groups, validated."""
+    sizes = static_shape(op, "filter_sizes", filter_sizes)
+    if len(sizes) != 4 or min(sizes) <= 0:
+        raise ValueError(f"{op}: filter_sizes must be 4 positive ints (Cout, Cin/groups, KH, KW), "
+                         f"got {list(sizes)}")
+    g = check_groups(op, groups)
+    if sizes[0] % g:
+        raise ValueError(f"{op}: Cout = filter_sizes[0] = {sizes[0]} must be divisible by groups "
+                         f"({g})")
+    return sizes, g
+
+
 def tbe_problem(
     op: str,
     *,
@@ -872,8 +870,7 @@ def tbe_problem(
     for the unpacked ``(N, C, H, W)`` data (the real channel counts), so the
     padded channel slots never take part.
     """
-    names = Names(x="input_x", y="out_backprop", w="filter_sizes", w_shape="filter_sizes",
-                  w_format="OIHW")
+    names = Names(x="input_x", y="out_backprop", w_shape="filter_sizes", w_format="OIHW")
     for name, shape in (("input_x", x5_shape), ("out_backprop", dy5_shape)):
         if len(shape) != 5:
             raise ValueError(f"{op}: {name} must be 5HD (N, C1, H, W, C0), got rank {len(shape)} "
@@ -881,14 +878,8 @@ def tbe_problem(
         if shape[4] != TBE_C0:
             raise ValueError(f"{op}: {name} must have C0 = {TBE_C0} (its last axis), got C0 = "
                              f"{shape[4]} (shape {list(shape)})")
-    sizes = static_shape(op, "filter_sizes", filter_sizes)
-    if len(sizes) != 4 or min(sizes) <= 0:
-        raise ValueError(f"{op}: filter_sizes must be 4 positive ints (Cout, Cin/groups, KH, KW), "
-                         f"got {list(sizes)}")
-    g = check_groups(op, groups)
-    cout, cin_g, kh, kw = sizes
-    if cout % g:
-        raise ValueError(f"{op}: Cout = filter_sizes[0] = {cout} must be divisible by groups ({g})")
+    sizes, g = tbe_filter_sizes(op, filter_sizes, groups)
+    cout, cin_g, _, _ = sizes
     cin = cin_g * g
     for name, shape, c in (("input_x", x5_shape, cin), ("out_backprop", dy5_shape, cout)):
         if shape[1] != -(-c // TBE_C0):

@@ -10,17 +10,17 @@ convolution ``y = conv(x, W)``) and nothing else:
 * :func:`weight_grad`  x, dy -> dW   (also: the ConvTranspose weight gradient,
   with x and dy swapped, SEMANTICS.md section 1)
 
-Every convolution emitted here is VALID (no padding) and fits its input
-exactly: padding and the crop of the never-read remainder are done by
-``lax.pad`` (which also takes negative widths). jaxlib 0.10.2's CPU compiler
-aborts the process on some strided + dilated convolutions whose padded input
-has a remainder (HAZARDS.md section 1); an exact fit never has one, neither
-here nor in the transposes JAX derives from these kernels under ``grad``.
+Each kernel has formulations chosen per problem (``choose_weight_grad``,
+``choose_data_grad``; docs/performance.md). None puts an input dilation
+inside a convolution, and padding stays explicit (``lax.pad``, which also
+crops with negative widths) wherever the transposes JAX derives under
+``grad`` would otherwise reach the pattern that aborts jaxlib 0.10.2 on CPU
+(HAZARDS.md section 1, tests/test_hazards.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import itertools
 import math
 from typing import Any
 
@@ -180,10 +180,7 @@ def _data_grad_grid(dy, w, p: ConvProblem, precision, preferred_element_type) ->
 # phases are then interleaved: dx[r + S*u] = dx_r[u]. No input dilation and no
 # zero grid: S^rank times less work than the grid form.
 def _data_grad_phases(dy, w, p: ConvProblem, precision, preferred_element_type) -> jax.Array:
-    import itertools
-    import math
-
-    o_ax, i_ax, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
+    _, _, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
     d = p.data
     n = p.rank
     phase_axes = []  # per spatial axis: [(taps (k list, decreasing), c_last) or None per phase]
@@ -205,10 +202,7 @@ def _data_grad_phases(dy, w, p: ConvProblem, precision, preferred_element_type) 
         wsub = w
         for ax, (taps, _) in zip(w_sp, sel):
             wsub = jnp.take(wsub, np.asarray(taps), axis=ax)
-        sub = dataclasses.replace(
-            p, kernel=tuple(len(t) for t, _ in sel), strides=(1,) * n, dilations=tuple(dil),
-            input_size=tuple(u_max), pads_begin=(0,) * n, pads_end=(0,) * n)
-        wt, rhs_spec = _regroup_for_transpose(wsub, sub, flip=False)
+        wt, rhs_spec = _regroup_for_transpose(wsub, p, flip=False)  # taps already reversed
         pads = []
         for (taps, c_last), o, u, dd in zip(sel, p.output_size, u_max, dil):
             lo = -c_last
@@ -236,10 +230,7 @@ def _data_grad_phases(dy, w, p: ConvProblem, precision, preferred_element_type) 
         st = jnp.stack(pieces, axis=ax + 1)
         shape = st.shape[:ax] + (st.shape[ax] * st.shape[ax + 1],) + st.shape[ax + 2:]
         return st.reshape(shape)
-    out = assemble(())
-    return lax.slice(out, [0] * out.ndim,
-                     [p.input_size[d.spatial_axes.index(a)] if a in d.spatial_axes else out.shape[a]
-                      for a in range(out.ndim)])
+    return lax.slice(assemble(()), (0,) * len(p.x_shape), p.x_shape)  # crop to I per axis
 
 
 DATA_GRAD_METHODS = ("grid", "phases")
@@ -316,78 +307,55 @@ def _weight_out(dw_gio: jax.Array, p: ConvProblem) -> jax.Array:
     return jnp.transpose(dw, perm)
 
 
-def _strided_window(xc, p: ConvProblem, start) -> jax.Array:
-    """x[..., start + t*S] for t in [0, O) on the spatial axes."""
-    starts = [0] * xc.ndim
-    limits = list(xc.shape)
-    strides = [1] * xc.ndim
-    for ax, st, o, s in zip(p.data.spatial_axes, start, p.output_size, p.strides):
-        starts[ax] = st
-        limits[ax] = st + (o - 1) * s + 1
-        strides[ax] = s
-    return lax.slice(xc, starts, limits, strides)
+def _window(xc, p: ConvProblem, starts, counts, steps) -> jax.Array:
+    """xc[..., start + j*step] for j in [0, count) on each spatial axis."""
+    lo, hi, st = [0] * xc.ndim, list(xc.shape), [1] * xc.ndim
+    for ax, a, n, s in zip(p.data.spatial_axes, starts, counts, steps):
+        lo[ax], hi[ax], st[ax] = a, a + (n - 1) * s + 1, s
+    return lax.slice(xc, lo, hi, st)
 
 
-def _to_ncx(a, d):
-    return jnp.transpose(a, d.spec)
+def _weight_grad_sliced(x, dy, p: ConvProblem, method, precision, acc) -> jax.Array:
+    """The "dot" and "shifted" methods, in the data's own layout: (G, ICg, OCg, *K)."""
+    d, g, c = p.data, p.groups, p.data.channel_axis
+    xc = _pad_spatial(x, d.spatial_axes, p.fit_pads)
+
+    def split(a, per):  # the channel axis in place into (G, per group): a free reshape
+        return a.reshape(a.shape[:c] + (g, per) + a.shape[c + 1:])
+
+    def moved(ax):  # an axis index after that split
+        return ax + 1 if ax > c else ax
+
+    b, sp = moved(d.batch_axis), [moved(a) for a in d.spatial_axes]
+    dyg = split(dy, p.out_channels // g)
+    if method == "shifted":  # ICg == 1, channel multiplier m
+        m = p.out_channels // g
+        dyg = dyg if acc is None else dyg.astype(acc)
+        taps = []
+        for k in np.ndindex(*p.kernel):
+            start = [kk * dl for kk, dl in zip(k, p.dilations)]
+            xs = split(_window(xc, p, start, p.output_size, p.strides), 1).astype(dyg.dtype)
+            taps.append(jnp.sum(xs * dyg, axis=[b, *sp]))  # (G, m)
+        return jnp.stack(taps, axis=-1).reshape(g, m, *p.kernel)[:, None]  # (G, 1, m, *K)
+    if all(k == 1 for k in p.kernel):  # dot, 1x1 kernel: contract batch and positions
+        xs = split(_window(xc, p, (0,) * p.rank, p.output_size, p.strides), p.in_channels // g)
+        dw = lax.dot_general(xs, dyg, (([b, *sp], [b, *sp]), ((c,), (c,))),
+                             precision=precision, preferred_element_type=acc)  # (G, ICg, OCg)
+        return dw.reshape(*dw.shape, *(1,) * p.rank)
+    # dot, every O == 1: the window covers the padded input once; contract the batch only
+    xs = split(_window(xc, p, (0,) * p.rank, p.kernel, p.dilations), p.in_channels // g)
+    dyg = dyg.reshape([n for a, n in enumerate(dyg.shape) if a not in sp])  # drop the 1s
+    b_dy, c_dy = b - sum(a < b for a in sp), c - sum(a < c for a in sp)
+    dw = lax.dot_general(xs, dyg, (((b,), (b_dy,)), ((c,), (c_dy,))), precision=precision,
+                         preferred_element_type=acc)
+    free = [a for a in range(xs.ndim) if a not in (b, c)]  # dw: G, x's free axes, OCg
+    order = (0, 1 + free.index(c + 1), dw.ndim - 1, *(1 + free.index(a) for a in sp))
+    return jnp.transpose(dw, order)  # (G, ICg, OCg, *K)
 
 
-def weight_grad(x, dy, p: ConvProblem, *, precision=None, preferred_element_type=None,
-                method: str = "auto") -> jax.Array:
-    if method == "auto":
-        method = choose_weight_grad(p)
+def _weight_grad_conv(x, dy, p: ConvProblem, method, precision, preferred_element_type):
+    """The "conv" and "feature_group" methods: one relabelled convolution."""
     d = p.data
-    out_dtype = preferred_element_type if preferred_element_type is not None else x.dtype
-    acc = accumulation_dtype(x.dtype, preferred_element_type)
-    if method in ("shifted", "dot"):
-        xc = _pad_spatial(x, d.spatial_axes, p.fit_pads)
-        g = p.groups
-        c = d.channel_axis
-        # Split the channel axis in place into (G, per-group): a free reshape.
-        def split(a, per):
-            return a.reshape(a.shape[:c] + (g, per) + a.shape[c + 1:])
-
-        def moved(ax):
-            return ax + 1 if ax > c else ax
-
-        red = [moved(d.batch_axis), *(moved(a) for a in d.spatial_axes)]
-        if method == "dot" and all(k == 1 for k in p.kernel):
-            xs = split(_strided_window(xc, p, (0,) * p.rank), p.in_channels // g)
-            dyg = split(dy, p.out_channels // g)
-            dw = lax.dot_general(xs, dyg, ((red, red), ((c,), (c,))), precision=precision,
-                                 preferred_element_type=acc)  # (G, ICg, OCg)
-            dw = dw.reshape(*dw.shape, *(1,) * p.rank)
-        elif method == "dot":  # every O == 1: the window covers the padded input once
-            starts = [0] * xc.ndim
-            limits, steps = list(xc.shape), [1] * xc.ndim
-            for ax, k, dl in zip(d.spatial_axes, p.kernel, p.dilations):
-                limits[ax], steps[ax] = (k - 1) * dl + 1, dl
-            xs = split(lax.slice(xc, starts, limits, steps), p.in_channels // g)  # taps k*D
-            dyg = split(dy, p.out_channels // g)
-            b = moved(d.batch_axis)
-            dy_sp = [moved(a) for a in d.spatial_axes]  # size 1: contracted with nothing
-            dyg = dyg.reshape([s for a, s in enumerate(dyg.shape) if a not in dy_sp])
-            b_dy = b - sum(1 for a in dy_sp if a < b)
-            c_dy = c - sum(1 for a in dy_sp if a < c)
-            dw = lax.dot_general(xs, dyg, (((b,), (b_dy,)), ((c,), (c_dy,))),
-                                 precision=precision, preferred_element_type=acc)
-            # dw axes: G, then x's free axes in order (spatial and ICg), then OCg
-            free = [a for a in range(xs.ndim) if a not in (b, c)]
-            icg_pos = 1 + free.index(c + 1)
-            sp_pos = [1 + free.index(moved(a)) for a in d.spatial_axes]
-            dw = jnp.transpose(dw, (0, icg_pos, dw.ndim - 1, *sp_pos))  # (G, ICg, OCg, *K)
-        else:  # shifted: ICg == 1, channel multiplier m
-            m = p.out_channels // g
-            dyg = split(dy, m)
-            if acc is not None:
-                dyg = dyg.astype(acc)
-            taps = []
-            for k in np.ndindex(*p.kernel):
-                xs = _strided_window(xc, p, [kk * dl for kk, dl in zip(k, p.dilations)])
-                taps.append(jnp.sum(split(xs, 1).astype(dyg.dtype) * dyg, axis=red))  # (G, m)
-            dw = jnp.stack(taps, axis=-1).reshape(g, m, *p.kernel)[:, None]  # (G, 1, m, *K)
-        return _weight_out(dw, p).astype(out_dtype)
-
     # Padding inside the convolution where it is safe. A problem with a stride
     # and a dilation (on any axes) keeps all padding explicit: the transposes
     # JAX derives for its second-order grads otherwise abort jaxlib 0.10.2
@@ -404,7 +372,7 @@ def weight_grad(x, dy, p: ConvProblem, *, precision=None, preferred_element_type
     )
     if method == "feature_group" and p.groups > 1:
         g = p.groups
-        xn = _to_ncx(xc, d)  # (N, C, *X)
+        xn = jnp.transpose(xc, d.spec)  # (N, C, *X)
         nb, c, *sp = xn.shape
         xg = jnp.moveaxis(xn.reshape(nb, g, c // g, *sp), 1, 0).reshape(g * nb, c // g, *sp)
         lhs_spec = (1, 0, *range(2, 2 + p.rank))  # batch = ICg, feature = (g, N)
@@ -413,6 +381,18 @@ def weight_grad(x, dy, p: ConvProblem, *, precision=None, preferred_element_type
     lhs_spec = (d.channel_axis, d.batch_axis, *d.spatial_axes)
     return _conv(xc, dy, dimension_numbers=lax.ConvDimensionNumbers(lhs_spec, rhs_spec, out_spec),
                  batch_group_count=p.groups, **common)
+
+
+def weight_grad(x, dy, p: ConvProblem, *, precision=None, preferred_element_type=None,
+                method: str = "auto") -> jax.Array:
+    if method == "auto":
+        method = choose_weight_grad(p)
+    if method in ("conv", "feature_group"):
+        return _weight_grad_conv(x, dy, p, method, precision, preferred_element_type)
+    acc = accumulation_dtype(x.dtype, preferred_element_type)
+    dw = _weight_grad_sliced(x, dy, p, method, precision, acc)
+    return _weight_out(dw, p).astype(
+        preferred_element_type if preferred_element_type is not None else x.dtype)
 
 
 # Jitted entry points: the problem and the options are static (hashable).

@@ -35,7 +35,7 @@ ArrayLike = Any  # jax.Array | np.ndarray
 ShapeLike = Any  # tuple/list of ints, 1-D integer numpy array or concrete jax array
 IntOrSeq = Any  # int | Sequence[int] | None
 
-_NAMES = Names(x="data", y="output", w="filters", w_shape="filters", w_format="filters layout")
+_NAMES = Names(x="data", y="output", w_shape="filters", w_format="filters layout")
 
 
 def _check_filters(op: str, x: jax.Array, w: jax.Array, grouped: bool) -> int:

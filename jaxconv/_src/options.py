@@ -8,6 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxconv._src import geometry
+
 def compute_options(op: str, precision: Any, preferred_element_type: Any) -> tuple[Any, Any]:
     """Validates ``precision`` and ``preferred_element_type``; returns hashable forms."""
     if preferred_element_type is not None:
@@ -59,8 +61,6 @@ def check_inputs(
 
     Returns (the arrays as jax arrays in order, precision, preferred_element_type).
     """
-    from jaxconv._src import geometry
-
     arrs = {name: geometry.check_array(op, name, v) for name, v in arrays.items()}
     dtype = geometry.check_same_dtype(op, arrs, floating=floating)
     precision, preferred_element_type = compute_options(op, precision, preferred_element_type)

@@ -45,6 +45,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxconv._src import geometry
+
 C0 = 16
 
 
@@ -155,20 +157,6 @@ def _fractal_z_index(filter_sizes: tuple[int, int, int, int], groups: int) -> np
     return index
 
 
-def _check_filter_sizes(op: str, filter_sizes: Any, groups: Any) -> tuple[tuple[int, ...], int]:
-    from jaxconv._src import geometry
-
-    sizes = geometry.static_shape(op, "filter_sizes", filter_sizes)
-    if len(sizes) != 4 or min(sizes) <= 0:
-        raise ValueError(f"{op}: filter_sizes must be 4 positive ints (Cout, Cin/groups, KH, KW), "
-                         f"got {list(sizes)}")
-    g = geometry.check_groups(op, groups)
-    if sizes[0] % g:
-        raise ValueError(f"{op}: Cout = filter_sizes[0] = {sizes[0]} must be divisible by groups "
-                         f"({g})")
-    return sizes, g
-
-
 def to_fractal_z(w_oihw: Any, groups: int = 1) -> jax.Array:
     """OIHW weight ``(Cout, Cin/groups, KH, KW)`` -> FRACTAL_Z (see the module docstring).
 
@@ -192,7 +180,7 @@ def to_fractal_z(w_oihw: Any, groups: int = 1) -> jax.Array:
     """
     op = "to_fractal_z"
     w = _array(op, "w_oihw", w_oihw, 4)
-    sizes, g = _check_filter_sizes(op, tuple(w.shape), groups)
+    sizes, g = geometry.tbe_filter_sizes(op, tuple(w.shape), groups)
     index = _fractal_z_index(sizes, g)
     flat = jnp.take(w.reshape(-1), np.maximum(index, 0).reshape(-1), axis=0)
     flat = jnp.where(jnp.asarray(index.reshape(-1) >= 0), flat, jnp.zeros((), w.dtype))
@@ -223,7 +211,7 @@ def from_fractal_z(wz: Any, filter_sizes: Any, groups: int = 1) -> jax.Array:
     """
     op = "from_fractal_z"
     wz = _array(op, "wz", wz, 4)
-    sizes, g = _check_filter_sizes(op, filter_sizes, groups)
+    sizes, g = geometry.tbe_filter_sizes(op, filter_sizes, groups)
     index = _fractal_z_index(sizes, g)
     if tuple(wz.shape) != index.shape:
         raise ValueError(f"{op}: wz must have the FRACTAL_Z shape {list(index.shape)} of "
