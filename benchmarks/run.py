@@ -24,6 +24,7 @@ import math
 import os
 import pathlib
 import platform
+import re
 import statistics
 import sys
 import time
@@ -54,7 +55,11 @@ def _dn(rank: int) -> tuple[str, str, str]:
 
 def build(prob: benchdnn.Problem, kind: str, dtype=jnp.float32,
           with_torch: bool = True) -> dict[str, Callable]:
-    """Zero-argument callables per implementation, with their inputs bound (NXC/XIO)."""
+    """Zero-argument callables per implementation, with their inputs bound (NXC/XIO).
+
+    The jitted programs of ``jaxconv`` and ``jax.vjp`` are also attached to each callable
+    as ``.program = (jitted, args)`` so that their compiled HLO can be compared.
+    """
     rng = np.random.default_rng(0)
     n, g = prob.batch, prob.groups
     x = jnp.asarray(rng.standard_normal((n, *prob.input_size, prob.in_channels)), dtype)
@@ -80,11 +85,7 @@ def build(prob: benchdnn.Problem, kind: str, dtype=jnp.float32,
         else:
             ours = jax.jit(lambda x, dy: jaxconv.convolution_backprop_filters(x, dy, w_shape, **attrs))
         base = jax.jit(lambda x, dy: jax.vjp(lambda w: plain(x, w), jnp.zeros(w_shape, dtype))[1](dy)[0])
-        impls["jaxconv"] = lambda: ours(x, dy)
-        if jax.default_backend() == "cpu":
-            tuned = jax.jit(ours, compiler_options=jaxconv.xla_cpu_compiler_options())
-            impls["jaxconv+opts"] = lambda: tuned(x, dy)
-        impls["jax.vjp"] = lambda: base(x, dy)
+        args = (x, dy)
     else:  # dgrad: dx from dy (for a deconv line: the ConvTranspose forward)
         if prob.transposed:
             ours = jax.jit(lambda dy, w: jaxconv.conv_transpose(
@@ -93,16 +94,41 @@ def build(prob: benchdnn.Problem, kind: str, dtype=jnp.float32,
             ours = jax.jit(lambda dy, w: jaxconv.convolution_backward_data(
                 dy, w, prob.input_size, **attrs))
         base = jax.jit(lambda dy, w: jax.vjp(lambda x: plain(x, w), jnp.zeros(x.shape, dtype))[1](dy)[0])
-        impls["jaxconv"] = lambda: ours(dy, w)
-        if jax.default_backend() == "cpu":
-            tuned = jax.jit(ours, compiler_options=jaxconv.xla_cpu_compiler_options())
-            impls["jaxconv+opts"] = lambda: tuned(dy, w)
-        impls["jax.vjp"] = lambda: base(dy, w)
+        args = (dy, w)
+    impls["jaxconv"] = _bind(ours, args)
+    if jax.default_backend() == "cpu":
+        impls["jaxconv+opts"] = _bind(
+            jax.jit(ours, compiler_options=jaxconv.xla_cpu_compiler_options()), args)
+    impls["jax.vjp"] = _bind(base, args)
     torch_fn = _torch_impl(prob, kind, np.asarray(x), np.asarray(dy), np.asarray(w)) \
         if with_torch else None
     if torch_fn is not None:
         impls["torch"] = torch_fn
     return impls
+
+
+def _bind(jitted, args) -> Callable:
+    def call():
+        return jitted(*args)
+    call.program = (jitted, args)
+    return call
+
+
+_HLO_NOISE = re.compile(r"(, )?metadata=\{[^}]*\}|\.\d+\b")
+
+
+def hlo_instructions(fn: Callable) -> list[str]:
+    """The optimized HLO of a bound jitted callable: instructions only, without names'
+    numeric suffixes, source metadata or the module's debug tables."""
+    jitted, args = fn.program
+    lines = jitted.lower(*args).compile().as_text().splitlines()
+    return [_HLO_NOISE.sub("", ln.strip()) for ln in lines
+            if ln.strip().startswith(("%", "ROOT", "ENTRY", "}"))]
+
+
+def same_program(a: Callable, b: Callable) -> bool:
+    """Whether two bound jitted callables compile to the same optimized HLO."""
+    return hlo_instructions(a) == hlo_instructions(b)
 
 
 def _torch_impl(prob, kind, x, dy, w):
@@ -156,18 +182,33 @@ def _time_n(fn: Callable, n: int) -> float:
     return time.perf_counter() - t0
 
 
+def calls_per_sample(fn: Callable, target_s: float = 0.02, cap: int = 4096) -> int:
+    """Back-to-back calls for a sample of at least ``target_s`` (doubling, as timeit.autorange).
+
+    A count guessed from one call is wrong for tiny problems (one slow wake-up gives a
+    handful of calls, and the sample then times the wake-up, not the program).
+    """
+    n = 1
+    while n < cap and _time_n(fn, n) < target_s:
+        n *= 2
+    return n
+
+
 def measure(prob, kind, reps, with_torch=True) -> dict:
     impls = build(prob, kind, with_torch=with_torch)
     compile_s = {name: _time(fn) for name, fn in impls.items()}  # first call: compile + run
-    # Calls per sample: enough for ~20 ms, so that tiny problems are not timed by
-    # thread wake-ups; the order rotates each rep so no implementation always goes first.
-    warm = {name: _time(fn) for name, fn in impls.items()}
-    calls = {name: max(1, min(200, int(0.02 / max(t, 1e-6)))) for name, t in warm.items()}
+    calls = {name: calls_per_sample(fn) for name, fn in impls.items()}
+    # Interleaved, in a fresh random order each rep (a fixed rotation keeps the same
+    # neighbours, and a program timed right after another inherits its threads' state:
+    # two copies of one program differed by 15% that way); one untimed call before each
+    # sample lets the previous implementation's threads settle.
+    order = np.random.default_rng(0)
     names = list(impls)
     times = {name: [] for name in impls}
-    for rep in range(reps):  # interleaved
-        for name in names[rep % len(names):] + names[:rep % len(names)]:
+    for _ in range(reps):
+        for name in order.permutation(names):
             fn, n = impls[name], calls[name]
+            _time_n(fn, 1)
             times[name].append(_time_n(fn, n) / n)
     med = {name: statistics.median(ts) for name, ts in times.items()}
     row = {
@@ -178,6 +219,7 @@ def measure(prob, kind, reps, with_torch=True) -> dict:
         "gflops_per_s": {k: prob.flops / v / 1e9 for k, v in med.items()},
         "first_call_s": compile_s,
         "speedup_vs_vjp": med["jax.vjp"] / med["jaxconv"],
+        "same_program_as_vjp": same_program(impls["jaxconv"], impls["jax.vjp"]),
     }
     if "jaxconv+opts" in med:
         row["speedup_vs_vjp_with_opts"] = med["jax.vjp"] / med["jaxconv+opts"]
@@ -189,6 +231,14 @@ def measure(prob, kind, reps, with_torch=True) -> dict:
 def geomean(values) -> float:
     values = [v for v in values if v > 0]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def _key(r: dict) -> str:
+    return f"{r['list']}:{r['name']}:{r['kind']}"
+
+
+def _slower(r: dict) -> bool:
+    return r["speedup_vs_vjp"] < 1 / 1.05
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -214,8 +264,12 @@ def summarize(rows: list[dict]) -> dict:
     if target:
         out["target_lists"] = {"problems": len(target),
                                "geomean_speedup_vs_vjp": geomean(r["speedup_vs_vjp"] for r in target),
-                               "slower_than_vjp": [f"{r['list']}:{r['name']}:{r['kind']}"
-                                                   for r in target if r["speedup_vs_vjp"] < 1 / 1.05]}
+                               "slower_than_vjp": [_key(r) for r in target if _slower(r)
+                                                   and not r.get("same_program_as_vjp")],
+                               "slower_same_program": [_key(r) for r in target if _slower(r)
+                                                       and r.get("same_program_as_vjp")],
+                               "same_program_as_vjp": sum(bool(r.get("same_program_as_vjp"))
+                                                          for r in target)}
     return out
 
 

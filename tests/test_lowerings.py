@@ -82,7 +82,7 @@ def test_every_lowering_against_torch(case, kernel, method):
 def test_auto_choice():
     def problem(groups, ic, kernel):
         return geometry.convolution_problem(
-            "t", geometry.Names(), x_shape=(2, 9, 9, ic), y_shape=None,
+            "t", geometry.Names(), x_shape=(2, *[9] * len(kernel), ic), y_shape=None,
             w_shape=(*kernel, ic // groups, 8), strides=None, pads_begin=None, pads_end=None,
             dilations=None, auto_pad="valid", groups=groups, data_format="NXC",
             filter_format="XIO")
@@ -91,6 +91,9 @@ def test_auto_choice():
     assert lowering.choose_weight_grad(problem(2, 4, (3, 3))) == "feature_group"
     assert lowering.choose_weight_grad(problem(4, 4, (3, 3))) == "shifted"
     assert lowering.choose_weight_grad(problem(2, 4, (1, 1))) == "dot"
+    # 3D: batch_group_count stays unless the groups are wide.
+    assert lowering.choose_weight_grad(problem(2, 8, (3, 3, 3))) == "conv"
+    assert lowering.choose_weight_grad(problem(2, 32, (3, 3, 3))) == "feature_group"
 
 
 def test_inapplicable_or_unknown_method():

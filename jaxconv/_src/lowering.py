@@ -20,6 +20,7 @@ crops with negative widths) wherever the transposes JAX derives under
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Any
@@ -291,7 +292,11 @@ def choose_weight_grad(p: ConvProblem) -> str:
         return "dot"
     if p.groups > 1 and p.in_channels == p.groups:
         return "shifted"
-    if p.groups > 1:
+    # XLA:CPU's 1D/2D convolution expands batch_group_count into a dense problem (30-80x
+    # slower than feature_group on N16 g4..g32 28x28 k3); its 3D convolution does not, and
+    # there feature_group only wins with wide groups (3.5-4x at 16 and 32 channels per
+    # group, 1.4-7x slower at 2-8: benchdnn's 3d_gconv problems).
+    if p.groups > 1 and (len(p.kernel) <= 2 or p.in_channels // p.groups >= 16):
         return "feature_group"
     return "conv"
 
@@ -354,14 +359,38 @@ def _weight_grad_sliced(x, dy, p: ConvProblem, method, precision, acc) -> jax.Ar
 
 
 def _weight_grad_conv(x, dy, p: ConvProblem, method, precision, preferred_element_type):
-    """The "conv" and "feature_group" methods: one relabelled convolution."""
+    """The "conv" and "feature_group" methods: one relabelled convolution.
+
+    Its padding goes inside the convolution (an explicit ``lax.pad`` is
+    materialized by XLA: 2x on N16 C64 56x56 k3). On a problem with a stride
+    and a dilation (on any axes) the transposes JAX derives from that
+    convolution for second-order grads abort jaxlib 0.10.2
+    (tests/test_hazards.py), so there the primal keeps the fast form and a
+    ``custom_jvp`` makes every derivative go through the explicitly padded
+    form instead: the kernel is bilinear, so its JVP is
+    ``wgrad(tx, dy) + wgrad(x, tdy)``, and JAX never transposes the fast one.
+    """
+    kernel = functools.partial(_relabelled_weight_grad, p=p, method=method, precision=precision,
+                               preferred_element_type=preferred_element_type)
+    if not (any(s > 1 for s in p.strides) and any(dl > 1 for dl in p.dilations)):
+        return kernel(x, dy, inside=True)
+
+    @jax.custom_jvp
+    def fast(x, dy):
+        return kernel(x, dy, inside=True)
+
+    @fast.defjvp
+    def _(primals, tangents):
+        (x, dy), (tx, tdy) = primals, tangents
+        return fast(x, dy), kernel(tx, dy, inside=False) + kernel(x, tdy, inside=False)
+
+    return fast(x, dy)
+
+
+def _relabelled_weight_grad(x, dy, *, p: ConvProblem, method, precision, preferred_element_type,
+                            inside: bool) -> jax.Array:
     d = p.data
-    # Padding inside the convolution where it is safe. A problem with a stride
-    # and a dilation (on any axes) keeps all padding explicit: the transposes
-    # JAX derives for its second-order grads otherwise abort jaxlib 0.10.2
-    # (tests/test_hazards.py).
-    strided_dilated = any(s > 1 for s in p.strides) and any(dl > 1 for dl in p.dilations)
-    caps = [0 if strided_dilated else (o - 1) * s for o, s in zip(p.output_size, p.strides)]
+    caps = [(o - 1) * s if inside else 0 for o, s in zip(p.output_size, p.strides)]
     xc, pads = _fit(x, d.spatial_axes, p.fit_pads, caps)
     o_ax, i_ax, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
     out_spec = (i_ax, o_ax, *w_sp)
