@@ -44,10 +44,11 @@ def main() -> int:
     impls = {"jaxconv": lambda: ours(xj, wj).block_until_ready(),
              "jax.vjp": lambda: base(xj, w_fwd).block_until_ready()}
     try:
-        from tests import openvino_oracle as ovo
         import openvino as ov
         from openvino import opset1
         from openvino.utils.node_factory import NodeFactory
+
+        from tests import openvino_oracle as ovo
 
         param = opset1.parameter(list(x.shape), np.float32)
         node = NodeFactory("opset1").create(

@@ -5,6 +5,7 @@ pure JAX functions that run under ``jit``, ``vmap`` and ``grad`` on any
 backend. See ``README.md`` and ``docs/``.
 """
 
+from jaxconv import tbe
 from jaxconv._src.config import (
     data_grad_lowering,
     weight_grad_lowering,
@@ -30,7 +31,6 @@ from jaxconv._src.openvino import (
 from jaxconv._src.openvino_ir import from_openvino_ir
 from jaxconv._src.tbe import conv2d_backprop_filter
 from jaxconv._src.version import __version__
-from jaxconv import tbe
 
 __all__ = [
     "__version__",

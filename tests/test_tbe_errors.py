@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import pytest
 
 import jaxconv
-from tests import helpers as h
 from jaxconv import tbe
+from tests import helpers as h
 
 X5 = jnp.ones((1, 1, 7, 7, 16), jnp.float16)
 DY5 = jnp.ones((1, 1, 7, 7, 16), jnp.float16)

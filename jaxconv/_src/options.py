@@ -10,6 +10,7 @@ from jax import lax
 
 from jaxconv._src import geometry
 
+
 def compute_options(op: str, precision: Any, preferred_element_type: Any) -> tuple[Any, Any]:
     """Validates ``precision`` and ``preferred_element_type``; returns hashable forms."""
     if preferred_element_type is not None:
