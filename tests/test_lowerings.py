@@ -25,8 +25,6 @@ ALL = ("conv", "feature_group", "shifted", "dot")
 def _applies(method, case: Case, kernel) -> bool:
     if method == "shifted":
         return case.groups_name == "depthwise"
-    if method == "dot":
-        return all(k == 1 for k in kernel)
     return True
 
 
@@ -91,9 +89,11 @@ def test_auto_choice():
     assert lowering.choose_weight_grad(problem(2, 4, (3, 3))) == "feature_group"
     assert lowering.choose_weight_grad(problem(4, 4, (3, 3))) == "shifted"
     assert lowering.choose_weight_grad(problem(2, 4, (1, 1))) == "dot"
-    # 3D: batch_group_count stays unless the groups are wide.
-    assert lowering.choose_weight_grad(problem(2, 8, (3, 3, 3))) == "conv"
-    assert lowering.choose_weight_grad(problem(2, 32, (3, 3, 3))) == "feature_group"
+    # 3D: per-tap products, except with fewer than 4 channels per group.
+    assert lowering.choose_weight_grad(problem(1, 4, (3, 3, 3))) == "dot"
+    assert lowering.choose_weight_grad(problem(2, 8, (3, 3, 3))) == "dot"
+    assert lowering.choose_weight_grad(problem(4, 8, (3, 3, 3))) == "conv"
+    assert lowering.choose_weight_grad(problem(4, 4, (3, 3, 3))) == "shifted"
 
 
 def test_inapplicable_or_unknown_method():
@@ -101,10 +101,6 @@ def test_inapplicable_or_unknown_method():
     with pytest.raises(ValueError, match="weight_grad_lowering: method must be one of"):
         with jaxconv.weight_grad_lowering("fast"):
             pass
-    with jaxconv.weight_grad_lowering("dot"):
-        with pytest.raises(ValueError, match=r"convolution_backprop_filters: weight_grad_lowering "
-                                             r"'dot' needs a 1x1 kernel or a 1x1 output, got kernel \[3, 3\]"):
-            jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4))
     with jaxconv.weight_grad_lowering("shifted"):
         with pytest.raises(ValueError, match="'shifted' needs one input channel per group"):
             jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4))

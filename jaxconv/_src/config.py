@@ -35,8 +35,8 @@ def weight_grad_lowering(method: str) -> Iterator[None]:
       method: ``"auto"``, ``"conv"`` (one convolution with batch_group_count),
         ``"feature_group"`` (groups moved next to the batch),
         ``"shifted"`` (one multiply-reduce per kernel tap; needs one input
-        channel per group) or ``"dot"`` (a dot_general; needs a 1x1 kernel or
-        a 1x1 output).
+        channel per group) or ``"dot"`` (one dot_general per kernel tap, or
+        one outer product when every output extent is 1).
 
     Raises:
       ValueError: an unknown method (at entry), or a method that does not apply
@@ -89,9 +89,6 @@ def weight_grad_method(op: str, p) -> str:
     if method == "shifted" and p.in_channels != p.groups:
         raise ValueError(f"{op}: weight_grad_lowering 'shifted' needs one input channel per "
                          f"group, got {p.in_channels} channels in {p.groups} groups")
-    if method == "dot" and any(k != 1 for k in p.kernel) and any(o != 1 for o in p.output_size):
-        raise ValueError(f"{op}: weight_grad_lowering 'dot' needs a 1x1 kernel or a 1x1 output, "
-                         f"got kernel {list(p.kernel)} and output {list(p.output_size)}")
     return method
 
 

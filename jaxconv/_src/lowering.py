@@ -290,13 +290,18 @@ def choose_weight_grad(p: ConvProblem) -> str:
     """The weight-gradient method ``"auto"`` picks for a problem (see docs/performance.md)."""
     if all(k == 1 for k in p.kernel) or all(o == 1 for o in p.output_size):
         return "dot"
+    # XLA:CPU has no fast 3D convolution: per-tap matrix products (batched over groups)
+    # ran 1.2-3.8x faster than the convolution on benchdnn's 3D problems, except with
+    # 2 channels per group (1.15x slower). On 2D they ran 1.3-2.6x slower: the strided
+    # slices cost more there than the library convolution saves.
+    if len(p.kernel) == 3 and p.in_channels > p.groups and (p.groups == 1 or
+                                                            p.in_channels // p.groups >= 4):
+        return "dot"
     if p.groups > 1 and p.in_channels == p.groups:
         return "shifted"
-    # XLA:CPU's 1D/2D convolution expands batch_group_count into a dense problem (30-80x
-    # slower than feature_group on N16 g4..g32 28x28 k3); its 3D convolution does not, and
-    # there feature_group only wins with wide groups (3.5-4x at 16 and 32 channels per
-    # group, 1.4-7x slower at 2-8: benchdnn's 3d_gconv problems).
-    if p.groups > 1 and (len(p.kernel) <= 2 or p.in_channels // p.groups >= 16):
+    # XLA:CPU's 1D/2D convolution expands batch_group_count into a dense problem: 30-80x
+    # slower than feature_group on N16 g4..g32 28x28 k3. (3D: "dot" above, or "conv".)
+    if p.groups > 1 and len(p.kernel) <= 2:
         return "feature_group"
     return "conv"
 
@@ -342,11 +347,14 @@ def _weight_grad_sliced(x, dy, p: ConvProblem, method, precision, acc) -> jax.Ar
             xs = split(_window(xc, p, start, p.output_size, p.strides), 1).astype(dyg.dtype)
             taps.append(jnp.sum(xs * dyg, axis=[b, *sp]))  # (G, m)
         return jnp.stack(taps, axis=-1).reshape(g, m, *p.kernel)[:, None]  # (G, 1, m, *K)
-    if all(k == 1 for k in p.kernel):  # dot, 1x1 kernel: contract batch and positions
-        xs = split(_window(xc, p, (0,) * p.rank, p.output_size, p.strides), p.in_channels // g)
-        dw = lax.dot_general(xs, dyg, (([b, *sp], [b, *sp]), ((c,), (c,))),
-                             precision=precision, preferred_element_type=acc)  # (G, ICg, OCg)
-        return dw.reshape(*dw.shape, *(1,) * p.rank)
+    if any(o != 1 for o in p.output_size):  # dot: per kernel tap, contract batch and positions
+        taps = []
+        for k in np.ndindex(*p.kernel):
+            start = [kk * dl for kk, dl in zip(k, p.dilations)]
+            xs = split(_window(xc, p, start, p.output_size, p.strides), p.in_channels // g)
+            taps.append(lax.dot_general(xs, dyg, (([b, *sp], [b, *sp]), ((c,), (c,))),
+                                        precision=precision, preferred_element_type=acc))
+        return jnp.stack(taps, axis=-1).reshape(*taps[0].shape, *p.kernel)  # (G, ICg, OCg, *K)
     # dot, every O == 1: the window covers the padded input once; contract the batch only
     xs = split(_window(xc, p, (0,) * p.rank, p.kernel, p.dilations), p.in_channels // g)
     dyg = dyg.reshape([n for a, n in enumerate(dyg.shape) if a not in sp])  # drop the 1s
