@@ -1,10 +1,39 @@
-"""The ``jaxconv`` command line."""
+"""The ``jaxconv`` command line (also ``python -m jaxconv``).
+
+Commands:
+  check    every op against jax.vjp on the current backend, as a table
+  shapes   an op's output shape and resolved geometry, computing nothing
+  bench    the benchmark runner (benchmarks/run.py of a source checkout)
+  demo     one filter gradient, explained
+
+Each exits 0 on success, 1 when a check fails, 2 on bad arguments.
+"""
 
 from __future__ import annotations
 
 import argparse
+import inspect
+import json
+import pathlib
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+_EPILOG_SHAPES = """\
+arguments are NAME=VALUE pairs named as in the op's signature; an array argument
+takes its shape. Values: 1,2,3 (ints), 5 (int), same_upper (string), true/false,
+or JSON ({"strides": [1, 1], ...} for the TBE para_dict).
+
+examples:
+  jaxconv shapes convolution_backprop_filters input_forward=8,32,32,16 \\
+      output_delta=8,16,16,32 filter_shape=3,3,8,32 strides=2,2 auto_pad=same_upper groups=2
+  jaxconv shapes group_convolution_backprop_data data=1,20,224,224 filters=4,5,2,3,3 \\
+      strides=2,2 pads_begin=1,1 pads_end=1,1
+"""
+
+
+class UsageError(ValueError):
+    """A bad command-line argument (exit status 2)."""
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -25,7 +54,11 @@ def _demo(args: argparse.Namespace) -> int:
         lambda x: jaxconv.convolution(x, jnp.zeros(filter_shape), **attrs), x).shape
     dy = jnp.asarray(rng.standard_normal(y_shape), jnp.float32)
 
-    dw = jax.jit(lambda x, dy: jaxconv.convolution_backprop_filters(x, dy, filter_shape, **attrs))(x, dy)
+    def grad(x, dy):
+        return jaxconv.convolution_backprop_filters(x, dy, filter_shape, **attrs)
+
+    dw = jax.jit(grad)(x, dy)
+
     # The reference: jax.vjp of plain lax.conv_general_dilated ("SAME" is TF's
     # rule, the same as same_upper), independent of jaxconv's geometry.
     def plain(w):
@@ -41,14 +74,172 @@ def _demo(args: argparse.Namespace) -> int:
           f"filter_shape {filter_shape} XIO")
     print("  strides (2, 2), auto_pad same_upper, groups 2")
     print(f"  filter_delta[1, 1, :3, 0] = {np.asarray(dw[1, 1, :3, 0]).round(4).tolist()}")
-    print(f"  max |jaxconv - jax.vjp| / max |jax.vjp| = {err:.2e}  (reference: jax.vjp of lax.conv_general_dilated) -> {'OK' if ok else 'MISMATCH'}")
+    print(f"  max |jaxconv - jax.vjp| / max |jax.vjp| = {err:.2e} "
+          f"(reference: jax.vjp of lax.conv_general_dilated) -> {'OK' if ok else 'MISMATCH'}")
     return 0 if ok else 1
 
 
+def _check(args: argparse.Namespace) -> int:
+    """Verifies every op against jax.vjp of lax.conv_general_dilated on this backend."""
+    import jax
+
+    from jaxconv._src import checks
+
+    print(f"jaxconv check: backend {jax.default_backend()} ({jax.devices()[0].device_kind}), "
+          f"float32, Precision.HIGHEST, tolerance {checks.TOLERANCE:.0e} relative")
+    results = checks.run_checks()
+    print(checks.format_table(results))
+    failed = [r.op for r in results if not r.ok]
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+# --------------------------------------------------------------------------- shapes
+
+_NOT_OPS = ("weight_grad_lowering", "data_grad_lowering", "xla_cpu_compiler_options",
+            "from_openvino_ir")
+
+
+def _ops() -> dict[str, Any]:
+    """The public ops (array in, array out)."""
+    import jaxconv
+    return {name: getattr(jaxconv, name) for name in jaxconv.__all__
+            if inspect.isfunction(getattr(jaxconv, name)) and name not in _NOT_OPS}
+
+
+def _array_params(fn) -> list[str]:
+    """The positional parameters that take arrays (those before the shape / attribute ones)."""
+    out = []
+    for name, prm in inspect.signature(fn).parameters.items():
+        if prm.kind is not prm.POSITIONAL_OR_KEYWORD or prm.default is not prm.empty:
+            break
+        if "shape" in name or "sizes" in name or name == "para_dict":
+            break
+        out.append(name)
+    return out
+
+
+def _value(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low == "none":
+        return None
+    if text[:1] in "[{":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise UsageError(f"not valid JSON: {text!r} ({e.msg})") from None
+    parts = [p for p in text.split(",") if p != ""]
+    try:
+        ints = tuple(int(p) for p in parts)
+    except ValueError:
+        return text
+    return ints[0] if len(ints) == 1 and "," not in text else ints
+
+
+def _shapes(args: argparse.Namespace) -> int:
+    """Prints an op's output shape and resolved geometry; computes nothing."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxconv._src import geometry, lowering
+
+    ops = _ops()
+    if args.op not in ops:
+        raise UsageError(f"unknown op {args.op!r}; one of: {', '.join(sorted(ops))}")
+    fn = ops[args.op]
+    params = inspect.signature(fn).parameters
+    arrays = _array_params(fn)
+    kwargs: dict[str, Any] = {}
+    for item in args.arguments:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"argument {item!r} is not NAME=VALUE")
+        if name not in params:
+            raise UsageError(f"{args.op} has no argument {name!r}; it takes: {', '.join(params)}")
+        kwargs[name] = _value(text)
+    missing = [a for a in arrays if a not in kwargs]
+    if missing:
+        raise UsageError(f"{args.op} needs the shape of {', '.join(missing)} (e.g. {missing[0]}=1,3,8,8)")
+    dtype = jnp.dtype(args.dtype)
+    structs = []
+    for a in arrays:
+        shape = kwargs.pop(a)
+        shape = (shape,) if isinstance(shape, int) else shape
+        if not isinstance(shape, tuple) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise UsageError(f"{a} must be a shape like 1,3,8,8, got {shape!r}")
+        structs.append(jax.ShapeDtypeStruct(shape, dtype))
+    with geometry.recording_problems() as log:
+        out = jax.eval_shape(lambda *xs: fn(*xs, **kwargs), *structs)
+    print(f"{args.op}: output shape {tuple(out.shape)}, dtype {out.dtype}")
+    for p in log[-1:]:
+        transposed = p.filter_swap
+        role = "the convolution it transposes" if transposed else "the forward convolution"
+        print(f"  geometry ({role}, {p.rank}D, data {p.data.format}, filter {p.filter_layout.format})")
+        rows = [("input size", p.input_size), ("output size", p.output_size),
+                ("kernel", p.kernel), ("strides", p.strides), ("dilations", p.dilations),
+                ("pads_begin", p.pads_begin),
+                ("pads_end" + (" (net of output_padding)" if transposed else ""), p.pads_end),
+                ("channels in -> out", (p.in_channels, p.out_channels)), ("groups", p.groups)]
+        for k, v in rows:
+            print(f"    {k:34s} {list(v) if isinstance(v, tuple) else v}")
+        grads = "weight" if "filter" in args.op or "weights" in args.op else (
+            "data" if args.op not in ("convolution", "group_convolution",
+                                      "conv_transpose_backward_data") else None)
+        if grads == "weight":
+            print(f"    {'lowering':34s} weight gradient: {lowering.choose_weight_grad(p)}")
+        elif grads == "data":
+            print(f"    {'lowering':34s} data gradient: {lowering.choose_data_grad(p)}")
+    return 0
+
+
+# --------------------------------------------------------------------------- bench
+
+def _bench(args: argparse.Namespace) -> int:
+    """Runs benchmarks/run.py of the source checkout jaxconv is installed from."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    if not (root / "benchmarks" / "run.py").is_file():
+        print("jaxconv bench: the benchmarks live in the source checkout (benchmarks/run.py); "
+              f"none beside this installation ({root}). Install with `pip install -e .` from a "
+              "clone of the repository.", file=sys.stderr)
+        return 2
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from benchmarks import run
+    return run.main(args.bench_args)
+
+
+# --------------------------------------------------------------------------- main
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="jaxconv", description="Differentiable convolution-gradient operators for JAX.")
+        prog="jaxconv", description="Differentiable convolution-gradient operators for JAX.",
+        epilog="`jaxconv COMMAND --help` describes each command.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    check = sub.add_parser("check", help="verify every op against jax.vjp on this backend",
+                           description=_check.__doc__)
+    check.set_defaults(func=_check)
+
+    shapes = sub.add_parser("shapes", help="output shape and resolved pads of an op, no compute",
+                            description=_shapes.__doc__, epilog=_EPILOG_SHAPES,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    shapes.add_argument("op", help="a jaxconv op, e.g. convolution_backprop_filters")
+    shapes.add_argument("arguments", nargs="*", metavar="NAME=VALUE",
+                        help="the op's arguments (arrays by their shape)")
+    shapes.add_argument("--dtype", default="float32", help="dtype of the arrays (default float32)")
+    shapes.set_defaults(func=_shapes)
+
+    bench = sub.add_parser(
+        "bench", help="run the benchmark runner (arguments go to benchmarks/run.py)",
+        description=_bench.__doc__ + " Every argument after `bench` is passed on; "
+        "`jaxconv bench -- --help` lists them (presets: quick, full).",
+        epilog="example: jaxconv bench --preset quick")
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER,
+                       help="arguments of benchmarks/run.py (default: --preset quick)")
+    bench.set_defaults(func=_bench)
+
     demo = sub.add_parser("demo", help="compute a filter gradient and check it against jax.vjp",
                           description=_demo.__doc__)
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -57,9 +248,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    if argv[:1] == ["bench"] and argv[1:2] not in (["-h"], ["--help"]):
+        # Everything after `bench` belongs to the runner (argparse.REMAINDER cannot take
+        # a first argument that looks like an option).
+        rest = argv[1:]
+        return _bench(argparse.Namespace(bench_args=rest[1:] if rest[:1] == ["--"] else rest))
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    return args.func(args)
+    try:
+        return args.func(args)
+    except UsageError as e:
+        print(f"jaxconv {args.command}: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError) as e:  # the op's own validation error, already explicit
+        if args.command != "shapes":
+            raise
+        print(f"jaxconv shapes: {e}", file=sys.stderr)
+        return 2

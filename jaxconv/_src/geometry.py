@@ -33,9 +33,11 @@ Layout strings are read letter by letter: ``N``/``C``/``X`` for data
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
@@ -608,11 +610,33 @@ def convolution_problem(
             f"strides {list(s)}, dilations {list(d)}, pads_begin {list(pb)}, pads_end "
             f"{list(pe)}), got {list(out_given)}"
         )
-    return ConvProblem(
+    return _recorded(ConvProblem(
         op=op, rank=n, data=layout, filter_layout=wl, filter_swap=False, batch=batch,
         in_channels=in_channels, out_channels=out_channels, groups=g, input_size=in_size,
         output_size=out_size, kernel=kernel, strides=s, dilations=d, pads_begin=pb, pads_end=pe,
-    )
+    ))
+
+
+_RECORD: contextvars.ContextVar[list | None] = contextvars.ContextVar("jaxconv_problems",
+                                                                     default=None)
+
+
+@contextlib.contextmanager
+def recording_problems() -> Iterator[list[ConvProblem]]:
+    """Collects every :class:`ConvProblem` built inside the block (``jaxconv shapes``)."""
+    log: list[ConvProblem] = []
+    token = _RECORD.set(log)
+    try:
+        yield log
+    finally:
+        _RECORD.reset(token)
+
+
+def _recorded(p: ConvProblem) -> ConvProblem:
+    log = _RECORD.get()
+    if log is not None:
+        log.append(p)
+    return p
 
 
 def full_input_shape(
@@ -825,12 +849,12 @@ def conv_transpose_problem(
     # The convolution this ConvTranspose transposes, fitted exactly.
     conv_pe = tuple(st * (i - 1) + k_d - b - o
                     for st, i, k_d, b, o in zip(s, in_size, dk, pb, out_size))
-    return ConvProblem(
+    return _recorded(ConvProblem(
         op=op, rank=n, data=layout, filter_layout=wl, filter_swap=True, batch=batch,
         in_channels=out_channels, out_channels=in_channels, groups=g, input_size=tuple(out_size),
         output_size=tuple(in_size), kernel=kernel, strides=s, dilations=d, pads_begin=pb,
         pads_end=conv_pe,
-    )
+    ))
 
 
 # --------------------------------------------------------------------------
