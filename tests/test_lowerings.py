@@ -176,14 +176,16 @@ def test_data_gradient_lowerings_convolution_backward_data(method):
 def test_data_gradient_auto_choice_and_unknown():
     assert lowering.choose_data_grad(_problem_strided(2)) == "phases"
     assert lowering.choose_data_grad(_problem_strided(1)) == "grid"
+    assert lowering.choose_data_grad(_problem_strided(2, channels=3)) == "grid"  # image layer
     with pytest.raises(ValueError, match="data_grad_lowering: method must be one of"):
         with jaxconv.data_grad_lowering("fft"):
             pass
 
 
-def _problem_strided(s):
+def _problem_strided(s, channels=8):
     return geometry.convolution_problem(
-        "t", geometry.Names(), x_shape=(1, 9, 9, 2), y_shape=None, w_shape=(3, 3, 2, 2),
+        "t", geometry.Names(), x_shape=(1, 9, 9, channels), y_shape=None,
+        w_shape=(3, 3, channels, 2),
         strides=s, pads_begin=None, pads_end=None, dilations=None, auto_pad="valid", groups=1,
         data_format="NXC", filter_format="XIO")
 

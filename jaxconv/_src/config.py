@@ -38,6 +38,9 @@ def weight_grad_lowering(method: str) -> Iterator[None]:
         channel per group) or ``"dot"`` (one dot_general per kernel tap, or
         one outer product when every output extent is 1).
 
+    Returns:
+      A context manager; the override holds inside its ``with`` block.
+
     Raises:
       ValueError: an unknown method (at entry), or a method that does not apply
         to a problem (when that op is called).
@@ -63,6 +66,9 @@ def data_grad_lowering(method: str) -> Iterator[None]:
         explicit pad, one stride-1 convolution) or ``"phases"`` (one stride-1
         convolution per output phase with the sub-kernel of taps reaching it,
         interleaved; no zero grid).
+
+    Returns:
+      A context manager; the override holds inside its ``with`` block.
 
     Raises:
       ValueError: an unknown method.

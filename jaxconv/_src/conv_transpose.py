@@ -152,12 +152,17 @@ def conv_transpose_backward_data(
     The forward input size ``I`` is solved from ``O = S*(I-1) + DK - pb - pe +
     output_padding``; ``output_padding`` only takes part in that shape check.
 
+    Layouts: the data tensors in ``data_format``, NXC ``(N, *X, C)`` (default) or
+    NCX ``(N, C, *X)``; the weights in ``filter_format``: IOX ``(IC, OC/g, *K)``,
+    XOI ``(*K, OC/g, IC)``, OIX ``(OC/g, IC, *K)`` or XIO ``(*K, IC, OC/g)``, IC
+    being the ConvTranspose's input channels.
+
     Args:
       output_delta: ``dy``, the gradient w.r.t. the ConvTranspose output.
       filter: the weights, in ``filter_format`` (see :func:`conv_transpose`).
-      strides, pads_begin, pads_end, dilations, auto_pad, output_padding, groups,
-      data_format, filter_format, precision, preferred_element_type: as in
-        :func:`conv_transpose`.
+      strides, pads_begin, pads_end, dilations, auto_pad: as in :func:`conv_transpose`.
+      output_padding, groups, data_format, filter_format: as in :func:`conv_transpose`.
+      precision, preferred_element_type: as in :func:`conv_transpose`.
 
     Returns:
       ``dx`` with the ConvTranspose input's shape.
@@ -237,8 +242,9 @@ def conv_transpose_backward_weights(
       weights_shape: the full weights shape in ``weights_format`` (required):
         IOX ``(IC, OC/g, *K)``, XOI ``(*K, OC/g, IC)``, OIX ``(OC/g, IC, *K)`` or
         XIO ``(*K, IC, OC/g)``. Tuple, numpy array or concrete jax array.
-      strides, pads_begin, pads_end, dilations, auto_pad, output_padding, groups,
-      data_format, precision, preferred_element_type: as in :func:`conv_transpose`.
+      strides, pads_begin, pads_end, dilations, auto_pad: as in :func:`conv_transpose`.
+      output_padding, groups, data_format: as in :func:`conv_transpose`.
+      precision, preferred_element_type: as in :func:`conv_transpose`.
       weights_format: ``"XOI"`` (default), ``"IOX"``, ``"OIX"`` or ``"XIO"``.
 
     Returns:
@@ -286,20 +292,33 @@ def conv_transpose_backprop_filters(
     precision: Any = None,
     preferred_element_type: Any = None,
 ) -> jax.Array:
-    """oneDNN Graph ConvTransposeBackpropFilters-1: :func:`conv_transpose_backward_weights` under the older spec.
+    r"""oneDNN Graph ConvTransposeBackpropFilters-1: :func:`conv_transpose_backward_weights` under the older spec.
 
     ``input_forward`` = ``src``, ``output_delta`` = ``diff_dst``,
     ``filter_shape`` = ``weights_shape``, ``filter_format`` (default ``"XIO"``,
     as the older spec) = ``weights_format``. The spec's XIO is
     ``(*K, in_channels, out_channels/groups)`` and its OIX ``(out_channels/groups,
-    in_channels, *K)``; IOX and XOI are accepted too. Same math and lowering.
+    in_channels, *K)``; IOX and XOI are accepted too. Same math and lowering:
+
+    .. math::
+        dW[g \cdot IC_g + ic, oc, k] = \sum_{n, i} x[n, g \cdot IC_g + ic, i]
+        \, dy[n, g \cdot OC_g + oc, iS + kD - p_b]
+
+    with ``x`` = ``input_forward`` (the ConvTranspose input) and ``dy`` =
+    ``output_delta`` (the gradient w.r.t. its output), both in ``data_format``.
+
+    Layouts: the data tensors in ``data_format``, NXC ``(N, *X, C)`` (default) or
+    NCX ``(N, C, *X)``; the weights in ``filter_format``: IOX ``(IC, OC/g, *K)``,
+    XOI ``(*K, OC/g, IC)``, OIX ``(OC/g, IC, *K)`` or XIO ``(*K, IC, OC/g)``, IC
+    being the ConvTranspose's input channels.
 
     Args:
       input_forward: the ConvTranspose input, in ``data_format``.
       output_delta: the gradient w.r.t. the ConvTranspose output.
       filter_shape: the full filter shape in ``filter_format`` (required).
-      strides, pads_begin, pads_end, dilations, auto_pad, output_padding, groups,
-      data_format, precision, preferred_element_type: as in :func:`conv_transpose`.
+      strides, pads_begin, pads_end, dilations, auto_pad: as in :func:`conv_transpose`.
+      output_padding, groups, data_format: as in :func:`conv_transpose`.
+      precision, preferred_element_type: as in :func:`conv_transpose`.
       filter_format: ``"XIO"`` (default), ``"OIX"``, ``"IOX"`` or ``"XOI"``.
 
     Returns:

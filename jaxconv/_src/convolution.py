@@ -128,6 +128,10 @@ def convolution_backward_data(
     filter, sized to fit exactly: no strided + dilated remainder reaches XLA
     (jaxlib 0.10.2 CPU aborts on those; see HAZARDS).
 
+    Layouts: the data tensors in ``data_format``, NXC ``(N, *X, C)`` (default) or
+    NCX ``(N, C, *X)``; the filter in ``filter_format``, XIO ``(*K, IC/g, OC)``
+    (default) or OIX ``(OC, IC/g, *K)``.
+
     Args:
       output_delta: ``dy``, the gradient w.r.t. the forward output, in
         ``data_format``; its spatial shape must equal the forward output size.
@@ -136,9 +140,10 @@ def convolution_backward_data(
         ``data_format`` order (several input sizes give the same output size
         when a stride is > 1, so it is required). Tuple, numpy array or
         concrete jax array.
-      strides, pads_begin, pads_end, dilations, auto_pad, groups, data_format,
-      filter_format, precision, preferred_element_type: as in
-        :func:`convolution`; auto_pad uses the forward input size.
+      strides, pads_begin, pads_end, dilations: as in :func:`convolution`.
+      auto_pad: as in :func:`convolution`, on the forward input size.
+      groups, data_format, filter_format: as in :func:`convolution`.
+      precision, preferred_element_type: as in :func:`convolution`.
 
     Returns:
       ``dx`` with the forward input's shape.
@@ -240,6 +245,10 @@ def convolution_backprop_filters(
     onto ``filter_shape``; it is required, since the kernel size cannot in
     general be recovered from the data shapes.
 
+    Layouts: the data tensors in ``data_format``, NXC ``(N, *X, C)`` (default) or
+    NCX ``(N, C, *X)``; the filter in ``filter_format``, XIO ``(*K, IC/g, OC)``
+    (default) or OIX ``(OC, IC/g, *K)``.
+
     Args:
       input_forward: ``x``, the forward input, in ``data_format``.
       output_delta: ``dy``, the gradient w.r.t. the forward output; its spatial
@@ -247,9 +256,10 @@ def convolution_backprop_filters(
       filter_shape: the full filter shape in ``filter_format``: ``(*K, IC/g, OC)``
         for ``"XIO"`` or ``(OC, IC/g, *K)`` for ``"OIX"``. Tuple, numpy integer
         array or concrete jax array (not a traced value).
-      strides, pads_begin, pads_end, dilations, auto_pad, groups, data_format,
-      filter_format, precision, preferred_element_type: as in
-        :func:`convolution`; auto_pad uses the forward input size.
+      strides, pads_begin, pads_end, dilations: as in :func:`convolution`.
+      auto_pad: as in :func:`convolution`, on the forward input size.
+      groups, data_format, filter_format: as in :func:`convolution`.
+      precision, preferred_element_type: as in :func:`convolution`.
 
     Returns:
       ``dW`` with shape ``filter_shape``, in ``filter_format``.
@@ -301,17 +311,25 @@ def convolution_backward_weights(
     precision: Any = None,
     preferred_element_type: Any = None,
 ) -> jax.Array:
-    """oneDNN ConvolutionBackwardWeights: :func:`convolution_backprop_filters` under oneDNN's current names.
+    r"""oneDNN ConvolutionBackwardWeights: :func:`convolution_backprop_filters` under oneDNN's current names.
 
     ``src`` = ``input_forward``, ``diff_dst`` = ``output_delta``,
     ``weights_shape`` = ``filter_shape``, ``weights_format`` = ``filter_format``.
-    Same math, same lowering, errors in these names.
+    Same math, same lowering, errors in these names:
+
+    .. math::
+        dW[g \cdot OC_g + oc, ic, k] = \sum_{n, t} src[n, g \cdot IC_g + ic, tS + kD - p_b]
+        \, diff\_dst[n, g \cdot OC_g + oc, t]
+
+    Layouts: ``src`` and ``diff_dst`` in ``data_format`` (NXC or NCX); the
+    result in ``weights_format``, XIO ``(*K, IC/g, OC)`` or OIX ``(OC, IC/g, *K)``.
 
     Args:
       src: the forward input, in ``data_format``.
       diff_dst: the gradient w.r.t. the forward output.
       weights_shape: the full weights shape in ``weights_format`` (required).
-      strides, pads_begin, pads_end, dilations, auto_pad, groups, data_format,
+      strides, pads_begin, pads_end, dilations, auto_pad: as in :func:`convolution`.
+      groups, data_format: as in :func:`convolution`.
       precision, preferred_element_type: as in :func:`convolution`.
       weights_format: ``"XIO"`` (default) or ``"OIX"``.
 

@@ -246,9 +246,10 @@ def group_convolution_backprop_data(
       data: ``[N, G*C_IN, *X]`` (NCX), any numeric dtype.
       filters: ``[G, C_IN, C_OUT, *K]`` (spatial axes in data order).
       output_shape: optional spatial output sizes (ints).
-      strides, pads_begin, pads_end, dilations, auto_pad, output_padding,
-      openvino_runtime_padding, precision, preferred_element_type: as in
-        :func:`convolution_backprop_data`.
+      strides, pads_begin, pads_end, dilations: as in :func:`convolution_backprop_data`.
+      auto_pad, output_padding: as in :func:`convolution_backprop_data`.
+      openvino_runtime_padding: as in :func:`convolution_backprop_data`.
+      precision, preferred_element_type: as in :func:`convolution_backprop_data`.
 
     Returns:
       ``[N, G*C_OUT, *Y]`` in the data's dtype (or ``preferred_element_type``).

@@ -134,7 +134,33 @@ def fractal_z_groups(cin_g: int, cout_g: int, groups: int) -> tuple[int, int, in
 
 
 def fractal_z_shape(filter_sizes: tuple[int, int, int, int], groups: int = 1) -> tuple[int, ...]:
-    """The FRACTAL_Z shape of a (Cout, Cin/g, KH, KW) weight."""
+    r"""The FRACTAL_Z shape of a ``(Cout, Cin/g, KH, KW)`` weight (groups: the enlarge packing).
+
+    .. math::
+        (real\_g,\ cin1\_g \cdot KH \cdot KW,\ cout\_g,\ 16)
+
+    with ``mag = min(lcm(lcm(Cin_g,16)/Cin_g, lcm(Cout_g,16)/Cout_g), groups)``,
+    ``real_g = ceil(groups/mag)``, ``cin1_g = ceil(mag*Cin_g/16)``,
+    ``cout_g = ceil(mag*Cout_g/16)*16``; for ``groups=1``: ``(1, C1*KH*KW,
+    ceil(Cout/16)*16, 16)``.
+
+    Args:
+      filter_sizes: ``(Cout, Cin/groups, KH, KW)`` (the OIHW weight shape).
+      groups: the convolution's groups (default 1).
+
+    Returns:
+      The 4-tuple shape of the FRACTAL_Z tensor.
+
+    Raises:
+      ValueError: Cout not divisible by groups (from the packing).
+
+    Example:
+      >>> from jaxconv import tbe
+      >>> tbe.fractal_z_shape((32, 20, 3, 3))
+      (1, 18, 32, 16)
+      >>> tbe.fractal_z_shape((32, 5, 3, 3), groups=4)
+      (1, 18, 32, 16)
+    """
     cout, cin_g, kh, kw = filter_sizes
     _, real_g, cin1_g, cout_pad = fractal_z_groups(cin_g, cout // groups, groups)
     return (real_g, cin1_g * kh * kw, cout_pad, C0)
