@@ -143,7 +143,7 @@ def test_conv_transpose_and_tbe_follow_the_override(method):
 from tests import test_conv_transpose as tct  # noqa: E402
 
 
-@pytest.mark.parametrize("method", ["grid", "phases"])
+@pytest.mark.parametrize("method", ["grid", "phases", "dot"])
 @pytest.mark.parametrize("case", tct.MATRIX[::4], ids=lambda c: c.id)
 def test_data_gradient_lowerings_against_torch(case, method):
     """conv_transpose (the data-gradient kernel) and its backward data, both forced."""
@@ -155,7 +155,7 @@ def test_data_gradient_lowerings_against_torch(case, method):
     h.assert_close(y, y_t, jnp.float32)
 
 
-@pytest.mark.parametrize("method", ["grid", "phases"])
+@pytest.mark.parametrize("method", ["grid", "phases", "dot"])
 def test_data_gradient_lowerings_convolution_backward_data(method):
     rng = np.random.default_rng(2)
     x = h.random(rng, (2, 9, 8, 4))
@@ -177,17 +177,18 @@ def test_data_gradient_auto_choice_and_unknown():
     assert lowering.choose_data_grad(_problem_strided(2)) == "phases"
     assert lowering.choose_data_grad(_problem_strided(1)) == "grid"
     assert lowering.choose_data_grad(_problem_strided(2, channels=3)) == "grid"  # image layer
+    assert lowering.choose_data_grad(_problem_strided(2, groups=2)) == "dot"
     with pytest.raises(ValueError, match="data_grad_lowering: method must be one of"):
         with jaxconv.data_grad_lowering("fft"):
             pass
 
 
-def _problem_strided(s, channels=8):
+def _problem_strided(s, channels=8, groups=1):
     return geometry.convolution_problem(
         "t", geometry.Names(), x_shape=(1, 9, 9, channels), y_shape=None,
-        w_shape=(3, 3, channels, 2),
-        strides=s, pads_begin=None, pads_end=None, dilations=None, auto_pad="valid", groups=1,
-        data_format="NXC", filter_format="XIO")
+        w_shape=(3, 3, channels // groups, 2 * groups),
+        strides=s, pads_begin=None, pads_end=None, dilations=None, auto_pad="valid",
+        groups=groups, data_format="NXC", filter_format="XIO")
 
 
 @pytest.mark.parametrize("rank,df,ff,groups,dilation,pad", [

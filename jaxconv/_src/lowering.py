@@ -180,7 +180,37 @@ def _data_grad_grid(dy, w, p: ConvProblem, precision, preferred_element_type) ->
 # padded (or cropped) by -c_last at the start, with ceil(I / S) outputs. The
 # phases are then interleaved: dx[r + S*u] = dx_r[u]. No input dilation and no
 # zero grid: S^rank times less work than the grid form.
-def _data_grad_phases(dy, w, p: ConvProblem, precision, preferred_element_type) -> jax.Array:
+def _phase_dots(dyp, w, p: ConvProblem, taps, u_max, dil, precision, preferred_element_type):
+    """One phase of the "dot" data gradient: sum over its taps of a matrix product.
+
+    ``dx_r[u] = sum_j dyp[u + j*D'] W[taps[j]]`` with the channel contraction
+    done by ``dot_general`` batched over groups (no XLA grouped convolution).
+    Works in (N, *X, C) order; returns the phase in the data layout.
+    """
+    d, g = p.data, p.groups
+    o_ax, i_ax, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
+    ocg, icg = p.out_channels // g, p.in_channels // g
+    y = jnp.transpose(dyp, (d.batch_axis, *d.spatial_axes, d.channel_axis))
+    y = y.reshape(*y.shape[:-1], g, ocg)  # (N, *X, G, OCg)
+    wc = jnp.transpose(w, (o_ax, i_ax, *w_sp)).reshape(g, ocg, icg, *p.kernel)
+    acc = accumulation_dtype(dyp.dtype, preferred_element_type)
+    total = None
+    for j in itertools.product(*(range(len(t)) for t in taps)):
+        lo = [0] + [jj * dd for jj, dd in zip(j, dil)] + [0, 0]
+        hi = [y.shape[0]] + [a + u for a, u in zip(lo[1:-2], u_max)] + [g, ocg]
+        wk = wc[(slice(None),) * 3 + tuple(t[jj] for t, jj in zip(taps, j))]  # (G, OCg, ICg)
+        part = lax.dot_general(lax.slice(y, lo, hi), wk, (((p.rank + 2,), (1,)),
+                               ((p.rank + 1,), (0,))), precision=precision,
+                               preferred_element_type=acc)  # (G, N, *U, ICg)
+        total = part if total is None else total + part
+    out = jnp.moveaxis(total, 0, -2).reshape(*total.shape[1:-1], g * icg)  # (N, *U, C)
+    spec = (d.batch_axis, *d.spatial_axes, d.channel_axis)
+    out = jnp.transpose(out, [spec.index(a) for a in range(out.ndim)])
+    return out.astype(preferred_element_type if preferred_element_type is not None else dyp.dtype)
+
+
+def _data_grad_phases(dy, w, p: ConvProblem, precision, preferred_element_type,
+                      dot: bool = False) -> jax.Array:
     _, _, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
     d = p.data
     n = p.rank
@@ -198,6 +228,14 @@ def _data_grad_phases(dy, w, p: ConvProblem, precision, preferred_element_type) 
     for combo in itertools.product(*(range(s) for s in p.strides)):
         sel = [phase_axes[a][r] for a, r in enumerate(combo)]
         if any(v is None for v in sel):
+            continue
+        if dot:
+            pads = []
+            for (taps, c_last), o, u, dd in zip(sel, p.output_size, u_max, dil):
+                pads.append((-c_last, u - 1 + (len(taps) - 1) * dd + 1 + c_last - o))
+            parts[combo] = _phase_dots(_pad_spatial(dy, d.spatial_axes, pads), w, p,
+                                       [t for t, _ in sel], u_max, dil, precision,
+                                       preferred_element_type)
             continue
         # sub-kernel: taps in decreasing k (the reversal), on each spatial axis of the filter
         wsub = w
@@ -234,19 +272,28 @@ def _data_grad_phases(dy, w, p: ConvProblem, precision, preferred_element_type) 
     return lax.slice(assemble(()), (0,) * len(p.x_shape), p.x_shape)  # crop to I per axis
 
 
-DATA_GRAD_METHODS = ("grid", "phases")
+DATA_GRAD_METHODS = ("grid", "phases", "dot")
 
 
 def choose_data_grad(p: ConvProblem) -> str:
-    """``"phases"`` when a stride is > 1 (and the phase count stays small), else ``"grid"``.
+    """The data-gradient method ``"auto"`` picks for a problem (see docs/performance.md).
 
-    Except for 1D/2D results of at most 4 channels (image-sized first layers:
-    benchdnn's alexnet deconv1, googlenet conv1, masknet deconv1), where XLA:CPU
-    ran the S^rank small convolutions 1.1-2.3x slower than the one on the grid.
+    * ``"dot"`` for grouped problems without dilation, and 3D ones of at most
+      128 channels: XLA:CPU's grouped and 3D convolutions are slow, a matrix
+      product per tap is not (20x on benchdnn's 3d_gconv_non-block_s2, 3.2x on
+      alexnet deconv4, 25-125x on depthwise 56x56). With a dilation, or g = 1
+      in 2D, it ran 1.4-2.4x slower than the convolution.
+    * ``"grid"`` for 1D/2D results of at most 4 channels (image-sized first
+      layers: alexnet deconv1, googlenet conv1), where the S^rank phase
+      convolutions ran 1.1-2.3x slower than the one on the grid.
+    * ``"phases"`` when a stride is > 1 (at most 64 phases), else ``"grid"``.
     """
-    phases = math.prod(p.strides)
+    undilated = all(d == 1 for d in p.dilations)
+    if undilated and (p.groups > 1 or (p.rank == 3 and max(p.in_channels, p.out_channels) <= 128)):
+        return "dot"
     if p.rank <= 2 and p.in_channels <= 4:
         return "grid"
+    phases = math.prod(p.strides)
     return "phases" if 1 < phases <= 64 else "grid"
 
 
@@ -254,8 +301,8 @@ def data_grad(dy, w, p: ConvProblem, *, precision=None, preferred_element_type=N
               method: str = "auto") -> jax.Array:
     if method == "auto":
         method = choose_data_grad(p)
-    if method == "phases":
-        return _data_grad_phases(dy, w, p, precision, preferred_element_type)
+    if method in ("phases", "dot"):
+        return _data_grad_phases(dy, w, p, precision, preferred_element_type, dot=method == "dot")
     return _data_grad_grid(dy, w, p, precision, preferred_element_type)
 
 
