@@ -256,10 +256,13 @@ def summarize(rows: list[dict]) -> dict:
                 / r["median_ms"]["torch"] for r in sel if "torch" in r["median_ms"]),
         }
     for cat in ("grouped", "depthwise"):
-        sel = [r for r in rows if r["category"] == cat and r["kind"] == "wgrad"]
-        if sel:
-            out[f"category:{cat}"] = {"problems": len(sel), "geomean_speedup_vs_vjp": geomean(
-                r["speedup_vs_vjp"] for r in sel)}
+        for kind, label in (("wgrad", "weight gradients"), ("dgrad", "data gradients")):
+            sel = [r for r in rows if r["category"] == cat and r["kind"] == kind]
+            if sel:
+                out[f"category:{cat} ({label})"] = {
+                    "problems": len(sel),
+                    "geomean_speedup_vs_vjp": geomean(r["speedup_vs_vjp"] for r in sel),
+                    "min_speedup_vs_vjp": min(r["speedup_vs_vjp"] for r in sel)}
     target = [r for r in rows if r["list"] in TARGET_LISTS]
     if target:
         out["target_lists"] = {"problems": len(target),

@@ -159,6 +159,15 @@ def _data_grad_grid(dy, w, p: ConvProblem, precision, preferred_element_type) ->
         pads.append((dk - 1 - pb, i + pb - (o - 1) * s - 1))
     wt, rhs_spec = _regroup_for_transpose(w, p)
     spec = p.data.spec
+    if all(s == 1 for s in p.strides) and all(lo >= 0 and hi >= 0 for lo, hi in pads):
+        # No grid: the padding goes inside the convolution (what jax.vjp emits; an
+        # explicit pad is materialized). Without a stride the transposes JAX derives
+        # from it are plain convolutions too: the hazard needs a stride and a dilation.
+        return _conv(dy, wt, dtype=dy.dtype, precision=precision,
+                     preferred_element_type=preferred_element_type, padding=pads,
+                     window_strides=(1,) * p.rank, rhs_dilation=p.dilations,
+                     dimension_numbers=lax.ConvDimensionNumbers(spec, rhs_spec, spec),
+                     feature_group_count=p.groups)
     # Explicit grid (lax.pad with interior padding) + VALID: an input dilation
     # inside the convolution aborts jaxlib 0.10.2 under grad (tests/test_hazards.py).
     dyd = _pad_spatial(dy, p.data.spatial_axes, pads, [s - 1 for s in p.strides])
