@@ -239,8 +239,9 @@ def group_convolution_backprop_data(
 
     The groups G come from ``filters.shape[0]``; the filters reshaped to
     ``(G*C_IN, C_OUT, *K)`` are ConvTranspose IOX weights, and the op is
-    exactly the vjp of :func:`group_convolution` w.r.t. its data (with the
-    filters' C_IN/C_OUT axes swapped) when the shapes correspond.
+    exactly the vjp of :func:`group_convolution` w.r.t. its data, with the
+    same filters array (GroupConvolution's ``[G, C_OUT, C_IN, *K]`` names the
+    same axes from the forward side: its C_OUT is this op's C_IN).
 
     Args:
       data: ``[N, G*C_IN, *X]`` (NCX), any numeric dtype.
