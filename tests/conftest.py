@@ -22,3 +22,14 @@ def no_compute(monkeypatch):
 
     monkeypatch.setattr(lax, "conv_general_dilated", boom)
     monkeypatch.setattr(lax, "pad", boom)
+
+
+# Hypothesis profiles (tests/test_properties.py): "ci" by default, "long" for a deep run:
+#   HYPOTHESIS_PROFILE=long python -m pytest tests/test_properties.py
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile("ci", max_examples=12, deadline=None, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("long", max_examples=300, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -178,6 +178,13 @@ def test_data_gradient_auto_choice_and_unknown():
     assert lowering.choose_data_grad(_problem_strided(1)) == "grid"
     assert lowering.choose_data_grad(_problem_strided(2, channels=3)) == "grid"  # image layer
     assert lowering.choose_data_grad(_problem_strided(2, groups=2)) == "dot"
+    # the seed's 3D example: "dot" would keep ~8x its 2.7 GiB result in temporaries
+    big = geometry.conv_transpose_problem(
+        "t", geometry.Names(), x_shape=(1, 20, 224, 224, 224), y_shape=None,
+        w_shape=(20, 2, 3, 3, 3), strides=2, pads_begin=1, pads_end=1, dilations=None,
+        auto_pad="explicit", output_padding=None, groups=4, data_format="NCX",
+        filter_format="IOX")
+    assert lowering.choose_data_grad(big) == "phases"
     with pytest.raises(ValueError, match="data_grad_lowering: method must be one of"):
         with jaxconv.data_grad_lowering("fft"):
             pass

@@ -531,12 +531,15 @@ def _common_attributes(op, names, x_shape, y_shape, w_shape, data_format, filter
             f"{op}: {names.w_shape} must have {n + 2} entries for {n} spatial axes, got "
             f"{len(w_shape)}: {list(w_shape)}"
         )
-    if any(v <= 0 for v in w_shape):
-        raise ValueError(f"{op}: {names.w_shape} must be positive, got {list(w_shape)}")
+    wl = filter_layout(op, names.w_format, filter_format, n, filter_formats)
+    # Zero channels are a valid (empty) problem; a zero kernel extent is not.
+    if any(v < 0 for v in w_shape) or any(w_shape[a] <= 0 for a in wl.spatial_axes):
+        raise ValueError(f"{op}: {names.w_shape} must be positive on its kernel axes (and "
+                         f"non-negative on its channel axes), got {list(w_shape)}")
     return (
         n,
         data_layout(op, "data_format", data_format, n),
-        filter_layout(op, names.w_format, filter_format, n, filter_formats),
+        wl,
         check_groups(op, groups),
         int_tuple(op, "strides", strides, n, default=1, minimum=1),
         int_tuple(op, "dilations", dilations, n, default=1, minimum=1),

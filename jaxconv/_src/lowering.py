@@ -284,12 +284,19 @@ def _data_grad_phases(dy, w, p: ConvProblem, precision, preferred_element_type,
 DATA_GRAD_METHODS = ("grid", "phases", "dot")
 
 
+# "dot" keeps about 8x its result in temporaries (the per-tap slices and the phases; measured
+# with XLA's memory analysis: 2.8 GiB for the 0.33 GiB result of the seed's 3D example at half
+# size), "phases" about 2.4x: past 2^27 result elements (0.5 GiB in float32) take "phases".
+DOT_MAX_RESULT_ELEMENTS = 2 ** 27
+
+
 def choose_data_grad(p: ConvProblem) -> str:
     """The data-gradient method ``"auto"`` picks for a problem (see docs/performance.md).
 
     * ``"dot"`` for grouped problems without dilation, and 3D ones of at most
-      128 channels: XLA:CPU's grouped and 3D convolutions are slow, a matrix
-      product per tap is not (20x on benchdnn's 3d_gconv_non-block_s2, 3.2x on
+      128 channels, whose result has at most 2^27 elements (memory, above):
+      XLA:CPU's grouped and 3D convolutions are slow, a matrix product per tap
+      is not (20x on benchdnn's 3d_gconv_non-block_s2, 3.2x on
       alexnet deconv4, 25-125x on depthwise 56x56). With a dilation, or g = 1
       in 2D, it ran 1.4-2.4x slower than the convolution.
     * ``"grid"`` for 1D/2D results of at most 4 channels (image-sized first
@@ -298,7 +305,9 @@ def choose_data_grad(p: ConvProblem) -> str:
     * ``"phases"`` when a stride is > 1 (at most 64 phases), else ``"grid"``.
     """
     undilated = all(d == 1 for d in p.dilations)
-    if undilated and (p.groups > 1 or (p.rank == 3 and max(p.in_channels, p.out_channels) <= 128)):
+    small = math.prod(p.x_shape) <= DOT_MAX_RESULT_ELEMENTS
+    if undilated and small and (p.groups > 1 or
+                                (p.rank == 3 and max(p.in_channels, p.out_channels) <= 128)):
         return "dot"
     if p.rank <= 2 and p.in_channels <= 4:
         return "grid"
