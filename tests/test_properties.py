@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from jax import lax
 
@@ -118,8 +118,26 @@ def _linear(f, u, v, *rest, arg=0):
 
 # ---------------------------------------------------------------- oneDNN Convolution family
 
-@given(problems(), st.sampled_from(["XIO", "OIX"]))
-def test_convolution_family(p: Problem, filter_format):
+def _with_auto_pad(p: Problem, auto_pad: str) -> Problem:
+    """The drawn problem with the pads an auto_pad mode gives (an independent SAME rule)."""
+    if auto_pad == "none":
+        return p
+    if auto_pad == "valid":
+        pb = pe = (0,) * p.rank
+    else:
+        pb, pe = h.same_pads(p.spatial, p.kernel, p.strides, p.dilations,
+                             upper=auto_pad == "same_upper")
+    q = dataclasses.replace(p, pads_begin=tuple(pb), pads_end=tuple(pe))
+    assume(all(o >= 1 for o in q.output) and all(
+        i + b + e >= (k - 1) * d + 1 for i, b, e, k, d in zip(
+            q.spatial, q.pads_begin, q.pads_end, q.kernel, q.dilations)))
+    return q
+
+
+@given(problems(), st.sampled_from(["XIO", "OIX"]),
+       st.sampled_from(["none", "same_upper", "same_lower", "valid"]))
+def test_convolution_family(p: Problem, filter_format, auto_pad):
+    p = _with_auto_pad(p, auto_pad)
     x, w, dy = p.arrays()
     y_t, dx_t, dw_t = oracles.conv_all(x, w, dy, strides=p.strides, dilations=p.dilations,
                                        pads_begin=p.pads_begin, pads_end=p.pads_end,
@@ -128,6 +146,9 @@ def test_convolution_family(p: Problem, filter_format):
     xj, dyj = (jnp.asarray(h.data_from_ncx(a, df), jnp.float32) for a in (x, dy))
     wj = jnp.asarray(h.conv_filter_from_oix(w, filter_format), jnp.float32)
     a = dict(p.attrs(), groups=p.groups, data_format=df, filter_format=filter_format)
+    if auto_pad != "none":  # the op resolves the pads itself
+        a = {k: v for k, v in a.items() if k not in ("pads_begin", "pads_end")}
+        a["auto_pad"] = auto_pad
 
     y = jaxconv.convolution(xj, wj, **a)
     dx = jaxconv.convolution_backward_data(dyj, wj, xj.shape, **a)
