@@ -116,6 +116,15 @@ def _linear(f, u, v, *rest, arg=0):
     assert h.rel_error(lhs, rhs) <= 1e-4 * max(1.0, float(np.max(np.abs(at(u)))))
 
 
+def _bilinear(f, a, b, seed):
+    """f is linear in each of its two arguments."""
+    rng = np.random.default_rng(seed)
+    va = jnp.asarray(rng.standard_normal(a.shape), a.dtype)
+    vb = jnp.asarray(rng.standard_normal(b.shape), b.dtype)
+    _linear(f, a, va, b, arg=0)
+    _linear(f, b, vb, a, arg=1)
+
+
 # ---------------------------------------------------------------- oneDNN Convolution family
 
 def _with_auto_pad(p: Problem, auto_pad: str) -> Problem:
@@ -166,12 +175,12 @@ def test_convolution_family(p: Problem, filter_format, auto_pad):
     rx, rw = vjp(dyj)
     _close(dx, rx)
     _close(dw, rw)
-    # linearity
-    rng = np.random.default_rng(p.seed + 1)
-    v = jnp.asarray(rng.standard_normal(xj.shape), jnp.float32)
-    _linear(lambda x, dy: jaxconv.convolution_backprop_filters(x, dy, wj.shape, **a), xj, v, dyj)
-    vd = jnp.asarray(rng.standard_normal(dyj.shape), jnp.float32)
-    _linear(lambda dy, w: jaxconv.convolution_backward_data(dy, w, xj.shape, **a), dyj, vd, wj)
+    # linearity in each argument of each op
+    _bilinear(lambda x, w: jaxconv.convolution(x, w, **a), xj, wj, p.seed)
+    _bilinear(lambda x, dy: jaxconv.convolution_backprop_filters(x, dy, wj.shape, **a), xj, dyj,
+              p.seed + 1)
+    _bilinear(lambda dy, w: jaxconv.convolution_backward_data(dy, w, xj.shape, **a), dyj, wj,
+              p.seed + 2)
 
 
 # ---------------------------------------------------------------- oneDNN ConvTranspose family
@@ -215,9 +224,12 @@ def test_conv_transpose_family(p: Problem, fmt, with_output_shape):
     ri, rw = vjp(grad_out)
     _close(dxi, ri)
     _close(dwi, rw)
-    v = jnp.asarray(np.random.default_rng(p.seed + 2).standard_normal(inp.shape), jnp.float32)
-    _linear(lambda i, g: jaxconv.conv_transpose_backward_weights(
-        i, g, wj.shape, **a, weights_format=fmt, **extra), inp, v, grad_out)
+    _bilinear(lambda i, w: jaxconv.conv_transpose(i, w, **a, filter_format=fmt, **extra), inp, wj,
+              p.seed)
+    _bilinear(lambda g, w: jaxconv.conv_transpose_backward_data(g, w, **a, filter_format=fmt,
+                                                                **extra), grad_out, wj, p.seed + 1)
+    _bilinear(lambda i, g: jaxconv.conv_transpose_backward_weights(
+        i, g, wj.shape, **a, weights_format=fmt, **extra), inp, grad_out, p.seed + 2)
 
 
 # ---------------------------------------------------------------- OpenVINO family
@@ -253,8 +265,13 @@ def test_openvino_family(p: Problem, auto_pad, with_output_shape):
     if g == 1:
         y1 = jaxconv.convolution_backprop_data(data, fj[0], out_shape, **a)
         _close(y1, y)
-    v = jnp.asarray(np.random.default_rng(p.seed + 3).standard_normal(data.shape), jnp.float32)
-    _linear(lambda d, f: jaxconv.group_convolution_backprop_data(d, f, out_shape, **a), data, v, fj)
+        _bilinear(lambda d, f: jaxconv.convolution_backprop_data(d, f, out_shape, **a), data,
+                  fj[0], p.seed + 2)
+    _bilinear(lambda d, f: jaxconv.group_convolution_backprop_data(d, f, out_shape, **a), data, fj,
+              p.seed)
+    if auto_pad == "explicit":
+        _bilinear(lambda v, f: jaxconv.group_convolution(v, f, **p.attrs()),
+                  jnp.asarray(x, jnp.float32), fj, p.seed + 1)
 
 
 # ---------------------------------------------------------------- Ascend TBE
@@ -272,9 +289,7 @@ def test_tbe_conv2d_backprop_filter(p: Problem):
     res = jaxconv.conv2d_backprop_filter(x5, dy5, w.shape, para)
     dw = jaxconv.tbe.from_fractal_z(res, w.shape, p.groups)
     _close(dw, dw_t)
-    _linear(lambda a, b: jaxconv.conv2d_backprop_filter(a, b, w.shape, para), x5,
-            jaxconv.tbe.to_5hd(jnp.asarray(np.random.default_rng(p.seed).standard_normal(x.shape),
-                                           jnp.float32)), dy5)
+    _bilinear(lambda a, b: jaxconv.conv2d_backprop_filter(a, b, w.shape, para), x5, dy5, p.seed)
 
 
 @pytest.mark.parametrize("rank", [1, 2, 3])
