@@ -255,9 +255,14 @@ def test_openvino_family(p: Problem, auto_pad, with_output_shape):
     y = jaxconv.group_convolution_backprop_data(data, fj, out_shape, **a)
     assert bool(jnp.all(jnp.isfinite(y)))
     if auto_pad == "explicit":
-        _, dx_t, _ = oracles.conv_all(x, w, dy, strides=p.strides, dilations=p.dilations,
-                                      pads_begin=p.pads_begin, pads_end=p.pads_end, groups=g)
+        y_t, dx_t, _ = oracles.conv_all(x, w, dy, strides=p.strides, dilations=p.dilations,
+                                        pads_begin=p.pads_begin, pads_end=p.pads_end, groups=g)
         _close(y, dx_t)
+        _close(jaxconv.group_convolution(jnp.asarray(x, jnp.float32), fj, **p.attrs()), y_t)
+        if not with_output_shape:  # the same layer read from OpenVINO IR
+            fn, shape = jaxconv.from_openvino_ir(_gcbd_ir(p, data.shape, fj.shape))
+            assert shape == y.shape
+            _close(fn(data, fj), y)
         fwd = lambda v: jaxconv.group_convolution(v, jnp.asarray(filters_fwd, jnp.float32),  # noqa: E731
                                                   **p.attrs())
         _close(y, jax.vjp(fwd, jnp.zeros((p.n, p.ic, *out_size)))[1](data)[0])
@@ -272,6 +277,21 @@ def test_openvino_family(p: Problem, auto_pad, with_output_shape):
     if auto_pad == "explicit":
         _bilinear(lambda v, f: jaxconv.group_convolution(v, f, **p.attrs()),
                   jnp.asarray(x, jnp.float32), fj, p.seed + 1)
+
+
+def _gcbd_ir(p: Problem, data_shape, filters_shape) -> str:
+    def dims(shape):
+        return "".join(f"<dim>{d}</dim>" for d in shape)
+
+    def csv(v):
+        return ",".join(map(str, v))
+
+    out = (p.n, p.ic, *p.spatial)
+    return (f'<layer id="1" name="up" type="GroupConvolutionBackpropData"><data strides='
+            f'"{csv(p.strides)}" dilations="{csv(p.dilations)}" pads_begin="{csv(p.pads_begin)}" '
+            f'pads_end="{csv(p.pads_end)}" output_padding="{csv(p.remainder)}"/><input><port id="0">'
+            f'{dims(data_shape)}</port><port id="1">{dims(filters_shape)}</port></input><output>'
+            f'<port id="2" precision="FP32">{dims(out)}</port></output></layer>')
 
 
 # ---------------------------------------------------------------- Ascend TBE
@@ -290,6 +310,21 @@ def test_tbe_conv2d_backprop_filter(p: Problem):
     dw = jaxconv.tbe.from_fractal_z(res, w.shape, p.groups)
     _close(dw, dw_t)
     _bilinear(lambda a, b: jaxconv.conv2d_backprop_filter(a, b, w.shape, para), x5, dy5, p.seed)
+
+
+@given(st.integers(1, 2), st.integers(1, 40), st.integers(1, 5), st.integers(1, 5),
+       st.integers(1, 4))
+def test_tbe_layout_round_trips(n, channels, h_, w_, groups):
+    rng = np.random.default_rng(channels)
+    x = jnp.asarray(rng.standard_normal((n, channels, h_, w_)), jnp.float32)
+    x5 = jaxconv.tbe.to_5hd(x)
+    assert x5.shape == (n, -(-channels // 16), h_, w_, 16)
+    np.testing.assert_array_equal(jaxconv.tbe.from_5hd(x5, channels), x)
+    cout, cin_g = 4 * groups, 1 + channels % 7
+    wt = jnp.asarray(rng.standard_normal((cout, cin_g, h_, w_)), jnp.float32)
+    wz = jaxconv.tbe.to_fractal_z(wt, groups)
+    assert wz.shape == jaxconv.tbe.fractal_z_shape((cout, cin_g, h_, w_), groups)
+    np.testing.assert_array_equal(jaxconv.tbe.from_fractal_z(wz, wt.shape, groups), wt)
 
 
 @pytest.mark.parametrize("rank", [1, 2, 3])
