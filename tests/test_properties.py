@@ -241,15 +241,12 @@ def test_openvino_family(p: Problem, auto_pad, with_output_shape):
     x, w, dy = p.arrays()
     g = p.groups
     # GroupConvolution [G, C_OUT, C_IN, *K] of the forward = GCBD [G, C_IN, C_OUT, *K]: one array
-    filters_fwd = filters = w.reshape(g, p.oc // g, p.ic // g, *p.kernel)
+    fj = jnp.asarray(w.reshape(g, p.oc // g, p.ic // g, *p.kernel), jnp.float32)
     data = jnp.asarray(dy, jnp.float32)
-    fj = jnp.asarray(filters, jnp.float32)
     if auto_pad == "explicit":
         a = dict(p.attrs(), output_padding=p.remainder)
-        out_size = p.spatial
     else:  # same_* and valid: pads from the rule, output size from output_shape or the formula
         a = dict(strides=p.strides, dilations=p.dilations, auto_pad=auto_pad, precision=HIGHEST)
-        out_size = None
     out_shape = (p.spatial if auto_pad == "explicit" else tuple(s + 1 for s in p.output)) \
         if with_output_shape else None
     y = jaxconv.group_convolution_backprop_data(data, fj, out_shape, **a)
@@ -263,9 +260,19 @@ def test_openvino_family(p: Problem, auto_pad, with_output_shape):
             fn, shape = jaxconv.from_openvino_ir(_gcbd_ir(p, data.shape, fj.shape))
             assert shape == y.shape
             _close(fn(data, fj), y)
-        fwd = lambda v: jaxconv.group_convolution(v, jnp.asarray(filters_fwd, jnp.float32),  # noqa: E731
-                                                  **p.attrs())
-        _close(y, jax.vjp(fwd, jnp.zeros((p.n, p.ic, *out_size)))[1](data)[0])
+        fwd = lambda v: jaxconv.group_convolution(v, fj, **p.attrs())  # noqa: E731
+        _close(y, jax.vjp(fwd, jnp.zeros((p.n, p.ic, *p.spatial)))[1](data)[0])
+    else:  # torch's transposed convolution, cropped by the rule of SEMANTICS.md section 3
+        full = [s * (i - 1) + (k - 1) * d + 1
+                for i, k, s, d in zip(p.output, p.kernel, p.strides, p.dilations)]
+        size = list(out_shape) if out_shape else full
+        totals = [max(0, f - o) for f, o in zip(full, size)]
+        pb = [0] * p.rank if auto_pad == "valid" or not out_shape else [
+            t // 2 if auto_pad == "same_upper" else t - t // 2 for t in totals]
+        y_t, _, _ = oracles.conv_transpose_all(dy, w, None, strides=p.strides,
+                                               dilations=p.dilations, pads_begin=pb,
+                                               out_size=size, groups=g)
+        _close(y, y_t)
     # the G = 1 op on the first group agrees with GroupConvolutionBackpropData on one group
     if g == 1:
         y1 = jaxconv.convolution_backprop_data(data, fj[0], out_shape, **a)

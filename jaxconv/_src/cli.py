@@ -173,24 +173,24 @@ def _shapes(args: argparse.Namespace) -> int:
     with geometry.recording_problems() as log:
         out = jax.eval_shape(lambda *xs: fn(*xs, **kwargs), *structs)
     print(f"{args.op}: output shape {tuple(out.shape)}, dtype {out.dtype}")
-    for p in log[-1:]:
-        transposed = p.filter_swap
-        role = "the convolution it transposes" if transposed else "the forward convolution"
-        print(f"  geometry ({role}, {p.rank}D, data {p.data.format}, filter {p.filter_layout.format})")
-        rows = [("input size", p.input_size), ("output size", p.output_size),
-                ("kernel", p.kernel), ("strides", p.strides), ("dilations", p.dilations),
-                ("pads_begin", p.pads_begin),
-                ("pads_end" + (" (net of output_padding)" if transposed else ""), p.pads_end),
-                ("channels in -> out", (p.in_channels, p.out_channels)), ("groups", p.groups)]
-        for k, v in rows:
-            print(f"    {k:34s} {list(v) if isinstance(v, tuple) else v}")
-        grads = "weight" if "filter" in args.op or "weights" in args.op else (
-            "data" if args.op not in ("convolution", "group_convolution",
-                                      "conv_transpose_backward_data") else None)
-        if grads == "weight":
-            print(f"    {'lowering':34s} weight gradient: {lowering.choose_weight_grad(p)}")
-        elif grads == "data":
-            print(f"    {'lowering':34s} data gradient: {lowering.choose_data_grad(p)}")
+    p = log[-1]  # every op builds one problem
+    transposed = p.filter_swap
+    role = "the convolution it transposes" if transposed else "the forward convolution"
+    print(f"  geometry ({role}, {p.rank}D, data {p.data.format}, filter {p.filter_layout.format})")
+    rows = [("input size", p.input_size), ("output size", p.output_size),
+            ("kernel", p.kernel), ("strides", p.strides), ("dilations", p.dilations),
+            ("pads_begin", p.pads_begin),
+            ("pads_end" + (" (net of output_padding)" if transposed else ""), p.pads_end),
+            ("channels in -> out", (p.in_channels, p.out_channels)), ("groups", p.groups)]
+    for k, v in rows:
+        print(f"    {k:34s} {list(v) if isinstance(v, tuple) else v}")
+    grads = "weight" if "filter" in args.op or "weights" in args.op else (
+        "data" if args.op not in ("convolution", "group_convolution",
+                                  "conv_transpose_backward_data") else None)
+    if grads == "weight":
+        print(f"    {'lowering':34s} weight gradient: {lowering.choose_weight_grad(p)}")
+    elif grads == "data":
+        print(f"    {'lowering':34s} data gradient: {lowering.choose_data_grad(p)}")
     return 0
 
 

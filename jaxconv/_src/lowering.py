@@ -163,17 +163,15 @@ def _data_grad_grid(dy, w, p: ConvProblem, precision, preferred_element_type) ->
         # No grid: the padding goes inside the convolution (what jax.vjp emits; an
         # explicit pad is materialized). Without a stride the transposes JAX derives
         # from it are plain convolutions too: the hazard needs a stride and a dilation.
-        return _conv(dy, wt, dtype=dy.dtype, precision=precision,
-                     preferred_element_type=preferred_element_type, padding=pads,
-                     window_strides=(1,) * p.rank, rhs_dilation=p.dilations,
-                     dimension_numbers=lax.ConvDimensionNumbers(spec, rhs_spec, spec),
-                     feature_group_count=p.groups)
-    # Explicit grid (lax.pad with interior padding) + VALID: an input dilation
-    # inside the convolution aborts jaxlib 0.10.2 under grad (tests/test_hazards.py).
-    dyd = _pad_spatial(dy, p.data.spatial_axes, pads, [s - 1 for s in p.strides])
+        lhs, padding = dy, pads
+    else:
+        # Explicit grid (lax.pad with interior padding) + VALID: an input dilation
+        # inside the convolution aborts jaxlib 0.10.2 under grad (tests/test_hazards.py).
+        lhs = _pad_spatial(dy, p.data.spatial_axes, pads, [s - 1 for s in p.strides])
+        padding = "VALID"
     return _conv(
-        dyd, wt, dtype=dy.dtype, precision=precision,
-        preferred_element_type=preferred_element_type, padding="VALID",
+        lhs, wt, dtype=dy.dtype, precision=precision,
+        preferred_element_type=preferred_element_type, padding=padding,
         window_strides=(1,) * p.rank, rhs_dilation=p.dilations,
         dimension_numbers=lax.ConvDimensionNumbers(spec, rhs_spec, spec),
         feature_group_count=p.groups,
@@ -238,12 +236,14 @@ def _data_grad_phases(dy, w, p: ConvProblem, precision, preferred_element_type,
         sel = [phase_axes[a][r] for a, r in enumerate(combo)]
         if any(v is None for v in sel):
             continue
+        # dy padded (or cropped) so that the phase's taps read u + j*D' for u < ceil(I / S)
+        pads = []
+        for (taps, c_last), o, u, dd in zip(sel, p.output_size, u_max, dil):
+            span = (len(taps) - 1) * dd + 1
+            pads.append((-c_last, u - 1 + span + c_last - o))
+        dyp = _pad_spatial(dy, d.spatial_axes, pads)
         if dot:
-            pads = []
-            for (taps, c_last), o, u, dd in zip(sel, p.output_size, u_max, dil):
-                pads.append((-c_last, u - 1 + (len(taps) - 1) * dd + 1 + c_last - o))
-            parts[combo] = _phase_dots(_pad_spatial(dy, d.spatial_axes, pads), w, p,
-                                       [t for t, _ in sel], u_max, dil, precision,
+            parts[combo] = _phase_dots(dyp, w, p, [t for t, _ in sel], u_max, dil, precision,
                                        preferred_element_type)
             continue
         # sub-kernel: taps in decreasing k (the reversal), on each spatial axis of the filter
@@ -251,12 +251,6 @@ def _data_grad_phases(dy, w, p: ConvProblem, precision, preferred_element_type,
         for ax, (taps, _) in zip(w_sp, sel):
             wsub = jnp.take(wsub, np.asarray(taps), axis=ax)
         wt, rhs_spec = _regroup_for_transpose(wsub, p, flip=False)  # taps already reversed
-        pads = []
-        for (taps, c_last), o, u, dd in zip(sel, p.output_size, u_max, dil):
-            lo = -c_last
-            span = (len(taps) - 1) * dd + 1
-            pads.append((lo, u - 1 + span - lo - o))
-        dyp = _pad_spatial(dy, d.spatial_axes, pads)
         spec = d.spec
         parts[combo] = _conv(
             dyp, wt, dtype=dy.dtype, precision=precision,
