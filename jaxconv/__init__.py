@@ -6,11 +6,7 @@ backend. See ``README.md`` and ``docs/``.
 """
 
 from jaxconv import tbe
-from jaxconv._src.config import (
-    data_grad_lowering,
-    weight_grad_lowering,
-    xla_cpu_compiler_options,
-)
+from jaxconv._src.config import xla_cpu_compiler_options
 from jaxconv._src.conv_transpose import (
     conv_transpose,
     conv_transpose_backprop_filters,
@@ -44,11 +40,9 @@ __all__ = [
     "convolution_backprop_filters",
     "convolution_backward_data",
     "convolution_backward_weights",
-    "data_grad_lowering",
     "from_openvino_ir",
     "group_convolution",
     "group_convolution_backprop_data",
     "tbe",
-    "weight_grad_lowering",
     "xla_cpu_compiler_options",
 ]

@@ -1,8 +1,10 @@
-"""Every weight-gradient lowering, forced, against PyTorch on a matrix of problems.
+"""Every lowering, forced, against PyTorch on a matrix of problems, and the per-backend choice.
 
-``weight_grad_lowering`` forces a formulation; each applicable one must agree
-with torch autograd (float64) in every layout, rank, group kind and geometry
-here, and the automatic choice must be the documented one.
+The ops' ``lowering=`` argument forces a formulation; each applicable one must
+agree with torch autograd (float64) in every layout, rank, group kind and
+geometry here; ``"vjp"`` must compile to the program of ``jax.vjp``; the
+automatic choice must be the documented one on every backend, and reach the
+compiled program of the platform it is lowered for.
 """
 
 from __future__ import annotations
@@ -11,20 +13,23 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
+from jax.test_util import check_grads
 
 import jaxconv
-from jaxconv._src import geometry, lowering
+from jaxconv._src import backends, geometry
 from tests import helpers as h
 from tests import oracles
 from tests.test_convolution import Case
 
 HIGHEST = lax.Precision.HIGHEST
-ALL = ("conv", "feature_group", "shifted", "dot")
+ALL = ("conv", "feature_group", "shifted", "dot", "vjp")
 
 
 def _applies(method, case: Case, kernel) -> bool:
     if method == "shifted":
         return case.groups_name == "depthwise"
+    if method == "feature_group":
+        return case.groups_name != "g1"
     return True
 
 
@@ -58,8 +63,8 @@ def _run(case: Case, kernel, method):
         strides=attrs["strides"], dilations=attrs["dilations"], pads_begin=pb, pads_end=pe,
         groups=g)
     dy = h.random(rng, h.data_from_ncx(np.zeros(y_ncx), case.data_format).shape)
-    with jaxconv.weight_grad_lowering(method):
-        got = jaxconv.convolution_backprop_filters(x, dy, w_shape, **attrs, precision=HIGHEST)
+    got = jaxconv.convolution_backprop_filters(x, dy, w_shape, **attrs, precision=HIGHEST,
+                                               lowering=method)
     _, _, dw = oracles.conv_all(
         h.data_to_ncx(h.to_f64(x), case.data_format),
         h.conv_filter_to_oix(np.zeros(w_shape), case.filter_format),
@@ -85,28 +90,50 @@ def test_auto_choice():
             dilations=None, auto_pad="valid", groups=groups, data_format="NXC",
             filter_format="XIO")
 
-    assert lowering.choose_weight_grad(problem(1, 4, (3, 3))) == "conv"
-    assert lowering.choose_weight_grad(problem(2, 4, (3, 3))) == "feature_group"
-    assert lowering.choose_weight_grad(problem(4, 4, (3, 3))) == "shifted"
-    assert lowering.choose_weight_grad(problem(2, 4, (1, 1))) == "dot"
+    def cpu(*args):
+        return backends.weight_grad_method(problem(*args), "cpu")
+
+    assert cpu(1, 4, (3, 3)) == "conv"
+    assert cpu(2, 4, (3, 3)) == "feature_group"
+    assert cpu(4, 4, (3, 3)) == "shifted"
+    assert cpu(2, 4, (1, 1)) == "dot"
     # 3D: per-tap products, except with fewer than 4 channels per group.
-    assert lowering.choose_weight_grad(problem(1, 4, (3, 3, 3))) == "dot"
-    assert lowering.choose_weight_grad(problem(2, 8, (3, 3, 3))) == "dot"
-    assert lowering.choose_weight_grad(problem(4, 8, (3, 3, 3))) == "conv"
-    assert lowering.choose_weight_grad(problem(4, 4, (3, 3, 3))) == "shifted"
+    assert cpu(1, 4, (3, 3, 3)) == "dot"
+    assert cpu(2, 8, (3, 3, 3)) == "dot"
+    assert cpu(4, 8, (3, 3, 3)) == "conv"
+    assert cpu(4, 4, (3, 3, 3)) == "shifted"
+    # GPU (H100 measurements): per-tap products for dense 3D only, jax.vjp's program elsewhere.
+    gpu = {args: backends.weight_grad_method(problem(*args), "gpu") for args in [
+        (1, 4, (3, 3)), (2, 4, (3, 3)), (4, 4, (3, 3)), (2, 4, (1, 1)), (1, 4, (1, 1)),
+        (1, 4, (3, 3, 3)), (2, 8, (3, 3, 3))]}
+    assert gpu.pop((1, 4, (3, 3, 3))) == "dot"
+    assert set(gpu.values()) == {"vjp"}
+    # Backends without measurements: always jax.vjp's program.
+    assert backends.weight_grad_method(problem(2, 4, (3, 3)), "default") == "vjp"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        backends.weight_grad_method(problem(2, 4, (3, 3)), "tpu")
 
 
 def test_inapplicable_or_unknown_method():
     x, dy = jnp.ones((1, 6, 6, 4)), jnp.ones((1, 4, 4, 4))
-    with pytest.raises(ValueError, match="weight_grad_lowering: method must be one of"):
-        with jaxconv.weight_grad_lowering("fast"):
-            pass
-    with jaxconv.weight_grad_lowering("shifted"):
-        with pytest.raises(ValueError, match="'shifted' needs one input channel per group"):
-            jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4))
+    with pytest.raises(ValueError, match=r"^convolution_backprop_filters: lowering must be one of "
+                                         r"\['auto', 'conv', 'feature_group', 'shifted', 'dot', "
+                                         r"'vjp'\], got 'fast'"):
+        jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering="fast")
+    with pytest.raises(ValueError, match=r"lowering='shifted' does not apply to this problem: "
+                                         r"'shifted' needs one input channel per group"):
+        jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering="shifted")
+    with pytest.raises(ValueError, match=r"'feature_group' regroups a grouped problem, got "
+                                         r"groups=1; use one of \['auto', 'conv', 'dot', 'vjp'\]"):
+        jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering="feature_group")
+    with pytest.raises(TypeError, match="convolution_backprop_filters: lowering must be a string"):
+        jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering=None)
+    with pytest.raises(ValueError, match="^convolution_backward_data: lowering must be one of "
+                                         r"\['auto', 'grid', 'phases', 'dot', 'vjp'\], got 'fft'"):
+        jaxconv.convolution_backward_data(dy, jnp.ones((3, 3, 4, 4)), (6, 6), lowering="fft")
 
 
-@pytest.mark.parametrize("method", ["conv", "feature_group"])
+@pytest.mark.parametrize("method", ["conv", "feature_group", "dot", "vjp"])
 def test_conv_transpose_and_tbe_follow_the_override(method):
     """The ConvTranspose and TBE weight gradients use the same kernels."""
     rng = np.random.default_rng(1)
@@ -115,8 +142,7 @@ def test_conv_transpose_and_tbe_follow_the_override(method):
     kw = dict(strides=2, pads_begin=1, pads_end=0, output_padding=1, groups=2,
               data_format="NCX", weights_format="IOX", precision=HIGHEST)
     ref = jaxconv.conv_transpose_backward_weights(x, dy, (4, 3, 3, 3), **kw)
-    with jaxconv.weight_grad_lowering(method):
-        got = jaxconv.conv_transpose_backward_weights(x, dy, (4, 3, 3, 3), **kw)
+    got = jaxconv.conv_transpose_backward_weights(x, dy, (4, 3, 3, 3), **kw, lowering=method)
     h.assert_close(got, ref, jnp.float32)
     _, _, dw_t = oracles.conv_transpose_all(h.to_f64(x), np.zeros((4, 3, 3, 3)), h.to_f64(dy),
                                             strides=(2, 2), dilations=(1, 1), pads_begin=(1, 1),
@@ -127,8 +153,7 @@ def test_conv_transpose_and_tbe_follow_the_override(method):
     dy5 = jaxconv.tbe.to_5hd(h.random(rng, (2, 4, 7, 7)))
     para = {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilations": [1, 1, 1, 1], "groups": 2}
     ref = jaxconv.conv2d_backprop_filter(x5, dy5, (4, 3, 3, 3), para)
-    with jaxconv.weight_grad_lowering(method):
-        got = jaxconv.conv2d_backprop_filter(x5, dy5, (4, 3, 3, 3), para)
+    got = jaxconv.conv2d_backprop_filter(x5, dy5, (4, 3, 3, 3), para, lowering=method)
     h.assert_close(got, ref, jnp.float32)
     from tests.test_tbe import pack_fractal_z_loop
     _, _, dw_t = oracles.conv_all(
@@ -143,19 +168,18 @@ def test_conv_transpose_and_tbe_follow_the_override(method):
 from tests import test_conv_transpose as tct  # noqa: E402
 
 
-@pytest.mark.parametrize("method", ["grid", "phases", "dot"])
+@pytest.mark.parametrize("method", ["grid", "phases", "dot", "vjp"])
 @pytest.mark.parametrize("case", tct.MATRIX[::4], ids=lambda c: c.id)
 def test_data_gradient_lowerings_against_torch(case, method):
     """conv_transpose (the data-gradient kernel) and its backward data, both forced."""
     x, w, dy = case.make(seed=9)
     a = dict(case.attrs, precision=HIGHEST, filter_format=case.weights_format)
-    with jaxconv.data_grad_lowering(method):
-        y = jaxconv.conv_transpose(x, w, **a)
+    y = jaxconv.conv_transpose(x, w, **a, lowering=method)
     y_t, _, _ = case.torch_reference(x, w, dy)
     h.assert_close(y, y_t, jnp.float32)
 
 
-@pytest.mark.parametrize("method", ["grid", "phases", "dot"])
+@pytest.mark.parametrize("method", ["grid", "phases", "dot", "vjp"])
 def test_data_gradient_lowerings_convolution_backward_data(method):
     rng = np.random.default_rng(2)
     x = h.random(rng, (2, 9, 8, 4))
@@ -164,8 +188,7 @@ def test_data_gradient_lowerings_convolution_backward_data(method):
               precision=HIGHEST)
     y = jaxconv.convolution(x, w, **kw)
     dy = h.random(rng, y.shape)
-    with jaxconv.data_grad_lowering(method):
-        got = jaxconv.convolution_backward_data(dy, w, x.shape, **kw)
+    got = jaxconv.convolution_backward_data(dy, w, x.shape, **kw, lowering=method)
     _, dx, _ = oracles.conv_all(
         h.data_to_ncx(h.to_f64(x), "NXC"), h.conv_filter_to_oix(h.to_f64(w), "XIO"),
         h.data_to_ncx(h.to_f64(dy), "NXC"), strides=(3, 2), dilations=(2, 1),
@@ -174,20 +197,33 @@ def test_data_gradient_lowerings_convolution_backward_data(method):
 
 
 def test_data_gradient_auto_choice_and_unknown():
-    assert lowering.choose_data_grad(_problem_strided(2)) == "phases"
-    assert lowering.choose_data_grad(_problem_strided(1)) == "grid"
-    assert lowering.choose_data_grad(_problem_strided(2, channels=3)) == "grid"  # image layer
-    assert lowering.choose_data_grad(_problem_strided(2, groups=2)) == "dot"
+    def cpu(p):
+        return backends.data_grad_method(p, "cpu")
+
+    assert cpu(_problem_strided(2)) == "phases"
+    assert cpu(_problem_strided(1)) == "grid"
+    assert cpu(_problem_strided(2, channels=3)) == "grid"  # image layer
+    assert cpu(_problem_strided(2, groups=2)) == "dot"
+    for p in (_problem_strided(2), _problem_strided(1), _problem_strided(2, groups=2)):
+        assert backends.data_grad_method(p, "gpu") == "vjp"
+        assert backends.data_grad_method(p, "default") == "vjp"
+    # GPU: non-overlapping 3D windows of <= 32 result channels take per-tap products.
+    assert backends.data_grad_method(_problem_3d(16), "gpu") == "dot"
+    assert backends.data_grad_method(_problem_3d(64), "gpu") == "vjp"
     # the seed's 3D example: "dot" would keep ~8x its 2.7 GiB result in temporaries
     big = geometry.conv_transpose_problem(
         "t", geometry.Names(), x_shape=(1, 20, 224, 224, 224), y_shape=None,
         w_shape=(20, 2, 3, 3, 3), strides=2, pads_begin=1, pads_end=1, dilations=None,
         auto_pad="explicit", output_padding=None, groups=4, data_format="NCX",
         filter_format="IOX")
-    assert lowering.choose_data_grad(big) == "phases"
-    with pytest.raises(ValueError, match="data_grad_lowering: method must be one of"):
-        with jaxconv.data_grad_lowering("fft"):
-            pass
+    assert cpu(big) == "phases"
+
+
+def _problem_3d(channels):
+    return geometry.convolution_problem(
+        "t", geometry.Names(), x_shape=(1, 8, 8, 8, channels), y_shape=None,
+        w_shape=(2, 2, 2, channels, 2 * channels), strides=2, pads_begin=None, pads_end=None,
+        dilations=None, auto_pad="valid", groups=1, data_format="NXC", filter_format="XIO")
 
 
 def _problem_strided(s, channels=8, groups=1):
@@ -218,10 +254,216 @@ def test_dot_for_a_window_covering_the_input(rank, df, ff, groups, dilation, pad
                                 w_shape=w_shape, strides=None, pads_begin=pad, pads_end=pads_end,
                                 dilations=dilation, auto_pad="none", groups=groups,
                                 data_format=df, filter_format=ff)
-    assert lowering.choose_weight_grad(p) == "dot"
+    assert backends.weight_grad_method(p, "cpu") == "dot"
     got = jaxconv.convolution_backprop_filters(x, dy, w_shape, **kw)
     _, _, dw = oracles.conv_all(
         h.data_to_ncx(h.to_f64(x), df), h.conv_filter_to_oix(np.zeros(w_shape), ff),
         h.data_to_ncx(h.to_f64(dy), df), strides=(1,) * rank, dilations=(dilation,) * rank,
         pads_begin=(pad,) * rank, pads_end=pads_end, groups=groups)
     h.assert_close(got, h.conv_filter_from_oix(dw, ff), jnp.float32)
+
+
+# ---- the override is an argument; "vjp" is JAX's program; "auto" per platform ----------
+
+import functools  # noqa: E402
+import re  # noqa: E402
+
+import jax  # noqa: E402
+import jax.extend  # noqa: E402
+from jax import export  # noqa: E402
+
+_HLO_NOISE = re.compile(r"(, )?metadata=\{[^}]*\}|\.\d+\b")
+
+
+def _compiled(jitted, *args, **kwargs) -> list[str]:
+    """Optimized HLO instructions without names' numeric suffixes or metadata."""
+    lines = jitted.lower(*args, **kwargs).compile().as_text().splitlines()
+    return [_HLO_NOISE.sub("", ln.strip()) for ln in lines
+            if ln.strip().startswith(("%", "ROOT", "ENTRY", "}"))]
+
+
+def test_forced_lowering_after_jit_changes_the_compiled_program():
+    """A function jitted and run once, then called with another lowering, gets a new program."""
+    x, dy = jnp.ones((2, 9, 9, 8)), jnp.ones((2, 7, 7, 8))
+    op = jax.jit(jaxconv.convolution_backprop_filters,
+                 static_argnames=("filter_shape", "groups", "lowering"))
+    ref = op(x, dy, (3, 3, 4, 8), groups=2)  # traced and compiled with "auto"
+    programs = {}
+    for method in ("auto", "conv", "feature_group", "dot", "vjp"):
+        got = op(x, dy, (3, 3, 4, 8), groups=2, lowering=method)
+        h.assert_close(got, ref, jnp.float32)
+        programs[method] = "\n".join(_compiled(op, x, dy, (3, 3, 4, 8), groups=2,
+                                                lowering=method))
+    assert programs["auto"] == programs["feature_group"]  # the CPU rule for grouped 2D
+    assert "feature_group_count=2" in programs["feature_group"]
+    # batch_group_count=2, which XLA:CPU expands into a base-dilated convolution
+    assert "convolution-base-dilated" in programs["conv"]
+    assert "feature_group_count" not in programs["conv"]
+    assert "dot(" in programs["dot"] and "convolution(" not in programs["dot"]
+    # "conv" and "vjp" differ only in how padding beyond the windows is kept: none here
+    assert programs["vjp"] == programs["conv"]
+    assert len(set(programs.values())) == 3
+
+
+VJP_CASES = [  # (data_format, filter_format, groups, strides, dilations, pads_begin, pads_end)
+    ("NXC", "XIO", 1, (1, 1), (1, 1), (1, 1), (1, 1)),
+    ("NXC", "XIO", 2, (2, 2), (1, 1), (1, 0), (0, 1)),
+    ("NCX", "OIX", 2, (2, 1), (1, 1), (1, 0), (0, 1)),
+    ("NCX", "OIX", 1, (1, 1), (2, 1), (2, 0), (0, 1)),
+    ("NXC", "OIX", 4, (3, 2), (1, 1), (0, 2), (1, 0)),  # depthwise, strided remainder
+]
+
+
+@pytest.mark.parametrize("df,ff,g,s,d,pb,pe", VJP_CASES)
+def test_vjp_lowering_compiles_to_the_program_of_jax_vjp(df, ff, g, s, d, pb, pe):
+    """What the backends without measurements get: exactly jax.vjp's program (float32)."""
+    rng = np.random.default_rng(0)
+    x = h.random(rng, h.data_shape(df, 2, 4, (9, 8)))
+    w = h.random(rng, h.conv_filter_shape(ff, 8, 4 // g, (3, 3)))
+    dn = (df.replace("X", "HW"), ff.replace("X", "HW"), df.replace("X", "HW"))
+
+    def plain(x, w):
+        return lax.conv_general_dilated(x, w, s, list(zip(pb, pe)), rhs_dilation=d,
+                                        dimension_numbers=dn, feature_group_count=g)
+
+    dy = h.random(rng, plain(x, w).shape)
+    attrs = dict(strides=s, dilations=d, pads_begin=pb, pads_end=pe, groups=g, data_format=df,
+                 filter_format=ff, lowering="vjp")
+    ours_w = jax.jit(lambda x, dy: jaxconv.convolution_backprop_filters(x, dy, w.shape, **attrs))
+    base_w = jax.jit(lambda x, dy: jax.vjp(lambda w_: plain(x, w_), w)[1](dy)[0])
+    ours_d = jax.jit(lambda dy, w: jaxconv.convolution_backward_data(dy, w, x.shape, **attrs))
+    base_d = jax.jit(lambda dy, w: jax.vjp(lambda x_: plain(x_, w), x)[1](dy)[0])
+    assert _compiled(ours_w, x, dy) == _compiled(base_w, x, dy)
+    assert _compiled(ours_d, dy, w) == _compiled(base_d, dy, w)
+    h.assert_close(ours_w(x, dy), base_w(x, dy), jnp.float32)
+    h.assert_close(ours_d(dy, w), base_d(dy, w), jnp.float32)
+
+
+def _exported(fn, platform, *args) -> str:
+    """The StableHLO of ``fn`` lowered for ``platform`` (no device of that kind needed),
+    without source locations."""
+    text = export.export(jax.jit(fn), platforms=[platform])(*args).mlir_module()
+    return "\n".join(re.sub(r" loc\(.*\)$", "", ln) for ln in text.splitlines()
+                     if not ln.startswith("#loc"))
+
+
+def _convs(text: str) -> list[str]:
+    return re.findall(r"stablehlo\.convolution.*", text)
+
+
+def test_auto_lowering_reaches_the_program_of_each_platform():
+    """One traced op, lowered for CPU, CUDA, ROCm and TPU, carries each backend's rule."""
+    # Grouped 2D weight gradient: CPU "feature_group"; GPU and TPU jax.vjp's batch_group conv.
+    x, dy = jnp.ones((2, 9, 9, 8)), jnp.ones((2, 7, 7, 8))
+    fn = functools.partial(jaxconv.convolution_backprop_filters, filter_shape=(3, 3, 4, 8),
+                           groups=2)
+    text = {plat: _exported(fn, plat, x, dy) for plat in ("cpu", "cuda", "rocm", "tpu")}
+    assert "feature_group_count = 2" in text["cpu"] and "batch_group_count = 2" not in text["cpu"]
+    for plat in ("cuda", "rocm", "tpu"):
+        assert "batch_group_count = 2" in text[plat], plat
+        assert "dot_general" not in text[plat] and len(_convs(text[plat])) == 1, plat
+    # Dense 3D weight gradient: per-tap products on CPU and GPU, jax.vjp's convolution on TPU.
+    x3, dy3 = jnp.ones((1, 6, 6, 6, 4)), jnp.ones((1, 4, 4, 4, 8))
+    fn3 = functools.partial(jaxconv.convolution_backprop_filters, filter_shape=(3, 3, 3, 4, 8))
+    for plat, products in (("cpu", True), ("cuda", True), ("tpu", False)):
+        t = _exported(fn3, plat, x3, dy3)
+        assert ("dot_general" in t) is products and (not _convs(t)) is products, plat
+    # Strided 2D data gradient: CPU stride phases (no input dilation), TPU jax.vjp's program
+    # (the grid inside the convolution: lhs_dilate).
+    dyd, w = jnp.ones((1, 4, 4, 8)), jnp.ones((3, 3, 8, 8))
+    fnd = functools.partial(jaxconv.convolution_backward_data, input_shape=(9, 9), strides=2)
+    cpu, tpu = _exported(fnd, "cpu", dyd, w), _exported(fnd, "tpu", dyd, w)
+    assert len(_convs(cpu)) == 4 and not any("lhs_dilate" in c
+                                             for c in _convs(cpu))
+    assert len(_convs(tpu)) == 1 and "lhs_dilate = [2, 2]" in _convs(tpu)[0]
+
+
+def _dot_generals(jaxpr):
+    """Every dot_general equation of a closed jaxpr, inner jaxprs included."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            yield eqn
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            yield from _dot_generals(sub)
+
+
+def _size_one_batch_dims(fn, *args) -> list[str]:
+    bad = []
+    for eqn in _dot_generals(jax.make_jaxpr(fn)(*args).jaxpr):
+        (_, _), (lb, _) = eqn.params["dimension_numbers"]
+        lhs = eqn.invars[0].aval.shape
+        if any(lhs[a] == 1 for a in lb):
+            bad.append(f"{lhs} x {eqn.invars[1].aval.shape} batch {lb}")
+    return bad
+
+
+@pytest.mark.parametrize("rank,df,kernel", [(2, "NXC", (1, 1)), (3, "NCX", (2, 2, 2)),
+                                            (1, "NCX", (3,))])
+def test_products_have_no_size_one_batch_dimension(rank, df, kernel):
+    """The XLA:GPU Triton GEMM abort (docs/performance.md) came from dot_generals with a
+    size-1 batch dimension (one group); no "dot" kernel, nor its first and second
+    derivatives, may emit one."""
+    rng = np.random.default_rng(0)
+    spatial = {1: (9,), 2: (9, 7), 3: (5, 4, 5)}[rank]
+    x = h.random(rng, h.data_shape(df, 2, 4, spatial))
+    w_shape = h.conv_filter_shape("XIO", 3, 4, kernel)
+    y = jaxconv.convolution(x, jnp.ones(w_shape), strides=2, data_format=df)
+    dy = h.random(rng, y.shape)
+    w = h.random(rng, w_shape)
+    a = dict(strides=2, data_format=df, precision=HIGHEST, lowering="dot")
+
+    def wgrad(x, dy):
+        return jaxconv.convolution_backprop_filters(x, dy, w_shape, **a)
+
+    def dgrad(dy, w):
+        return jaxconv.convolution_backward_data(dy, w, x.shape, **a)
+
+    for fn, args in ((wgrad, (x, dy)), (dgrad, (dy, w))):
+        def loss(*args):
+            return jnp.sum(fn(*args) ** 2)
+
+        def grad_norm(*args):
+            return jnp.sum(jnp.stack([jnp.sum(g ** 2) for g in jax.grad(loss, (0, 1))(*args)]))
+
+        for f in (fn, jax.grad(loss, (0, 1)), jax.grad(grad_norm, (0, 1))):
+            assert not _size_one_batch_dims(f, *args)
+        assert any(_dot_generals(jax.make_jaxpr(fn)(*args).jaxpr))  # the check saw products
+
+
+GRAD_PROBLEMS = {  # small problems: (x shape NXC, groups, attributes)
+    "g2-strided": ((2, 7, 6, 4), 2, dict(strides=2, pads_begin=(1, 0), pads_end=(0, 1))),
+    "g1-dilated": ((2, 7, 6, 4), 1, dict(dilations=(2, 1), pads_begin=1, pads_end=1)),
+    "g4-strided-dilated": ((2, 8, 7, 4), 4, dict(strides=2, dilations=2, pads_begin=1)),
+}
+
+
+@pytest.mark.parametrize("problem,method", [
+    (pid, m) for pid in sorted(GRAD_PROBLEMS) for m in ALL
+    if not (m == "shifted" and GRAD_PROBLEMS[pid][1] != 4)  # needs depthwise
+    and not (m == "feature_group" and GRAD_PROBLEMS[pid][1] == 1)])  # needs groups
+def test_check_grads_order_2_of_each_weight_lowering(problem, method):
+    x_shape, g, attrs = GRAD_PROBLEMS[problem]
+    w_shape = (3, 2, 4 // g, 4)
+    rng = np.random.default_rng(5)
+    with jax.enable_x64(True):
+        x = h.random(rng, x_shape, jnp.float64)
+        dy = h.random(rng, jaxconv.convolution(x, jnp.ones(w_shape, jnp.float64), groups=g,
+                                               **attrs).shape, jnp.float64)
+        a = dict(attrs, groups=g, lowering=method)
+        check_grads(lambda x, dy: jaxconv.convolution_backprop_filters(x, dy, w_shape, **a),
+                    (x, dy), order=2, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6, eps=1e-4)
+
+
+@pytest.mark.parametrize("method", ["grid", "phases", "dot", "vjp"])
+@pytest.mark.parametrize("problem", sorted(GRAD_PROBLEMS))
+def test_check_grads_order_2_of_each_data_lowering(problem, method):
+    x_shape, g, attrs = GRAD_PROBLEMS[problem]
+    w_shape = (3, 2, 4 // g, 4)
+    rng = np.random.default_rng(6)
+    with jax.enable_x64(True):
+        w = h.random(rng, w_shape, jnp.float64)
+        dy = h.random(rng, jaxconv.convolution(jnp.ones(x_shape, jnp.float64), w, groups=g,
+                                               **attrs).shape, jnp.float64)
+        a = dict(attrs, groups=g, lowering=method)
+        check_grads(lambda dy, w: jaxconv.convolution_backward_data(dy, w, x_shape, **a), (dy, w),
+                    order=2, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6, eps=1e-4)

@@ -96,8 +96,7 @@ def _check(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- shapes
 
-_NOT_OPS = ("weight_grad_lowering", "data_grad_lowering", "xla_cpu_compiler_options",
-            "from_openvino_ir")
+_NOT_OPS = ("xla_cpu_compiler_options", "from_openvino_ir")
 
 
 def _ops() -> dict[str, Any]:
@@ -143,7 +142,7 @@ def _shapes(args: argparse.Namespace) -> int:
     import jax
     import jax.numpy as jnp
 
-    from jaxconv._src import geometry, lowering
+    from jaxconv._src import backends, geometry
 
     ops = _ops()
     if args.op not in ops:
@@ -184,13 +183,13 @@ def _shapes(args: argparse.Namespace) -> int:
             ("channels in -> out", (p.in_channels, p.out_channels)), ("groups", p.groups)]
     for k, v in rows:
         print(f"    {k:34s} {list(v) if isinstance(v, tuple) else v}")
-    grads = "weight" if "filter" in args.op or "weights" in args.op else (
-        "data" if args.op not in ("convolution", "group_convolution",
-                                  "conv_transpose_backward_data") else None)
-    if grads == "weight":
-        print(f"    {'lowering':34s} weight gradient: {lowering.choose_weight_grad(p)}")
-    elif grads == "data":
-        print(f"    {'lowering':34s} data gradient: {lowering.choose_data_grad(p)}")
+    if "lowering" in params:
+        kind = "weight" if "filter" in args.op or "weights" in args.op else "data"
+        choose = backends.weight_grad_method if kind == "weight" else backends.data_grad_method
+        forced = kwargs.get("lowering", "auto")
+        chosen = (f"{forced} (forced)" if forced != "auto" else
+                  ", ".join(f"{b}: {choose(p, b)}" for b in backends.BACKENDS))
+        print(f"    {'lowering (' + kind + ' gradient)':34s} {chosen}")
     return 0
 
 

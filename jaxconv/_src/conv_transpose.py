@@ -25,7 +25,8 @@ from typing import Any
 
 import jax
 
-from jaxconv._src import config, geometry, lowering, options
+from jaxconv._src import geometry, options
+from jaxconv._src import lowering as kernels
 from jaxconv._src.convolution import weight_gradient
 from jaxconv._src.geometry import Names
 
@@ -53,6 +54,7 @@ def conv_transpose(
     filter_format: str = "XOI",
     precision: Any = None,
     preferred_element_type: Any = None,
+    lowering: str = "auto",
 ) -> jax.Array:
     r"""oneDNN Graph ConvTranspose (forward), 1D/2D/3D, grouped.
 
@@ -92,6 +94,10 @@ def conv_transpose(
       data_format: ``"NXC"`` (default) or ``"NCX"``.
       filter_format: ``"XOI"`` (default), ``"IOX"``, ``"OIX"`` or ``"XIO"``.
       precision, preferred_element_type: as in :func:`jaxconv.convolution`.
+      lowering: the data-gradient formulation: ``"auto"`` (default: chosen per
+        problem and per backend, see docs/performance.md), ``"grid"``,
+        ``"phases"``, ``"dot"`` or ``"vjp"`` (the program ``jax.vjp`` emits). A
+        static argument: it changes the compiled program.
 
     Returns:
       ``y`` in ``data_format`` with ``OC`` channels.
@@ -116,9 +122,9 @@ def conv_transpose(
         output_shape=output_shape, strides=strides, pads_begin=pads_begin, pads_end=pads_end,
         dilations=dilations, auto_pad=auto_pad, output_padding=output_padding, groups=groups,
         data_format=data_format, filter_format=filter_format)
-    return lowering.jit_data_grad(x, w, p=p, precision=precision,
+    return kernels.jit_data_grad(x, w, p=p, precision=precision,
                                   preferred_element_type=preferred_element_type,
-        method=config.data_grad_method())
+        method=options.check_lowering(op, "data", lowering, p))
 
 
 _DATA_NAMES = Names(x="input", y="output_delta", w_shape="filter",
@@ -187,7 +193,7 @@ def conv_transpose_backward_data(
         pads_begin=pads_begin, pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
         output_padding=output_padding, groups=groups, data_format=data_format,
         filter_format=filter_format)
-    return lowering.jit_forward(dy, w, p=p, precision=precision,
+    return kernels.jit_forward(dy, w, p=p, precision=precision,
                                 preferred_element_type=preferred_element_type)
 
 
@@ -211,6 +217,7 @@ def conv_transpose_backward_weights(
     weights_format: str = "XOI",
     precision: Any = None,
     preferred_element_type: Any = None,
+    lowering: str = "auto",
 ) -> jax.Array:
     r"""oneDNN Graph ConvTransposeBackwardWeights: the gradient of :func:`conv_transpose` w.r.t. its weights.
 
@@ -245,6 +252,11 @@ def conv_transpose_backward_weights(
       strides, pads_begin, pads_end, dilations, auto_pad: as in :func:`conv_transpose`.
       output_padding, groups, data_format: as in :func:`conv_transpose`.
       precision, preferred_element_type: as in :func:`conv_transpose`.
+      lowering: the weight-gradient formulation: ``"auto"`` (default: chosen per
+        problem and per backend, see docs/performance.md), ``"conv"``,
+        ``"feature_group"`` (groups > 1), ``"shifted"`` (one input channel per
+        group), ``"dot"`` or ``"vjp"`` (the program ``jax.vjp`` emits). A static
+        argument: it changes the compiled program.
       weights_format: ``"XOI"`` (default), ``"IOX"``, ``"OIX"`` or ``"XIO"``.
 
     Returns:
@@ -265,8 +277,8 @@ def conv_transpose_backward_weights(
     """
     return weight_gradient(
         "conv_transpose_backward_weights", _WEIGHTS_NAMES, src, diff_dst, weights_shape,
-        precision, preferred_element_type, strides=strides, pads_begin=pads_begin,
-        pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
+        precision, preferred_element_type, lowering=lowering, strides=strides,
+        pads_begin=pads_begin, pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
         output_padding=output_padding, groups=groups, data_format=data_format,
         filter_format=weights_format, transposed=True)
 
@@ -291,6 +303,7 @@ def conv_transpose_backprop_filters(
     filter_format: str = "XIO",
     precision: Any = None,
     preferred_element_type: Any = None,
+    lowering: str = "auto",
 ) -> jax.Array:
     r"""oneDNN Graph ConvTransposeBackpropFilters-1: :func:`conv_transpose_backward_weights` under the older spec.
 
@@ -319,6 +332,11 @@ def conv_transpose_backprop_filters(
       strides, pads_begin, pads_end, dilations, auto_pad: as in :func:`conv_transpose`.
       output_padding, groups, data_format: as in :func:`conv_transpose`.
       precision, preferred_element_type: as in :func:`conv_transpose`.
+      lowering: the weight-gradient formulation: ``"auto"`` (default: chosen per
+        problem and per backend, see docs/performance.md), ``"conv"``,
+        ``"feature_group"`` (groups > 1), ``"shifted"`` (one input channel per
+        group), ``"dot"`` or ``"vjp"`` (the program ``jax.vjp`` emits). A static
+        argument: it changes the compiled program.
       filter_format: ``"XIO"`` (default), ``"OIX"``, ``"IOX"`` or ``"XOI"``.
 
     Returns:
@@ -337,7 +355,7 @@ def conv_transpose_backprop_filters(
     """
     return weight_gradient(
         "conv_transpose_backprop_filters", _FILTERS_NAMES, input_forward, output_delta,
-        filter_shape, precision, preferred_element_type, strides=strides,
+        filter_shape, precision, preferred_element_type, lowering=lowering, strides=strides,
         pads_begin=pads_begin, pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
         output_padding=output_padding, groups=groups, data_format=data_format,
         filter_format=filter_format, transposed=True)

@@ -11,7 +11,8 @@ from typing import Any
 
 import jax
 
-from jaxconv._src import config, geometry, lowering, options
+from jaxconv._src import geometry, options
+from jaxconv._src import lowering as kernels
 from jaxconv._src.geometry import Names
 
 ArrayLike = Any  # jax.Array | np.ndarray
@@ -91,7 +92,7 @@ def convolution(
         strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
         auto_pad=auto_pad, groups=groups, data_format=data_format, filter_format=filter_format,
     )
-    return lowering.jit_forward(x, w, p=p, precision=precision,
+    return kernels.jit_forward(x, w, p=p, precision=precision,
                                 preferred_element_type=preferred_element_type)
 
 
@@ -116,6 +117,7 @@ def convolution_backward_data(
     filter_format: str = "XIO",
     precision: Any = None,
     preferred_element_type: Any = None,
+    lowering: str = "auto",
 ) -> jax.Array:
     r"""oneDNN Graph ConvolutionBackwardData: the gradient of :func:`convolution` w.r.t. its input.
 
@@ -144,6 +146,10 @@ def convolution_backward_data(
       auto_pad: as in :func:`convolution`, on the forward input size.
       groups, data_format, filter_format: as in :func:`convolution`.
       precision, preferred_element_type: as in :func:`convolution`.
+      lowering: the data-gradient formulation: ``"auto"`` (default: chosen per
+        problem and per backend, see docs/performance.md), ``"grid"``,
+        ``"phases"``, ``"dot"`` or ``"vjp"`` (the program ``jax.vjp`` emits). A
+        static argument: it changes the compiled program.
 
     Returns:
       ``dx`` with the forward input's shape.
@@ -180,14 +186,15 @@ def convolution_backward_data(
         strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
         auto_pad=auto_pad, groups=g, data_format=data_format, filter_format=filter_format,
     )
-    return lowering.jit_data_grad(dy, w, p=p, precision=precision,
+    return kernels.jit_data_grad(dy, w, p=p, precision=precision,
                       preferred_element_type=preferred_element_type,
-        method=config.data_grad_method())
+        method=options.check_lowering(op, "data", lowering, p))
 
 
 def weight_gradient(
     op: str, names: Names, x_value: ArrayLike, dy_value: ArrayLike, w_shape: ShapeLike,
-    precision: Any, preferred_element_type: Any, *, transposed: bool = False, **attrs: Any,
+    precision: Any, preferred_element_type: Any, *, lowering: str, transposed: bool = False,
+    **attrs: Any,
 ) -> jax.Array:
     """The weight-gradient ops of both oneDNN families: validate, resolve, lower.
 
@@ -201,9 +208,9 @@ def weight_gradient(
     build = geometry.conv_transpose_problem if transposed else geometry.convolution_problem
     p = build(op, names, x_shape=x.shape, y_shape=dy.shape, w_shape=shape, **attrs)
     lhs, rhs = (dy, x) if transposed else (x, dy)
-    return lowering.jit_weight_grad(lhs, rhs, p=p, precision=precision,
+    return kernels.jit_weight_grad(lhs, rhs, p=p, precision=precision,
                                     preferred_element_type=preferred_element_type,
-                                    method=config.weight_grad_method(op, p))
+                                    method=options.check_lowering(op, "weight", lowering, p))
 
 
 _FILTERS_NAMES = Names(
@@ -227,6 +234,7 @@ def convolution_backprop_filters(
     filter_format: str = "XIO",
     precision: Any = None,
     preferred_element_type: Any = None,
+    lowering: str = "auto",
 ) -> jax.Array:
     r"""oneDNN Graph ConvolutionBackpropFilters-1: the gradient of :func:`convolution` w.r.t. the filter.
 
@@ -260,6 +268,11 @@ def convolution_backprop_filters(
       auto_pad: as in :func:`convolution`, on the forward input size.
       groups, data_format, filter_format: as in :func:`convolution`.
       precision, preferred_element_type: as in :func:`convolution`.
+      lowering: the weight-gradient formulation: ``"auto"`` (default: chosen per
+        problem and per backend, see docs/performance.md), ``"conv"``,
+        ``"feature_group"`` (groups > 1), ``"shifted"`` (one input channel per
+        group), ``"dot"`` or ``"vjp"`` (the program ``jax.vjp`` emits). A static
+        argument: it changes the compiled program.
 
     Returns:
       ``dW`` with shape ``filter_shape``, in ``filter_format``.
@@ -284,7 +297,7 @@ def convolution_backprop_filters(
     """
     return weight_gradient(
         "convolution_backprop_filters", _FILTERS_NAMES, input_forward, output_delta,
-        filter_shape, precision, preferred_element_type, strides=strides,
+        filter_shape, precision, preferred_element_type, lowering=lowering, strides=strides,
         pads_begin=pads_begin, pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
         groups=groups, data_format=data_format, filter_format=filter_format,
     )
@@ -310,6 +323,7 @@ def convolution_backward_weights(
     weights_format: str = "XIO",
     precision: Any = None,
     preferred_element_type: Any = None,
+    lowering: str = "auto",
 ) -> jax.Array:
     r"""oneDNN ConvolutionBackwardWeights: :func:`convolution_backprop_filters` under oneDNN's current names.
 
@@ -331,6 +345,11 @@ def convolution_backward_weights(
       strides, pads_begin, pads_end, dilations, auto_pad: as in :func:`convolution`.
       groups, data_format: as in :func:`convolution`.
       precision, preferred_element_type: as in :func:`convolution`.
+      lowering: the weight-gradient formulation: ``"auto"`` (default: chosen per
+        problem and per backend, see docs/performance.md), ``"conv"``,
+        ``"feature_group"`` (groups > 1), ``"shifted"`` (one input channel per
+        group), ``"dot"`` or ``"vjp"`` (the program ``jax.vjp`` emits). A static
+        argument: it changes the compiled program.
       weights_format: ``"XIO"`` (default) or ``"OIX"``.
 
     Returns:
@@ -351,8 +370,8 @@ def convolution_backward_weights(
     """
     return weight_gradient(
         "convolution_backward_weights", _WEIGHTS_NAMES, src, diff_dst, weights_shape,
-        precision, preferred_element_type, strides=strides, pads_begin=pads_begin,
-        pads_end=pads_end, dilations=dilations, auto_pad=auto_pad, groups=groups,
-        data_format=data_format, filter_format=weights_format,
+        precision, preferred_element_type, lowering=lowering, strides=strides,
+        pads_begin=pads_begin, pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
+        groups=groups, data_format=data_format, filter_format=weights_format,
     )
 

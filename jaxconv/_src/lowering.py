@@ -10,12 +10,15 @@ convolution ``y = conv(x, W)``) and nothing else:
 * :func:`weight_grad`  x, dy -> dW   (also: the ConvTranspose weight gradient,
   with x and dy swapped, SEMANTICS.md section 1)
 
-Each kernel has formulations chosen per problem (``choose_weight_grad``,
-``choose_data_grad``; docs/performance.md). None puts an input dilation
-inside a convolution, and padding stays explicit (``lax.pad``, which also
-crops with negative widths) wherever the transposes JAX derives under
-``grad`` would otherwise reach the pattern that aborts jaxlib 0.10.2 on CPU
-(HAZARDS.md section 1, tests/test_hazards.py).
+Each gradient kernel has formulations (``method``, the ops' ``lowering=``
+argument). ``"auto"`` stages the choice of every backend's table
+(``backends.py``) with ``lax.platform_dependent``, so one traced program picks
+the right one on CPU, GPU and TPU. Except ``"vjp"`` (JAX's own program), no
+formulation puts an input dilation inside a convolution, and padding stays
+explicit (``lax.pad``, which also crops with negative widths) wherever the
+transposes JAX derives under ``grad`` would otherwise reach the pattern that
+aborts jaxlib 0.10.2 on CPU (HAZARDS.md section 1, tests/test_hazards.py);
+``"vjp"`` hands problems with both a stride and a dilation to a safe form.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -30,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxconv._src import backends
 from jaxconv._src.geometry import ConvProblem
 
 Precision = Any  # lax.PrecisionLike
@@ -115,6 +120,32 @@ def forward(x, w, p: ConvProblem, *, precision=None, preferred_element_type=None
     )
 
 
+def strided_and_dilated(p: ConvProblem) -> bool:
+    """A stride and a dilation (on any axes): where JAX's own transposes can abort jaxlib 0.10.2.
+
+    The aborting pattern (HAZARDS.md section 1) needs both; ``"vjp"`` hands such
+    problems to a form that keeps the padding explicit.
+    """
+    return any(s > 1 for s in p.strides) and any(d > 1 for d in p.dilations)
+
+
+def _per_platform(choose: Callable[[ConvProblem, str], str], p: ConvProblem,
+                  branch: Callable[[str], Callable[..., jax.Array]], *args) -> jax.Array:
+    """``branch(method)(*args)`` with the method of ``choose(p, backend)`` for each backend.
+
+    Staged with ``lax.platform_dependent``: the platform the program is lowered
+    for keeps its branch (the compiler never sees the others). When every
+    backend picks the same method, that method is called directly.
+    """
+    methods = {b: choose(p, b) for b in backends.BACKENDS}
+    if len(set(methods.values())) == 1:
+        return branch(methods["cpu"])(*args)
+    fns = {m: branch(m) for m in set(methods.values())}  # one callable per method: joined
+    per_platform = {plat: fns[methods[b]] for b in backends.BACKENDS
+                    for plat in backends.PLATFORMS[b]}
+    return lax.platform_dependent(*args, default=fns[methods["default"]], **per_platform)
+
+
 # ---------------------------------------------------------------------------
 # Data gradient:  dx[n, g*ICg+ic, s] = sum_{oc,k,t: t*S + k*D - pb = s} dy[n, g*OCg+oc, t] W[.., ic, k]
 #
@@ -128,35 +159,61 @@ def forward(x, w, p: ConvProblem, *, precision=None, preferred_element_type=None
 # role: its O axis is the input feature and its I axis the output feature.
 # With groups, O = g*OCg must become the per-group input feature: the group
 # factor moves from the O axis onto the I axis (a reshape of the small filter).
-# The grid is built by an explicit lax.pad (interior padding S-1, negative
-# widths crop), so that no convolution with an input dilation reaches XLA:
-# with one, the transposes JAX derives under grad abort jaxlib 0.10.2.
+#
+# "vjp": exactly that convolution with the grid inside it (lhs_dilation = S)
+# and the padding inside it: the program jax.vjp emits. With a stride and a
+# dilation it can abort jaxlib 0.10.2, so those problems take "grid".
+# "grid": the grid built by an explicit lax.pad (interior padding S-1,
+# negative widths crop), so that no convolution with an input dilation
+# reaches XLA: with one, the transposes JAX derives under grad abort jaxlib
+# 0.10.2. Without a stride there is no grid, and the padding goes inside.
 # ---------------------------------------------------------------------------
 def _regroup_for_transpose(w, p: ConvProblem, flip: bool = True):
-    """The filter relabelled for the transposed convolution (spatially flipped).
+    """The filter relabelled for the transposed convolution (then spatially flipped).
 
-    Returns (filter, (out_feature_axis, in_feature_axis, *spatial_axes)).
+    The same steps as JAX's transpose rule (so that ``"vjp"`` is its program):
+    with groups, O (``g*OCg``) splits into ``(g, OCg)`` and ``g`` merges into I,
+    group-major. Returns (filter, (out_feature_axis, in_feature_axis, *spatial_axes)).
     """
     o_ax, i_ax, *sp = p.filter_layout.spec(swap=p.filter_swap)
-    if flip:
-        w = lax.rev(w, tuple(sp))
     g = p.groups
     if g > 1:
-        # O (g*OCg) -> (g, OCg); g moves to just before I; (g, ICg) merge into I.
-        # In both orders of the O and I axes, moveaxis(w, o_ax, i_ax) puts g
-        # right before I, and after the merge every axis is back in its place.
         shape = w.shape
         w = w.reshape(shape[:o_ax] + (g, shape[o_ax] // g) + shape[o_ax + 1 :])
-        w = jnp.moveaxis(w, o_ax, i_ax)
-        shape = w.shape
-        w = w.reshape(shape[:i_ax] + (g * shape[i_ax + 1],) + shape[i_ax + 2 :])
+        # g (now at o_ax) moves to just before I and merges with it; every other axis
+        # is back in its place (lax.reshape with a permutation, as JAX's rule does).
+        perm = [a for a in range(w.ndim) if a != o_ax]
+        perm.insert(i_ax, o_ax)
+        new_shape = [n for a, n in enumerate(w.shape) if a != o_ax]
+        new_shape[i_ax] *= g
+        w = lax.reshape(w, new_shape, perm)
+    if flip:
+        w = lax.rev(w, tuple(sp))
     return w, (i_ax, o_ax, *sp)
 
 
+def _transpose_pads(p: ConvProblem) -> list[tuple[int, int]]:
+    """(DK - 1 - pb, I + pb - (O-1)*S - 1) per axis: the grid convolution's padding."""
+    return [(dk - 1 - pb, i + pb - (o - 1) * s - 1) for i, o, s, pb, dk in
+            zip(p.input_size, p.output_size, p.strides, p.pads_begin, p.dilated_kernel)]
+
+
+def _data_grad_vjp(dy, w, p: ConvProblem, precision, preferred_element_type) -> jax.Array:
+    if strided_and_dilated(p):
+        return _data_grad_grid(dy, w, p, precision, preferred_element_type)
+    wt, rhs_spec = _regroup_for_transpose(w, p)
+    spec = p.data.spec
+    return _conv(
+        dy, wt, dtype=dy.dtype, precision=precision,
+        preferred_element_type=preferred_element_type, padding=_transpose_pads(p),
+        window_strides=(1,) * p.rank, lhs_dilation=p.strides, rhs_dilation=p.dilations,
+        dimension_numbers=lax.ConvDimensionNumbers(spec, rhs_spec, spec),
+        feature_group_count=p.groups,
+    )
+
+
 def _data_grad_grid(dy, w, p: ConvProblem, precision, preferred_element_type) -> jax.Array:
-    pads = []
-    for i, o, s, pb, dk in zip(p.input_size, p.output_size, p.strides, p.pads_begin, p.dilated_kernel):
-        pads.append((dk - 1 - pb, i + pb - (o - 1) * s - 1))
+    pads = _transpose_pads(p)
     wt, rhs_spec = _regroup_for_transpose(w, p)
     spec = p.data.spec
     if all(s == 1 for s in p.strides) and all(lo >= 0 and hi >= 0 for lo, hi in pads):
@@ -191,28 +248,40 @@ def _phase_dots(dyp, w, p: ConvProblem, taps, u_max, dil, precision, preferred_e
     """One phase of the "dot" data gradient: sum over its taps of a matrix product.
 
     ``dx_r[u] = sum_j dyp[u + j*D'] W[taps[j]]`` with the channel contraction
-    done by ``dot_general`` batched over groups (no XLA grouped convolution).
+    done by ``dot_general``, batched over groups when there are several (no
+    XLA grouped convolution; with one group, no batch dimension: a size-1 batch
+    dimension is what aborted XLA:GPU's Triton GEMM fusion, docs/performance.md).
     Works in (N, *X, C) order; returns the phase in the data layout.
     """
-    d, g = p.data, p.groups
+    d, g, n = p.data, p.groups, p.rank
     o_ax, i_ax, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
     ocg, icg = p.out_channels // g, p.in_channels // g
-    y = jnp.transpose(dyp, (d.batch_axis, *d.spatial_axes, d.channel_axis))
-    y = y.reshape(*y.shape[:-1], g, ocg)  # (N, *X, G, OCg)
+    y = jnp.transpose(dyp, (d.batch_axis, *d.spatial_axes, d.channel_axis))  # (N, *X, OC)
     wc = jnp.transpose(w, (o_ax, i_ax, *w_sp)).reshape(g, ocg, icg, *p.kernel)
+    if g > 1:
+        y = y.reshape(*y.shape[:-1], g, ocg)  # (N, *X, G, OCg)
+        dims = (((n + 2,), (1,)), ((n + 1,), (0,)))  # -> (G, N, *U, ICg)
+    else:
+        wc = wc[0]  # (OC, IC, *K)
+        dims = (((n + 1,), (0,)), ((), ()))  # -> (N, *U, IC)
     acc = accumulation_dtype(dyp.dtype, preferred_element_type)
     total = None
     for j in itertools.product(*(range(len(t)) for t in taps)):
-        lo = [0] + [jj * dd for jj, dd in zip(j, dil)] + [0, 0]
-        hi = [y.shape[0]] + [a + u for a, u in zip(lo[1:-2], u_max)] + [g, ocg]
-        wk = wc[(slice(None),) * 3 + tuple(t[jj] for t, jj in zip(taps, j))]  # (G, OCg, ICg)
-        part = lax.dot_general(lax.slice(y, lo, hi), wk, (((p.rank + 2,), (1,)),
-                               ((p.rank + 1,), (0,))), precision=precision,
-                               preferred_element_type=acc)  # (G, N, *U, ICg)
+        lo = [0] * y.ndim
+        for a, (jj, dd) in enumerate(zip(j, dil)):
+            lo[1 + a] = jj * dd
+        hi = list(y.shape)
+        for a, u in enumerate(u_max):
+            hi[1 + a] = lo[1 + a] + u
+        tap = tuple(t[jj] for t, jj in zip(taps, j))
+        wk = wc[(slice(None),) * (wc.ndim - n) + tap]  # ([G,] OCg, ICg)
+        part = lax.dot_general(lax.slice(y, lo, hi), wk, dims, precision=precision,
+                               preferred_element_type=acc)
         total = part if total is None else total + part
-    out = jnp.moveaxis(total, 0, -2).reshape(*total.shape[1:-1], g * icg)  # (N, *U, C)
+    if g > 1:
+        total = jnp.moveaxis(total, 0, -2).reshape(*total.shape[1:-1], g * icg)  # (N, *U, C)
     spec = (d.batch_axis, *d.spatial_axes, d.channel_axis)
-    out = jnp.transpose(out, [spec.index(a) for a in range(out.ndim)])
+    out = jnp.transpose(total, [spec.index(a) for a in range(total.ndim)])
     return out.astype(preferred_element_type if preferred_element_type is not None else dyp.dtype)
 
 
@@ -275,47 +344,24 @@ def _data_grad_phases(dy, w, p: ConvProblem, precision, preferred_element_type,
     return lax.slice(assemble(()), (0,) * len(p.x_shape), p.x_shape)  # crop to I per axis
 
 
-DATA_GRAD_METHODS = ("grid", "phases", "dot")
-
-
-# "dot" keeps about 8x its result in temporaries (the per-tap slices and the phases; measured
-# with XLA's memory analysis: 2.8 GiB for the 0.33 GiB result of the seed's 3D example at half
-# size), "phases" about 2.4x: past 2^27 result elements (0.5 GiB in float32) take "phases".
-DOT_MAX_RESULT_ELEMENTS = 2 ** 27
-
-
-def choose_data_grad(p: ConvProblem) -> str:
-    """The data-gradient method ``"auto"`` picks for a problem (see docs/performance.md).
-
-    * ``"dot"`` for grouped problems without dilation, and 3D ones of at most
-      128 channels, whose result has at most 2^27 elements (memory, above):
-      XLA:CPU's grouped and 3D convolutions are slow, a matrix product per tap
-      is not (20x on benchdnn's 3d_gconv_non-block_s2, 3.2x on
-      alexnet deconv4, 25-125x on depthwise 56x56). With a dilation, or g = 1
-      in 2D, it ran 1.4-2.4x slower than the convolution.
-    * ``"grid"`` for 1D/2D results of at most 4 channels (image-sized first
-      layers: alexnet deconv1, googlenet conv1), where the S^rank phase
-      convolutions ran 1.1-2.3x slower than the one on the grid.
-    * ``"phases"`` when a stride is > 1 (at most 64 phases), else ``"grid"``.
-    """
-    undilated = all(d == 1 for d in p.dilations)
-    small = math.prod(p.x_shape) <= DOT_MAX_RESULT_ELEMENTS
-    if undilated and small and (p.groups > 1 or
-                                (p.rank == 3 and max(p.in_channels, p.out_channels) <= 128)):
-        return "dot"
-    if p.rank <= 2 and p.in_channels <= 4:
-        return "grid"
-    phases = math.prod(p.strides)
-    return "phases" if 1 < phases <= 64 else "grid"
+_DATA_GRAD = {
+    "grid": _data_grad_grid,
+    "phases": _data_grad_phases,
+    "dot": functools.partial(_data_grad_phases, dot=True),
+    "vjp": _data_grad_vjp,
+}
+DATA_GRAD_METHODS = tuple(_DATA_GRAD)
 
 
 def data_grad(dy, w, p: ConvProblem, *, precision=None, preferred_element_type=None,
               method: str = "auto") -> jax.Array:
+    """dx from dy and W; ``method`` one of :data:`DATA_GRAD_METHODS` or ``"auto"``."""
+    def branch(m):
+        return functools.partial(_DATA_GRAD[m], p=p, precision=precision,
+                                 preferred_element_type=preferred_element_type)
     if method == "auto":
-        method = choose_data_grad(p)
-    if method in ("phases", "dot"):
-        return _data_grad_phases(dy, w, p, precision, preferred_element_type, dot=method == "dot")
-    return _data_grad_grid(dy, w, p, precision, preferred_element_type)
+        return _per_platform(backends.data_grad_method, p, branch, dy, w)
+    return branch(method)(dy, w)
 
 
 # ---------------------------------------------------------------------------
@@ -334,6 +380,10 @@ def data_grad(dy, w, p: ConvProblem, *, precision=None, preferred_element_type=N
 # numbers put batch -> the filter's I axis, feature -> O, spatial -> X, so the
 # result comes out directly in the requested filter format.
 #
+# "vjp": that convolution with all of the padding (pb, pe - rem) inside it,
+# negative widths included: the program jax.vjp emits. "conv" keeps inside at
+# most what the windows read and crops the rest explicitly (see _fit).
+#
 # "feature_group": XLA expands batch_group_count into g times the work. Move
 # the group factor of x's channels next to its batch instead, group-major
 # (one transpose of x), so that the lhs feature axis is (g, N) and
@@ -345,33 +395,10 @@ def data_grad(dy, w, p: ConvProblem, *, precision=None, preferred_element_type=N
 #
 # "dot" (every K = 1): dW[oc, ic] = sum_{n,t} xs[n, ic, t] dy[n, oc, t] with xs
 # the strided slice of padded x: a dot_general contracting batch and spatial
-# axes (batched over the groups). (Every O = 1: the window covers the padded
-# input once, dW[oc, ic, k] = sum_n x[n, ic, k*D - pb] dy[n, oc]: a dot_general
-# contracting the batch only.)
+# axes (batched over the groups when there are several). (Every O = 1: the
+# window covers the padded input once, dW[oc, ic, k] = sum_n x[n, ic, k*D - pb]
+# dy[n, oc]: a dot_general contracting the batch only.)
 # ---------------------------------------------------------------------------
-WEIGHT_GRAD_METHODS = ("conv", "feature_group", "shifted", "dot")
-
-
-def choose_weight_grad(p: ConvProblem) -> str:
-    """The weight-gradient method ``"auto"`` picks for a problem (see docs/performance.md)."""
-    if all(k == 1 for k in p.kernel) or all(o == 1 for o in p.output_size):
-        return "dot"
-    # XLA:CPU has no fast 3D convolution: per-tap matrix products (batched over groups)
-    # ran 1.2-3.8x faster than the convolution on benchdnn's 3D problems, except with
-    # 2 channels per group (1.15x slower). On 2D they ran 1.3-2.6x slower: the strided
-    # slices cost more there than the library convolution saves.
-    if len(p.kernel) == 3 and p.in_channels > p.groups and (p.groups == 1 or
-                                                            p.in_channels // p.groups >= 4):
-        return "dot"
-    if p.groups > 1 and p.in_channels == p.groups:
-        return "shifted"
-    # XLA:CPU's 1D/2D convolution expands batch_group_count into a dense problem: 30-80x
-    # slower than feature_group on N16 g4..g32 28x28 k3. (3D: "dot" above, or "conv".)
-    if p.groups > 1 and len(p.kernel) <= 2:
-        return "feature_group"
-    return "conv"
-
-
 def _weight_out(dw_gio: jax.Array, p: ConvProblem) -> jax.Array:
     """(G, ICg, OCg, *K) -> the filter layout (O = G*OCg, I = ICg)."""
     g, icg, ocg = dw_gio.shape[:3]
@@ -392,17 +419,25 @@ def _window(xc, p: ConvProblem, starts, counts, steps) -> jax.Array:
 
 
 def _weight_grad_sliced(x, dy, p: ConvProblem, method, precision, acc) -> jax.Array:
-    """The "dot" and "shifted" methods, in the data's own layout: (G, ICg, OCg, *K)."""
+    """The "dot" and "shifted" methods, in the data's own layout: (G, ICg, OCg, *K).
+
+    With one group the products have no batch dimension: a size-1 batch
+    dimension next to the contracted ones is what aborted XLA:GPU's Triton
+    GEMM fusion (docs/performance.md, "GPU").
+    """
     d, g, c = p.data, p.groups, p.data.channel_axis
+    grouped = g > 1 or method == "shifted"
     xc = _pad_spatial(x, d.spatial_axes, p.fit_pads)
 
     def split(a, per):  # the channel axis in place into (G, per group): a free reshape
-        return a.reshape(a.shape[:c] + (g, per) + a.shape[c + 1:])
+        return a.reshape(a.shape[:c] + (g, per) + a.shape[c + 1:]) if grouped else a
 
     def moved(ax):  # an axis index after that split
-        return ax + 1 if ax > c else ax
+        return ax + 1 if grouped and ax > c else ax
 
     b, sp = moved(d.batch_axis), [moved(a) for a in d.spatial_axes]
+    ch = c + 1 if grouped else c  # the per-group channel axis
+    batch = ((c,), (c,)) if grouped else ((), ())
     dyg = split(dy, p.out_channels // g)
     if method == "shifted":  # ICg == 1, channel multiplier m
         m = p.out_channels // g
@@ -418,54 +453,64 @@ def _weight_grad_sliced(x, dy, p: ConvProblem, method, precision, acc) -> jax.Ar
         for k in np.ndindex(*p.kernel):
             start = [kk * dl for kk, dl in zip(k, p.dilations)]
             xs = split(_window(xc, p, start, p.output_size, p.strides), p.in_channels // g)
-            taps.append(lax.dot_general(xs, dyg, (([b, *sp], [b, *sp]), ((c,), (c,))),
+            taps.append(lax.dot_general(xs, dyg, (([b, *sp], [b, *sp]), batch),
                                         precision=precision, preferred_element_type=acc))
-        return jnp.stack(taps, axis=-1).reshape(*taps[0].shape, *p.kernel)  # (G, ICg, OCg, *K)
+        dw = jnp.stack(taps, axis=-1).reshape(*taps[0].shape, *p.kernel)  # ([G,] ICg, OCg, *K)
+        return dw if grouped else dw[None]
     # dot, every O == 1: the window covers the padded input once; contract the batch only
     xs = split(_window(xc, p, (0,) * p.rank, p.kernel, p.dilations), p.in_channels // g)
     dyg = dyg.reshape([n for a, n in enumerate(dyg.shape) if a not in sp])  # drop the 1s
-    b_dy, c_dy = b - sum(a < b for a in sp), c - sum(a < c for a in sp)
-    dw = lax.dot_general(xs, dyg, (((b,), (b_dy,)), ((c,), (c_dy,))), precision=precision,
-                         preferred_element_type=acc)
-    free = [a for a in range(xs.ndim) if a not in (b, c)]  # dw: G, x's free axes, OCg
-    order = (0, 1 + free.index(c + 1), dw.ndim - 1, *(1 + free.index(a) for a in sp))
-    return jnp.transpose(dw, order)  # (G, ICg, OCg, *K)
+    b_dy = b - sum(a < b for a in sp)
+    dims = (((b,), (b_dy,)), ((c,), (c - sum(a < c for a in sp),)) if grouped else ((), ()))
+    dw = lax.dot_general(xs, dyg, dims, precision=precision, preferred_element_type=acc)
+    # dw: [G,] x's free axes, OCg
+    free = [a for a in range(xs.ndim) if a != b and not (grouped and a == c)]
+    lead = 1 if grouped else 0
+    order = ((0,) if grouped else ()) + (
+        lead + free.index(ch), dw.ndim - 1, *(lead + free.index(a) for a in sp))
+    dw = jnp.transpose(dw, order)  # ([G,] ICg, OCg, *K)
+    return dw if grouped else dw[None]
 
 
 def _weight_grad_conv(x, dy, p: ConvProblem, method, precision, preferred_element_type):
-    """The "conv" and "feature_group" methods: one relabelled convolution.
+    """The "conv", "feature_group" and "vjp" methods: one relabelled convolution.
 
     Its padding goes inside the convolution (an explicit ``lax.pad`` is
     materialized by XLA: 2x on N16 C64 56x56 k3). On a problem with a stride
     and a dilation (on any axes) the transposes JAX derives from that
     convolution for second-order grads abort jaxlib 0.10.2
-    (tests/test_hazards.py), so there the primal keeps the fast form and a
-    ``custom_jvp`` makes every derivative go through the explicitly padded
-    form instead: the kernel is bilinear, so its JVP is
-    ``wgrad(tx, dy) + wgrad(x, tdy)``, and JAX never transposes the fast one.
+    (tests/test_hazards.py), so there the primal keeps the fast form ("vjp"
+    there takes the form of "conv") and a ``custom_jvp`` makes every
+    derivative go through the explicitly padded form instead: the kernel is
+    bilinear, so its JVP is ``wgrad(tx, dy) + wgrad(x, tdy)``, and JAX never
+    transposes the fast one.
     """
     kernel = functools.partial(_relabelled_weight_grad, p=p, method=method, precision=precision,
                                preferred_element_type=preferred_element_type)
-    if not (any(s > 1 for s in p.strides) and any(dl > 1 for dl in p.dilations)):
-        return kernel(x, dy, inside=True)
+    if not strided_and_dilated(p):
+        return kernel(x, dy, inside="all" if method == "vjp" else "capped")
 
     @jax.custom_jvp
     def fast(x, dy):
-        return kernel(x, dy, inside=True)
+        return kernel(x, dy, inside="capped")
 
     @fast.defjvp
     def _(primals, tangents):
         (x, dy), (tx, tdy) = primals, tangents
-        return fast(x, dy), kernel(tx, dy, inside=False) + kernel(x, tdy, inside=False)
+        return fast(x, dy), kernel(tx, dy, inside="none") + kernel(x, tdy, inside="none")
 
     return fast(x, dy)
 
 
 def _relabelled_weight_grad(x, dy, *, p: ConvProblem, method, precision, preferred_element_type,
-                            inside: bool) -> jax.Array:
+                            inside: str) -> jax.Array:
+    """``inside``: "all" the padding (jax.vjp's program), "capped" (see ``_fit``) or "none"."""
     d = p.data
-    caps = [(o - 1) * s if inside else 0 for o, s in zip(p.output_size, p.strides)]
-    xc, pads = _fit(x, d.spatial_axes, p.fit_pads, caps)
+    if inside == "all":
+        xc, pads = x, list(p.fit_pads)
+    else:
+        caps = [(o - 1) * s if inside == "capped" else 0 for o, s in zip(p.output_size, p.strides)]
+        xc, pads = _fit(x, d.spatial_axes, p.fit_pads, caps)
     o_ax, i_ax, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
     out_spec = (i_ax, o_ax, *w_sp)
     rhs_spec = (d.channel_axis, d.batch_axis, *d.spatial_axes)
@@ -486,16 +531,43 @@ def _relabelled_weight_grad(x, dy, *, p: ConvProblem, method, precision, preferr
                  batch_group_count=p.groups, **common)
 
 
-def weight_grad(x, dy, p: ConvProblem, *, precision=None, preferred_element_type=None,
-                method: str = "auto") -> jax.Array:
-    if method == "auto":
-        method = choose_weight_grad(p)
-    if method in ("conv", "feature_group"):
-        return _weight_grad_conv(x, dy, p, method, precision, preferred_element_type)
+def _weight_grad_dot(x, dy, p: ConvProblem, precision, preferred_element_type, *,
+                     method: str = "dot") -> jax.Array:
     acc = accumulation_dtype(x.dtype, preferred_element_type)
     dw = _weight_grad_sliced(x, dy, p, method, precision, acc)
     return _weight_out(dw, p).astype(
         preferred_element_type if preferred_element_type is not None else x.dtype)
+
+
+_WEIGHT_GRAD = {
+    "conv": functools.partial(_weight_grad_conv, method="conv"),
+    "feature_group": functools.partial(_weight_grad_conv, method="feature_group"),
+    "shifted": functools.partial(_weight_grad_dot, method="shifted"),
+    "dot": _weight_grad_dot,
+    "vjp": functools.partial(_weight_grad_conv, method="vjp"),
+}
+WEIGHT_GRAD_METHODS = tuple(_WEIGHT_GRAD)
+
+
+def weight_grad_inapplicable(method: str, p: ConvProblem) -> str | None:
+    """Why a forced weight-gradient method does not apply to ``p`` (None if it does)."""
+    if method == "shifted" and p.in_channels != p.groups:
+        return (f"'shifted' needs one input channel per group (depthwise), got "
+                f"{p.in_channels} input channels in {p.groups} group(s)")
+    if method == "feature_group" and p.groups == 1:
+        return "'feature_group' regroups a grouped problem, got groups=1"
+    return None
+
+
+def weight_grad(x, dy, p: ConvProblem, *, precision=None, preferred_element_type=None,
+                method: str = "auto") -> jax.Array:
+    """dW from x and dy; ``method`` one of :data:`WEIGHT_GRAD_METHODS` or ``"auto"``."""
+    def branch(m):
+        return functools.partial(_WEIGHT_GRAD[m], p=p, precision=precision,
+                                 preferred_element_type=preferred_element_type)
+    if method == "auto":
+        return _per_platform(backends.weight_grad_method, p, branch, x, dy)
+    return branch(method)(x, dy)
 
 
 # Jitted entry points: the problem and the options are static (hashable).

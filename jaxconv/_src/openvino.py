@@ -28,7 +28,8 @@ from typing import Any
 
 import jax
 
-from jaxconv._src import config, geometry, lowering, options
+from jaxconv._src import geometry, options
+from jaxconv._src import lowering as kernels
 from jaxconv._src.geometry import Names, TransposePadRule
 
 ArrayLike = Any  # jax.Array | np.ndarray
@@ -118,14 +119,14 @@ def group_convolution(
         op, _NAMES, x_shape=x.shape, y_shape=None, w_shape=w2.shape, strides=strides,
         pads_begin=pads_begin, pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
         groups=g, data_format="NCX", filter_format="OIX")
-    return lowering.jit_forward(x, w2, p=p, precision=precision,
+    return kernels.jit_forward(x, w2, p=p, precision=precision,
                                 preferred_element_type=preferred_element_type)
 
 
 def _backprop_data(
     op: str, data: ArrayLike, filters: ArrayLike, output_shape: ShapeLike, grouped: bool,
     strides, pads_begin, pads_end, dilations, auto_pad, output_padding,
-    openvino_runtime_padding, precision, preferred_element_type,
+    openvino_runtime_padding, precision, preferred_element_type, method,
 ) -> jax.Array:
     (x, w), precision, preferred_element_type = options.check_inputs(
         op, {"data": data, "filters": filters}, precision, preferred_element_type, floating=False)
@@ -138,9 +139,9 @@ def _backprop_data(
         strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
         auto_pad=auto_pad, output_padding=output_padding, groups=g, data_format="NCX",
         filter_format="IOX", pad_rule=TransposePadRule.OPENVINO, upper_extra_at_end=not runtime)
-    return lowering.jit_data_grad(x, w, p=p, precision=precision,
+    return kernels.jit_data_grad(x, w, p=p, precision=precision,
                                   preferred_element_type=preferred_element_type,
-        method=config.data_grad_method())
+        method=options.check_lowering(op, "data", method, p))
 
 
 _BACKPROP_DATA_DOC = r"""
@@ -183,6 +184,7 @@ def convolution_backprop_data(
     openvino_runtime_padding: bool = False,
     precision: Any = None,
     preferred_element_type: Any = None,
+    lowering: str = "auto",
 ) -> jax.Array:
     """OpenVINO ConvolutionBackpropData-1: a transposed convolution, filters ``[C_IN, C_OUT, *K]``.
 
@@ -199,6 +201,10 @@ def convolution_backprop_data(
       openvino_runtime_padding: reproduce the OpenVINO runtime's split of an
         odd same_* total (extra at the beginning for same_upper).
       precision, preferred_element_type: as in :func:`jaxconv.convolution`.
+      lowering: the data-gradient formulation: ``"auto"`` (default: chosen per
+        problem and per backend, see docs/performance.md), ``"grid"``,
+        ``"phases"``, ``"dot"`` or ``"vjp"`` (the program ``jax.vjp`` emits). A
+        static argument: it changes the compiled program.
 
     Returns:
       ``[N, C_OUT, *Y]`` in the data's dtype (or ``preferred_element_type``).
@@ -217,7 +223,7 @@ def convolution_backprop_data(
     return _backprop_data(
         "convolution_backprop_data", data, filters, output_shape, False, strides, pads_begin,
         pads_end, dilations, auto_pad, output_padding, openvino_runtime_padding, precision,
-        preferred_element_type)
+        preferred_element_type, lowering)
 
 
 def group_convolution_backprop_data(
@@ -234,6 +240,7 @@ def group_convolution_backprop_data(
     openvino_runtime_padding: bool = False,
     precision: Any = None,
     preferred_element_type: Any = None,
+    lowering: str = "auto",
 ) -> jax.Array:
     """OpenVINO GroupConvolutionBackpropData-1: a grouped transposed convolution.
 
@@ -251,6 +258,10 @@ def group_convolution_backprop_data(
       auto_pad, output_padding: as in :func:`convolution_backprop_data`.
       openvino_runtime_padding: as in :func:`convolution_backprop_data`.
       precision, preferred_element_type: as in :func:`convolution_backprop_data`.
+      lowering: the data-gradient formulation: ``"auto"`` (default: chosen per
+        problem and per backend, see docs/performance.md), ``"grid"``,
+        ``"phases"``, ``"dot"`` or ``"vjp"`` (the program ``jax.vjp`` emits). A
+        static argument: it changes the compiled program.
 
     Returns:
       ``[N, G*C_OUT, *Y]`` in the data's dtype (or ``preferred_element_type``).
@@ -270,7 +281,7 @@ def group_convolution_backprop_data(
     return _backprop_data(
         "group_convolution_backprop_data", data, filters, output_shape, True, strides,
         pads_begin, pads_end, dilations, auto_pad, output_padding, openvino_runtime_padding,
-        precision, preferred_element_type)
+        precision, preferred_element_type, lowering)
 
 
 convolution_backprop_data.__doc__ = convolution_backprop_data.__doc__.replace(

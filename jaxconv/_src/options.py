@@ -1,4 +1,4 @@
-"""Validation of the compute options every op takes: precision, preferred_element_type."""
+"""Validation of the compute options the ops take: precision, preferred_element_type, lowering."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxconv._src import geometry
+from jaxconv._src import geometry, lowering
 
 
 def compute_options(op: str, precision: Any, preferred_element_type: Any) -> tuple[Any, Any]:
@@ -68,3 +68,25 @@ def check_inputs(
     if floating:
         check_output_dtype(op, dtype, preferred_element_type)
     return list(arrs.values()), precision, preferred_element_type
+
+
+def check_lowering(op: str, kind: str, lowering_value: Any, p: Any) -> str:
+    """Validates an op's ``lowering=`` against the methods of its kernel and the problem ``p``.
+
+    ``kind`` is ``"weight"`` or ``"data"`` (which gradient kernel the op runs).
+    Returns the method (``"auto"`` or one of the kernel's methods).
+    """
+    methods = lowering.WEIGHT_GRAD_METHODS if kind == "weight" else lowering.DATA_GRAD_METHODS
+    allowed = ["auto", *methods]
+    if not isinstance(lowering_value, str):
+        raise TypeError(f"{op}: lowering must be a string, one of {allowed}, got "
+                        f"{lowering_value!r}")
+    if lowering_value not in allowed:
+        raise ValueError(f"{op}: lowering must be one of {allowed}, got {lowering_value!r}")
+    if kind == "weight":
+        why = lowering.weight_grad_inapplicable(lowering_value, p)
+        if why is not None:
+            usable = [m for m in allowed if lowering.weight_grad_inapplicable(m, p) is None]
+            raise ValueError(f"{op}: lowering={lowering_value!r} does not apply to this problem: "
+                             f"{why}; use one of {usable}")
+    return lowering_value

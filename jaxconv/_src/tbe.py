@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxconv._src import config, geometry, lowering, options, tbe_layouts
+from jaxconv._src import geometry, options, tbe_layouts
+from jaxconv._src import lowering as kernels
 from jaxconv._src.geometry import ConvProblem
 
 _OP = "conv2d_backprop_filter"
@@ -52,13 +53,14 @@ def _compute(x5: jax.Array, dy5: jax.Array, p: ConvProblem, res_dtype: Any,
              method: str) -> jax.Array:
     x = tbe_layouts.from_5hd(x5, p.in_channels)
     dy = tbe_layouts.from_5hd(dy5, p.out_channels)
-    dw = lowering.weight_grad(x, dy, p, precision=lax.Precision.HIGHEST,
+    dw = kernels.weight_grad(x, dy, p, precision=lax.Precision.HIGHEST,
                               preferred_element_type=jnp.float32, method=method)
     return tbe_layouts.to_fractal_z(dw, p.groups).astype(res_dtype)
 
 
 def conv2d_backprop_filter(
-    input_x: Any, out_backprop: Any, filter_sizes: Any, para_dict: dict[str, Any]
+    input_x: Any, out_backprop: Any, filter_sizes: Any, para_dict: dict[str, Any], *,
+    lowering: str = "auto",
 ) -> jax.Array:
     r"""Ascend TBE ``conv2d_backprop_filter``: the 2D weight gradient, 5HD in, FRACTAL_Z out.
 
@@ -85,6 +87,8 @@ def conv2d_backprop_filter(
         ``dilations`` [1, 1, dH, dW]; optional ``groups`` (default 1),
         ``res_dtype`` ("float32" default or "float16") and ``kernel_name`` (a
         name only; nothing is compiled under it).
+      lowering: the weight-gradient formulation, as in
+        :func:`jaxconv.convolution_backprop_filters` (not a DSL parameter).
 
     Returns:
       FRACTAL_Z in ``res_dtype``: ``(1, C1*KH*KW, ceil(Cout/16)*16, 16)`` for
@@ -116,4 +120,4 @@ def conv2d_backprop_filter(
         strides=para["strides"], padding=para["padding"], dilations=para["dilations"],
         groups=para["groups"])
     return _compute(x5, dy5, p=p, res_dtype=np.dtype(_RES_DTYPES[para["res_dtype"]]),
-                    method=config.weight_grad_method(_OP, p))
+                    method=options.check_lowering(_OP, "weight", lowering, p))

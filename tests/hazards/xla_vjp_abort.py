@@ -9,12 +9,15 @@ test instead of killing the test run.
 usage: python -m tests.hazards.xla_vjp_abort plain|jaxconv|jaxconv-full
   plain    the upstream reproducer: jax.vjp of lax.conv_general_dilated (aborts on 0.10.2)
   jaxconv  the same configuration and its neighbours through every jaxconv op
-           (convolution and ConvTranspose families),
-           their gradients and second derivatives (must exit 0)
+           (convolution and ConvTranspose families), each gradient op also with
+           lowering="vjp" (JAX's own program, the default off CPU and GPU),
+           their gradients and second derivatives (must exit 0); jaxconv-full
+           takes every lowering of the gradient ops
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import sys
@@ -75,11 +78,11 @@ def ours(full: bool = False) -> None:
         def conv(x, w):
             return jaxconv.convolution(x, w, **a)
 
-        def bwd_data(dy, w):
-            return jaxconv.convolution_backward_data(dy, w, x.shape, **a)
+        def bwd_data(dy, w, m="auto"):
+            return jaxconv.convolution_backward_data(dy, w, x.shape, **a, lowering=m)
 
-        def bwd_filter(x, dy):
-            return jaxconv.convolution_backprop_filters(x, dy, w.shape, **a)
+        def bwd_filter(x, dy, m="auto"):
+            return jaxconv.convolution_backprop_filters(x, dy, w.shape, **a, lowering=m)
 
         # The ConvTranspose of the same geometry: input = y's shape, output = x's.
         t = dict(attrs, data_format="NCX", filter_format="XIO")
@@ -89,17 +92,24 @@ def ours(full: bool = False) -> None:
                                          attrs["pads_begin"], attrs["pads_end"]))
         wt = jnp.asarray(rng.standard_normal((*kernel, 4, 2)), jnp.float32)  # XIO: IC=4, OC/g=2
 
-        def convt(y, wt):
-            return jaxconv.conv_transpose(y, wt, **t)
+        def convt(y, wt, m="auto"):
+            return jaxconv.conv_transpose(y, wt, **t, lowering=m)
 
         def convt_data(dx, wt):
             return jaxconv.conv_transpose_backward_data(dx, wt, **t)
 
-        def convt_weights(y, dx):
-            return jaxconv.conv_transpose_backprop_filters(y, dx, wt.shape, **t)
+        def convt_weights(y, dx, m="auto"):
+            return jaxconv.conv_transpose_backprop_filters(y, dx, wt.shape, **t, lowering=m)
 
-        cases = ((conv, (x, w)), (bwd_data, (dy, w)), (bwd_filter, (x, dy)), (convt, (dy, wt)),
-                 (convt_data, (x, wt)), (convt_weights, (dy, x)))
+        data_methods = ("auto", "grid", "phases", "dot", "vjp") if full else ("auto", "vjp")
+        weight_methods = ("auto", "conv", "dot", "vjp") if full else ("auto", "vjp")
+        cases = [(conv, (x, w)), (convt_data, (x, wt))]
+        for m in data_methods:
+            cases += [(functools.partial(bwd_data, m=m), (dy, w)),
+                      (functools.partial(convt, m=m), (dy, wt))]
+        for m in weight_methods:
+            cases += [(functools.partial(bwd_filter, m=m), (x, dy)),
+                      (functools.partial(convt_weights, m=m), (dy, x))]
         for f, args in cases:
             loss = lambda *args, f=f: jnp.sum(f(*args) ** 2)  # noqa: E731
             jax.block_until_ready(jax.jit(jax.grad(loss, argnums=(0, 1)))(*args))

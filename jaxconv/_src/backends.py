@@ -1,0 +1,127 @@
+"""Which formulation each gradient kernel uses, per backend (docs/performance.md).
+
+``lowering="auto"`` (the default of every op that has a choice) does not look at
+``jax.default_backend()``: a jitted op is traced once and may be lowered for
+another platform (``jax.export``, or arrays placed on another device). The
+per-backend choices are staged with ``lax.platform_dependent`` (in
+``lowering.py``): every branch is traced, and the platform the program is
+lowered for keeps exactly one, so the compiler never sees the others.
+
+The rules are tables over the resolved problem, one per backend:
+
+* ``"cpu"``: measured on XLA:CPU (2-core EPYC, jaxlib 0.10.2; the benchdnn
+  lists of ``benchmarks/shapes``).
+* ``"gpu"`` (CUDA and ROCm): measured on an NVIDIA H100 (jax 0.11.2, CUDA 13)
+  on the benchdnn resnet_50 and 3D lists; ROCm was not measured and shares the
+  table. Where a rule has no measurement behind it, the GPU table keeps
+  ``"vjp"``.
+* ``"default"`` (TPU and any other platform): ``"vjp"``, the program JAX's own
+  autodiff emits, so that jaxconv is never slower there than ``jax.vjp``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from jaxconv._src.geometry import ConvProblem
+
+#: The backends with a rule table, and the platforms each one covers.
+BACKENDS = ("cpu", "gpu", "default")
+PLATFORMS = {"cpu": ("cpu",), "gpu": ("cuda", "rocm"), "default": ()}
+
+# "dot" keeps about 8x its result in temporaries (the per-tap slices and the phases; measured
+# with XLA's memory analysis: 2.8 GiB for the 0.33 GiB result of the 3D GroupConvolutionBackpropData
+# example at half size), "phases" about 2.4x: past 2^27 result elements (0.5 GiB in float32)
+# no rule picks "dot".
+DOT_MAX_RESULT_ELEMENTS = 2 ** 27
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+
+
+def weight_grad_method(p: ConvProblem, backend: str) -> str:
+    """The weight-gradient method ``lowering="auto"`` picks for ``p`` on ``backend``."""
+    _check_backend(backend)
+    if backend == "cpu":
+        return _weight_grad_cpu(p)
+    if backend == "gpu":
+        return _weight_grad_gpu(p)
+    return "vjp"
+
+
+def data_grad_method(p: ConvProblem, backend: str) -> str:
+    """The data-gradient method ``lowering="auto"`` picks for ``p`` on ``backend``."""
+    _check_backend(backend)
+    if backend == "cpu":
+        return _data_grad_cpu(p)
+    if backend == "gpu":
+        return _data_grad_gpu(p)
+    return "vjp"
+
+
+def _weight_grad_cpu(p: ConvProblem) -> str:
+    if all(k == 1 for k in p.kernel) or all(o == 1 for o in p.output_size):
+        return "dot"
+    # XLA:CPU has no fast 3D convolution: per-tap matrix products (batched over groups)
+    # ran 1.2-3.8x faster than the convolution on benchdnn's 3D problems, except with
+    # 2 channels per group (1.15x slower). On 2D they ran 1.3-2.6x slower: the strided
+    # slices cost more there than the library convolution saves.
+    if len(p.kernel) == 3 and p.in_channels > p.groups and (p.groups == 1 or
+                                                            p.in_channels // p.groups >= 4):
+        return "dot"
+    if p.groups > 1 and p.in_channels == p.groups:
+        return "shifted"
+    # XLA:CPU's 1D/2D convolution expands batch_group_count into a dense problem: 30-80x
+    # slower than feature_group on N16 g4..g32 28x28 k3. (3D: "dot" above, or "conv".)
+    if p.groups > 1 and len(p.kernel) <= 2:
+        return "feature_group"
+    return "conv"
+
+
+def _weight_grad_gpu(p: ConvProblem) -> str:
+    # H100, f32 HIGHEST, medians: per-tap products beat the 3D convolution 1.4-24x
+    # (vnet:conv5 0.21 vs 5.0 ms, 3d_conv_pad:1 0.071 vs 0.30 ms, 3d_conv:4 (1x1x1)
+    # 0.077 vs 0.11 ms). Grouped 3D was not measured.
+    if p.rank == 3 and p.groups == 1:
+        return "dot"
+    # 2D: "feature_group" lost on every grouped problem (N16 C256 g32 28x28 k3: 2.14 vs
+    # 0.89 ms); "dot" was 1.9x slower on the 7x7 resnet_50:conv1 and mixed on 1x1
+    # (0.77-1.22x of jax.vjp's time); depthwise methods were within noise. jax.vjp's own
+    # program is never slower than itself.
+    return "vjp"
+
+
+def _data_grad_cpu(p: ConvProblem) -> str:
+    # * "dot" for grouped problems without dilation, and 3D ones of at most 128 channels,
+    #   whose result has at most 2^27 elements (memory, above): XLA:CPU's grouped and 3D
+    #   convolutions are slow, a matrix product per tap is not (20x on benchdnn's
+    #   3d_gconv_non-block_s2, 3.2x on alexnet deconv4, 25-125x on depthwise 56x56).
+    #   With a dilation, or g = 1 in 2D, it ran 1.4-2.4x slower than the convolution.
+    # * "grid" for 1D/2D results of at most 4 channels (image-sized first layers:
+    #   alexnet deconv1, googlenet conv1), where the S^rank phase convolutions ran
+    #   1.1-2.3x slower than the one on the grid.
+    # * "phases" when a stride is > 1 (at most 64 phases), else "grid".
+    undilated = all(d == 1 for d in p.dilations)
+    small = math.prod(p.x_shape) <= DOT_MAX_RESULT_ELEMENTS
+    if undilated and small and (p.groups > 1 or
+                                (p.rank == 3 and max(p.in_channels, p.out_channels) <= 128)):
+        return "dot"
+    if p.rank <= 2 and p.in_channels <= 4:
+        return "grid"
+    phases = math.prod(p.strides)
+    return "phases" if 1 < phases <= 64 else "grid"
+
+
+def _data_grad_gpu(p: ConvProblem) -> str:
+    # H100: on 3D windows that do not overlap (kernel == stride, no dilation) each output
+    # element takes one tap, and per-tap products beat the convolution on the grid at
+    # <= 32 result channels (vnet:conv5 0.38 vs 0.59 ms, vnet:conv1 0.145 vs 0.161 ms)
+    # but not at 64 (vnet:conv2 0.091 vs 0.081 ms). With overlapping windows "dot" was
+    # 2.7-4x slower than jax.vjp (3d_conv_pad:1, 3d_conv:3) and "phases" up to 2x slower.
+    non_overlapping = p.kernel == p.strides and all(d == 1 for d in p.dilations)
+    small = math.prod(p.x_shape) <= DOT_MAX_RESULT_ELEMENTS
+    if p.rank == 3 and p.groups == 1 and non_overlapping and p.in_channels <= 32 and small:
+        return "dot"
+    return "vjp"
