@@ -6,13 +6,19 @@ grouped problems) through
 
 * ``jaxconv``: the public op (its lowering chosen per problem),
 * ``jax.vjp``: the obvious JAX path, ``jax.vjp`` of ``lax.conv_general_dilated``,
-* ``torch``: PyTorch autograd (oneDNN on CPU), when installed,
+* ``torch``: PyTorch, when installed: on CPU autograd (oneDNN); on GPU the gradient alone,
+  ``torch.ops.aten.convolution_backward`` with the output mask of the one gradient (cuDNN),
+  the faster of NCHW and channels-last,
 
 and reports medians, ratios, GFLOP/s and compile times, as JSON and a plot.
+
+``--backend gpu`` runs JAX on CUDA (or ROCm) and torch on its GPU; float32 is then computed
+exactly everywhere: ``Precision.HIGHEST`` for jaxconv and jax.vjp, TF32 off in torch.
 
 usage:
   python -m benchmarks.run --preset quick            # a few problems per list
   python -m benchmarks.run --preset full             # every problem of the target lists
+  python -m benchmarks.run --backend gpu --preset quick
   python -m benchmarks.run --lists conv_shapes_resnet_50 --reps 7 --out results/r50.json
 """
 
@@ -54,7 +60,7 @@ def _dn(rank: int) -> tuple[str, str, str]:
 
 
 def build(prob: benchdnn.Problem, kind: str, dtype=jnp.float32,
-          with_torch: bool = True) -> dict[str, Callable]:
+          with_torch: bool = True, gpu: bool = False) -> dict[str, Callable]:
     """Zero-argument callables per implementation, with their inputs bound (NXC/XIO).
 
     The jitted programs of ``jaxconv`` and ``jax.vjp`` are also attached to each callable
@@ -67,12 +73,15 @@ def build(prob: benchdnn.Problem, kind: str, dtype=jnp.float32,
     w_shape = (*prob.kernel, prob.in_channels // g, prob.out_channels)
     w = jnp.asarray(rng.standard_normal(w_shape), dtype)
     pads = list(zip(prob.pads_begin, prob.pads_end))
+    # GPUs compute float32 in TF32 at the default precision: time exact float32 on both sides.
+    precision = lax.Precision.HIGHEST if gpu else None
     attrs = dict(strides=prob.strides, dilations=prob.dilations, pads_begin=prob.pads_begin,
-                 pads_end=prob.pads_end, groups=g)
+                 pads_end=prob.pads_end, groups=g, precision=precision)
 
     def plain(x, w):
         return lax.conv_general_dilated(x, w, prob.strides, pads, rhs_dilation=prob.dilations,
-                                        dimension_numbers=_dn(prob.rank), feature_group_count=g)
+                                        dimension_numbers=_dn(prob.rank), feature_group_count=g,
+                                        precision=precision)
 
     impls: dict[str, Callable] = {}
     if kind == "wgrad":
@@ -96,11 +105,12 @@ def build(prob: benchdnn.Problem, kind: str, dtype=jnp.float32,
         base = jax.jit(lambda dy, w: jax.vjp(lambda x: plain(x, w), jnp.zeros(x.shape, dtype))[1](dy)[0])
         args = (dy, w)
     impls["jaxconv"] = _bind(ours, args)
-    if jax.default_backend() == "cpu":
+    if not gpu:
         impls["jaxconv+opts"] = _bind(
             jax.jit(ours, compiler_options=jaxconv.xla_cpu_compiler_options()), args)
     impls["jax.vjp"] = _bind(base, args)
-    torch_fn = _torch_impl(prob, kind, np.asarray(x), np.asarray(dy), np.asarray(w)) \
+    make_torch = _torch_gpu_impl if gpu else _torch_impl
+    torch_fn = make_torch(prob, kind, np.asarray(x), np.asarray(dy), np.asarray(w)) \
         if with_torch else None
     if torch_fn is not None:
         impls["torch"] = torch_fn
@@ -164,6 +174,71 @@ def _torch_impl(prob, kind, x, dy, w):
     return run
 
 
+class _CudaResult:
+    """What a torch GPU callable returns: the gradient (NCX/OIX) and a way to wait for it."""
+
+    def __init__(self, torch, value):
+        self._torch, self.value = torch, value
+
+    def block_until_ready(self):
+        self._torch.cuda.synchronize()
+        return self
+
+
+def _torch_gpu_impl(prob, kind, x, dy, w):
+    """torch on the GPU: the one gradient, through ``convolution_backward`` (cuDNN), exact f32.
+
+    The faster of NCHW and channels-last (measured once each, best of 3 after a warm-up);
+    unequal pads get an explicit ``F.pad`` (equal pads go to cuDNN as they are).
+    """
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = torch.device("cuda")
+    perm_in = (0, prob.rank + 1, *range(1, prob.rank + 1))
+    xt = torch.from_numpy(np.ascontiguousarray(x.transpose(perm_in))).to(dev)
+    dyt = torch.from_numpy(np.ascontiguousarray(dy.transpose(perm_in))).to(dev)
+    wt = torch.from_numpy(np.ascontiguousarray(
+        w.transpose(prob.rank + 1, prob.rank, *range(prob.rank)))).to(dev)
+    symmetric = tuple(prob.pads_begin) == tuple(prob.pads_end)
+    padding = list(prob.pads_begin) if symmetric else [0] * prob.rank
+    if not symmetric:
+        pad = []
+        for b, e in zip(reversed(prob.pads_begin), reversed(prob.pads_end)):
+            pad += [b, e]
+        xt = F.pad(xt, pad)
+    mask = [False, True, False] if kind == "wgrad" else [True, False, False]
+    formats = [torch.contiguous_format]
+    if prob.rank in (2, 3):
+        formats.append(torch.channels_last if prob.rank == 2 else torch.channels_last_3d)
+
+    def make(fmt):
+        xx, dd, ww = (t.contiguous(memory_format=fmt) for t in (xt, dyt, wt))
+
+        def run():
+            with torch.no_grad():
+                dx, dw, _ = torch.ops.aten.convolution_backward(
+                    dd, xx, ww, None, list(prob.strides), padding, list(prob.dilations), False,
+                    [0] * prob.rank, prob.groups, mask)
+            return _CudaResult(torch, dw if kind == "wgrad" else dx)
+        return run
+
+    best, best_t = None, math.inf
+    for fmt in formats:
+        fn = make(fmt)
+        _time(fn)
+        t = min(_time_n(fn, 5) for _ in range(3))
+        if t < best_t:
+            best, best_t = fn, t
+    return best
+
+
 def _time(fn: Callable) -> float:
     t0 = time.perf_counter()
     out = fn()
@@ -194,8 +269,8 @@ def calls_per_sample(fn: Callable, target_s: float = 0.02, cap: int = 4096) -> i
     return n
 
 
-def measure(prob, kind, reps, with_torch=True) -> dict:
-    impls = build(prob, kind, with_torch=with_torch)
+def measure(prob, kind, reps, with_torch=True, gpu=False) -> dict:
+    impls = build(prob, kind, with_torch=with_torch, gpu=gpu)
     compile_s = {name: _time(fn) for name, fn in impls.items()}  # first call: compile + run
     calls = {name: calls_per_sample(fn) for name, fn in impls.items()}
     # Interleaved, in a fresh random order each rep (a fixed rotation keeps the same
@@ -276,7 +351,7 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-def plot(rows: list[dict], path: pathlib.Path) -> None:
+def plot(rows: list[dict], path: pathlib.Path, backend: str = "cpu") -> None:
     """Per list and kind: every row's speed-up over jax.vjp (dots) and over torch (crosses)."""
     try:
         import matplotlib
@@ -307,7 +382,7 @@ def plot(rows: list[dict], path: pathlib.Path) -> None:
     ax.set_xticklabels([f"{lst.replace('deconv_shapes_', 'deconv ').replace('conv_shapes_', '')}"
                         f"\n{kind}" for lst, kind in groups], fontsize=8)
     ax.legend(fontsize=8, loc="upper left")
-    ax.set_title(f"jaxconv gradient ops ({jax.default_backend()}, f32): each problem a point, "
+    ax.set_title(f"jaxconv gradient ops ({backend}, f32): each problem a point, "
                  f"bars the geometric means", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
@@ -346,6 +421,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="quick")
+    ap.add_argument("--backend", choices=["cpu", "gpu"], default="cpu",
+                    help="where JAX (and torch) compute: cpu (default) or gpu (CUDA or ROCm; "
+                         "float32 at Precision.HIGHEST, torch with TF32 off)")
     ap.add_argument("--lists", nargs="+", help="shape lists (names in benchmarks/shapes)")
     ap.add_argument("--per-list", type=int, help="first N problems of each list")
     ap.add_argument("--reps", type=int)
@@ -363,22 +441,29 @@ def main(argv=None) -> int:
     for lst in lists:
         if not (benchdnn.SHAPES / f"{lst}.txt").exists():
             ap.error(f"unknown list {lst!r}; see {benchdnn.SHAPES}")
+    gpu = args.backend == "gpu"
+    try:
+        device = jax.devices(args.backend)[0]
+    except RuntimeError as e:
+        ap.error(f"--backend {args.backend}: JAX has no {args.backend} backend here ({e})")
     tasks = tasks_for(lists, per_list, args.batch_cap)
     rows = []
-    for prob, kind in _progress(tasks, "benchmarks"):
-        rows.append(measure(prob, kind, reps, with_torch=not args.no_torch))
-    out = args.out or RESULTS / f"{args.preset}.json"
+    with jax.default_device(device):
+        for prob, kind in _progress(tasks, "benchmarks"):
+            rows.append(measure(prob, kind, reps, with_torch=not args.no_torch, gpu=gpu))
+    out = args.out or RESULTS / f"{args.preset}{'-gpu' if gpu else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     result = {
-        "meta": {"jax": jax.__version__, "backend": jax.default_backend(),
-                 "devices": [str(d) for d in jax.devices()], "cpu_count": os.cpu_count(),
+        "meta": {"jax": jax.__version__, "backend": device.platform,
+                 "precision": "HIGHEST (torch: TF32 off)" if gpu else "default",
+                 "devices": [str(device)], "cpu_count": os.cpu_count(),
                  "platform": platform.platform(), "reps": reps, "batch_cap": args.batch_cap,
                  "command": " ".join(["python -m benchmarks.run", *(argv or sys.argv[1:])])},
         "summary": summarize(rows),
         "rows": rows,
     }
     out.write_text(json.dumps(result, indent=1))
-    plot(rows, out.with_suffix(".png"))
+    plot(rows, out.with_suffix(".png"), device.platform)
     print(f"{'list':26s} {'problem':28s} {'kind':5s} {'jaxconv':>9s} {'jax.vjp':>9s} "
           f"{'torch':>9s} {'x vjp':>7s} {'/torch':>7s}")
     for r in rows:

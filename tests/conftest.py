@@ -12,6 +12,9 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 import pytest  # noqa: E402
 from jax import lax  # noqa: E402
 
+# @pytest.mark.isolated tests run in a child process off CPU (tests/isolation.py).
+pytest_plugins = ["tests.isolation"]
+
 
 @pytest.fixture
 def no_compute(monkeypatch):

@@ -39,3 +39,35 @@ def test_runner_end_to_end(tmp_path):
     (row,) = result["rows"]
     assert set(row["median_ms"]) >= {"jaxconv", "jax.vjp"} and row["speedup_vs_vjp"] > 0
     assert "conv_shapes_dilated" in result["summary"]
+
+
+def test_runner_backend_option(tmp_path, capsys):
+    """--backend cpu runs here; --backend gpu without a GPU is a usage error, not a crash."""
+    import jax
+
+    out = tmp_path / "c.json"
+    assert run.main(["--backend", "cpu", "--lists", "conv_shapes_mobilenet_dw", "--per-list", "1",
+                     "--reps", "1", "--no-torch", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["meta"]["backend"] == "cpu"
+    if not any(d.platform in ("gpu", "cuda", "rocm") for d in jax.devices()):
+        with pytest.raises(SystemExit) as e:
+            run.main(["--backend", "gpu", "--per-list", "1", "--no-torch"])
+        assert e.value.code == 2
+        assert "--backend gpu: JAX has no gpu backend here" in capsys.readouterr().err
+
+
+def test_torch_gpu_contender():
+    """On a GPU the cuDNN contender computes the same weight gradient as jaxconv; elsewhere it
+    is absent (the row then has no torch column)."""
+    import jax
+    import numpy as np
+
+    prob = benchdnn.load("conv_shapes_mobilenet_dw", batch_cap=2)[0]
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or jax.default_backend() == "cpu":
+        assert run._torch_gpu_impl(prob, "wgrad", None, None, None) is None
+        return
+    impls = run.build(prob, "wgrad", gpu=True)
+    got = impls["torch"]().block_until_ready().value.cpu().numpy()  # OIX
+    ours = np.asarray(impls["jaxconv"]())  # XIO
+    np.testing.assert_allclose(np.transpose(ours, (3, 2, 0, 1)), got, rtol=1e-4, atol=1e-4)

@@ -86,6 +86,11 @@ CASES = [
      ["conv_transpose_backward_data: output_delta must be a jax.Array"]),
     ("rank", lambda: ct(jnp.ones((2, 4)), W), ValueError, ["input must have rank 3, 4 or 5"]),
     ("auto-pad", lambda: ct(X, W, auto_pad="same"), ValueError, ["auto_pad must be one of"]),
+    ("lowering-unknown", lambda: ct(X, W, **S2, lowering="phase"), ValueError,
+     ["conv_transpose: lowering must be one of ['auto', 'grid', 'phases', 'dot', 'vjp'], "
+      "got 'phase'"]),
+    ("lowering-inapplicable", lambda: ctw(X, DY, WS, **S2, lowering="shifted"), ValueError,
+     ["conv_transpose_backward_weights: lowering='shifted' does not apply to this problem"]),
 ]
 
 

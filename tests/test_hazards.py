@@ -43,3 +43,46 @@ def test_the_reproducer_still_aborts_plain_jax_vjp():
     proc = _run("plain")
     assert proc.returncode != 0
     assert "Window dimensions do not match RHS shape" in proc.stderr
+
+
+# The two programs that aborted XLA:GPU's Triton GEMM fusion on an H100 (docs/performance.md,
+# "The XLA:GPU abort"), each in a child process on this run's backend: on a GPU an abort fails
+# the test, elsewhere they are ordinary checks of the same programs.
+GPU_REPRODUCTIONS = {
+    # the "dot" weight gradient of a 2D 1x1 problem, NXC/XIO, one group
+    "dot-1x1-weight-gradient": """
+import jax.numpy as jnp, numpy as np, jaxconv
+from jax import lax
+rng = np.random.default_rng(0)
+x = jnp.asarray(rng.standard_normal((2, 9, 7, 4)), jnp.float32)
+dy = jnp.asarray(rng.standard_normal((2, 9, 7, 3)), jnp.float32)
+for m in ("auto", "dot"):
+    dw = jaxconv.convolution_backprop_filters(x, dy, (1, 1, 4, 3), precision="highest", lowering=m)
+    ref = jnp.einsum("nhwi,nhwo->io", x, dy, precision=lax.Precision.HIGHEST)[None, None]
+    np.testing.assert_allclose(dw, ref, rtol=1e-5, atol=1e-5)
+print("ok")
+""",
+    # the second derivative through the 3D path, NCX/XIO, valid padding
+    "order-2-through-3d-dot": """
+import jax, jax.numpy as jnp, numpy as np, jaxconv
+from jax.test_util import check_grads
+rng = np.random.default_rng(0)
+x = jnp.asarray(rng.standard_normal((2, 4, 5, 4, 5)), jnp.float32)
+dy = jnp.asarray(rng.standard_normal((2, 3, 4, 3, 4)), jnp.float32)
+a = dict(data_format="NCX", precision="highest", lowering="dot")
+f = lambda x, dy: jaxconv.convolution_backprop_filters(x, dy, (2, 2, 2, 4, 3), **a)
+check_grads(f, (x, dy), order=2, modes=("fwd", "rev"), atol=5e-2, rtol=5e-2)
+print("ok")
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(GPU_REPRODUCTIONS))
+def test_gpu_abort_reproductions_run_in_a_child(name):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    proc = subprocess.run([sys.executable, "-c", GPU_REPRODUCTIONS[name]], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (
+        f"child exited with {proc.returncode} (negative = killed by a signal)\n{proc.stdout}\n"
+        f"{proc.stderr[-3000:]}")

@@ -90,6 +90,9 @@ CASES = [
     ("ir-output-port-values", lambda: ir(LAYER.replace(
         "</input>", '<port id="2"><dim>1</dim></port></input>').format(extra="", out="")),
      ValueError, ["pass its values as output_shape="]),
+    ("lowering-unknown", lambda: gcbd(X, W, lowering="conv"), ValueError,
+     ["group_convolution_backprop_data: lowering must be one of ['auto', 'grid', 'phases', "
+      "'dot', 'vjp'], got 'conv'"]),
 ]
 
 

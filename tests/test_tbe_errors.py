@@ -84,6 +84,9 @@ CASES = [
      ["from_fractal_z: wz must have the FRACTAL_Z shape [1, 2, 16, 16]"]),
     ("fz-kind", lambda: tbe.from_fractal_z([[1.0]], (16, 16, 1, 1)), TypeError,
      ["from_fractal_z: wz must be a jax.Array"]),
+    ("lowering-inapplicable", lambda: op(X5, DY5, FS, PARA, lowering="feature_group"), ValueError,
+     ["conv2d_backprop_filter: lowering='feature_group' does not apply to this problem: "
+      "'feature_group' regroups a grouped problem, got groups=1"]),
 ]
 OPS = re.compile(r"^(conv2d_backprop_filter|to_5hd|from_5hd|to_fractal_z|from_fractal_z): ")
 

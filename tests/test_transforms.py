@@ -149,6 +149,8 @@ def test_vmap_other_axes_and_unbatched_arguments():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+# Second derivatives through every kernel (the 3D "dot" path once aborted XLA:GPU): isolated.
+@pytest.mark.isolated
 @pytest.mark.parametrize("pid", IDS)
 def test_check_grads_order_2(pid):
     with jax.enable_x64(True):
