@@ -129,21 +129,27 @@ def strided_and_dilated(p: ConvProblem) -> bool:
     return any(s > 1 for s in p.strides) and any(d > 1 for d in p.dilations)
 
 
-def _per_platform(choose: Callable[[ConvProblem, str], str], p: ConvProblem,
-                  branch: Callable[[str], Callable[..., jax.Array]], *args) -> jax.Array:
-    """``branch(method)(*args)`` with the method of ``choose(p, backend)`` for each backend.
+def _dispatch(kernels: dict[str, Callable[..., jax.Array]], choose: Callable[[ConvProblem, str], str],
+              a, b, p: ConvProblem, precision, preferred_element_type, method: str) -> jax.Array:
+    """``kernels[method](a, b)``; for ``"auto"``, the method of ``choose(p, backend)`` per backend.
 
-    Staged with ``lax.platform_dependent``: the platform the program is lowered
-    for keeps its branch (the compiler never sees the others). When every
-    backend picks the same method, that method is called directly.
+    The per-backend choice is staged with ``lax.platform_dependent``: the
+    platform the program is lowered for keeps its branch (the compiler never
+    sees the others). When every backend picks the same method, that method is
+    called directly.
     """
-    methods = {b: choose(p, b) for b in backends.BACKENDS}
+    def branch(m):
+        return functools.partial(kernels[m], p=p, precision=precision,
+                                 preferred_element_type=preferred_element_type)
+    if method != "auto":
+        return branch(method)(a, b)
+    methods = {bk: choose(p, bk) for bk in backends.BACKENDS}
     if len(set(methods.values())) == 1:
-        return branch(methods["cpu"])(*args)
+        return branch(methods["cpu"])(a, b)
     fns = {m: branch(m) for m in set(methods.values())}  # one callable per method: joined
-    per_platform = {plat: fns[methods[b]] for b in backends.BACKENDS
-                    for plat in backends.PLATFORMS[b]}
-    return lax.platform_dependent(*args, default=fns[methods["default"]], **per_platform)
+    per_platform = {plat: fns[methods[bk]] for bk in backends.BACKENDS
+                    for plat in backends.PLATFORMS[bk]}
+    return lax.platform_dependent(a, b, default=fns[methods["default"]], **per_platform)
 
 
 # ---------------------------------------------------------------------------
@@ -356,12 +362,8 @@ DATA_GRAD_METHODS = tuple(_DATA_GRAD)
 def data_grad(dy, w, p: ConvProblem, *, precision=None, preferred_element_type=None,
               method: str = "auto") -> jax.Array:
     """dx from dy and W; ``method`` one of :data:`DATA_GRAD_METHODS` or ``"auto"``."""
-    def branch(m):
-        return functools.partial(_DATA_GRAD[m], p=p, precision=precision,
-                                 preferred_element_type=preferred_element_type)
-    if method == "auto":
-        return _per_platform(backends.data_grad_method, p, branch, dy, w)
-    return branch(method)(dy, w)
+    return _dispatch(_DATA_GRAD, backends.data_grad_method, dy, w, p, precision,
+                     preferred_element_type, method)
 
 
 # ---------------------------------------------------------------------------
@@ -562,12 +564,8 @@ def weight_grad_inapplicable(method: str, p: ConvProblem) -> str | None:
 def weight_grad(x, dy, p: ConvProblem, *, precision=None, preferred_element_type=None,
                 method: str = "auto") -> jax.Array:
     """dW from x and dy; ``method`` one of :data:`WEIGHT_GRAD_METHODS` or ``"auto"``."""
-    def branch(m):
-        return functools.partial(_WEIGHT_GRAD[m], p=p, precision=precision,
-                                 preferred_element_type=preferred_element_type)
-    if method == "auto":
-        return _per_platform(backends.weight_grad_method, p, branch, x, dy)
-    return branch(method)(x, dy)
+    return _dispatch(_WEIGHT_GRAD, backends.weight_grad_method, x, dy, p, precision,
+                     preferred_element_type, method)
 
 
 # Jitted entry points: the problem and the options are static (hashable).
