@@ -1,4 +1,4 @@
-"""Strict JAX for every test: rank promotion raises, warnings are errors (pyproject)."""
+"""Strict JAX for every test: rank and dtype promotion raise, warnings are errors (pyproject)."""
 
 import os
 
@@ -7,6 +7,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 
 import pytest  # noqa: E402

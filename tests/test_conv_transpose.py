@@ -14,9 +14,6 @@ conv_transpose_backprop_filters (seed 002) and compares with
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,95 +23,16 @@ from jax import lax
 import jaxconv
 from tests import helpers as h
 from tests import oracles
+from tests.cases import CONV_TRANSPOSE_EVERY_LAYOUT as EVERY_LAYOUT
+from tests.cases import CONV_TRANSPOSE_FORMATS as FORMATS
+from tests.cases import CONV_TRANSPOSE_KERNEL as KERNEL
+from tests.cases import CONV_TRANSPOSE_MATRIX as MATRIX
+from tests.cases import CONV_TRANSPOSE_SPATIAL as SPATIAL
+from tests.cases import (
+    ConvTransposeCase as Case,
+)
 
 HIGHEST = lax.Precision.HIGHEST
-
-SPATIAL = {1: (7,), 2: (5, 4), 3: (4, 3, 4)}
-KERNEL = {1: (3,), 2: (3, 2), 3: (2, 3, 2)}
-GROUPS = {"g1": (1, 4, 3), "g2": (2, 4, 6), "depthwise": (4, 4, 8)}  # groups, IC, OC
-FORMATS = ("IOX", "XOI", "OIX", "XIO")
-
-GEOMETRIES = {
-    "asym_pads": dict(strides=(1, 1, 1), dilations=(1, 1, 1), pads_begin=(1, 0, 1),
-                      pads_end=(0, 1, 0), output_padding=(0, 0, 0), auto_pad="none"),
-    "stride_dil_outpad": dict(strides=(2, 3, 2), dilations=(2, 1, 2), pads_begin=(1, 2, 0),
-                              pads_end=(0, 1, 1), output_padding=(1, 2, 0), auto_pad="explicit"),
-    "same_upper": dict(strides=(2, 1, 3), dilations=(1, 2, 1), pads_begin=(9, 9, 9),
-                       pads_end=(9, 9, 9), output_padding=(0, 0, 0), auto_pad="same_upper"),
-    "same_lower_outpad": dict(strides=(2, 2, 1), dilations=(1, 1, 2), pads_begin=(9, 9, 9),
-                              pads_end=(9, 9, 9), output_padding=(1, 1, 0),
-                              auto_pad="SAME_LOWER"),
-    "valid_outpad": dict(strides=(3, 1, 2), dilations=(1, 2, 1), pads_begin=(5, 5, 5),
-                         pads_end=(5, 5, 5), output_padding=(2, 0, 1), auto_pad="VALID"),
-    "big_pads": dict(strides=(2, 2, 2), dilations=(1, 1, 1), pads_begin=(2, 1, 2),
-                     pads_end=(2, 2, 1), output_padding=(1, 1, 1), auto_pad="None"),
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    rank: int
-    data_format: str
-    weights_format: str
-    groups_name: str
-    geometry: str
-
-    @property
-    def id(self) -> str:
-        return (f"{self.rank}d-{self.data_format}-{self.weights_format}-{self.groups_name}-"
-                f"{self.geometry}")
-
-    @property
-    def attrs(self) -> dict:
-        geo = GEOMETRIES[self.geometry]
-        out = {k: (v[: self.rank] if isinstance(v, tuple) else v) for k, v in geo.items()}
-        out.update(groups=GROUPS[self.groups_name][0], data_format=self.data_format)
-        return out
-
-    def torch_geometry(self):
-        """(pads_begin, output size), computed independently of jaxconv."""
-        a = self.attrs
-        mode = a["auto_pad"].lower()
-        k, s, d = KERNEL[self.rank], a["strides"], a["dilations"]
-        if mode in ("none", "explicit"):
-            pb, pe = a["pads_begin"], a["pads_end"]
-        elif mode == "valid":
-            pb = pe = (0,) * self.rank
-        else:
-            pb, pe = h.deconv_same_pads(k, s, d, upper=mode == "same_upper")
-        out = [si * (i - 1) + (ki - 1) * di + 1 - b - e + o for i, ki, si, di, b, e, o in
-               zip(SPATIAL[self.rank], k, s, d, pb, pe, a["output_padding"])]
-        return pb, out
-
-    def make(self, seed: int = 0, dtype=jnp.float32):
-        g, ic, oc = GROUPS[self.groups_name]
-        rng = np.random.default_rng(seed)
-        x = h.random(rng, h.data_shape(self.data_format, 2, ic, SPATIAL[self.rank]), dtype)
-        w = h.random(rng, h.convt_filter_shape(self.weights_format, ic, oc // g,
-                                               KERNEL[self.rank]), dtype)
-        _, out = self.torch_geometry()
-        dy = h.random(rng, h.data_shape(self.data_format, 2, oc, out), dtype)
-        return x, w, dy
-
-    def torch_reference(self, x, w, dy):
-        pb, out = self.torch_geometry()
-        y, dx, dw = oracles.conv_transpose_all(
-            h.data_to_ncx(h.to_f64(x), self.data_format),
-            h.convt_filter_to_iox(h.to_f64(w), self.weights_format),
-            h.data_to_ncx(h.to_f64(dy), self.data_format),
-            strides=self.attrs["strides"], dilations=self.attrs["dilations"], pads_begin=pb,
-            out_size=out, groups=GROUPS[self.groups_name][0])
-        return (h.data_from_ncx(y, self.data_format), h.data_from_ncx(dx, self.data_format),
-                h.convt_filter_from_iox(dw, self.weights_format))
-
-
-_LAYOUTS = list(itertools.product(("NXC", "NCX"), FORMATS))
-MATRIX = [
-    Case(rank, *_LAYOUTS[j % len(_LAYOUTS)], gname, geo)
-    for j, (rank, gname, geo) in enumerate(
-        itertools.product((1, 2, 3), tuple(GROUPS), tuple(GEOMETRIES)))
-]
-EVERY_LAYOUT = [Case(2, df, wf, "g2", "stride_dil_outpad") for df, wf in _LAYOUTS]
 
 
 def _vjp_reference(case: Case, x, w, dy):

@@ -15,9 +15,6 @@ A dtype table (f32/f16/bf16/f64, preferred_element_type) runs on a subset.
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,105 +23,11 @@ from jax import lax
 
 import jaxconv
 from tests import helpers as h
-from tests import oracles
+from tests.cases import CONV_MATRIX as MATRIX
+from tests.cases import CONV_ROTATED as ROTATED
+from tests.cases import ConvCase as Case
 
 HIGHEST = lax.Precision.HIGHEST
-
-SPATIAL = {1: (11,), 2: (9, 7), 3: (6, 5, 7)}
-KERNEL = {1: (3,), 2: (3, 2), 3: (2, 3, 2)}
-
-# name -> attributes (sliced to the rank); pads given with auto_pad != none are
-# deliberately odd values that must be ignored.
-GEOMETRIES = {
-    "asym_pads": dict(strides=(1, 1, 1), dilations=(1, 1, 1), pads_begin=(2, 0, 1),
-                      pads_end=(0, 1, 2), auto_pad="none"),
-    "stride_dil_remainder": dict(strides=(2, 3, 2), dilations=(2, 1, 2), pads_begin=(1, 2, 0),
-                                 pads_end=(0, 1, 2), auto_pad="explicit"),
-    "same_upper": dict(strides=(2, 1, 3), dilations=(1, 2, 1), pads_begin=(9, 9, 9),
-                       pads_end=(9, 9, 9), auto_pad="same_upper"),
-    "same_lower": dict(strides=(2, 2, 1), dilations=(1, 1, 2), pads_begin=(9, 9, 9),
-                       pads_end=(9, 9, 9), auto_pad="SAME_LOWER"),
-    "valid": dict(strides=(3, 1, 2), dilations=(1, 2, 1), pads_begin=(5, 5, 5),
-                  pads_end=(5, 5, 5), auto_pad="VALID"),
-    "none_stride_pads": dict(strides=(2, 2, 2), dilations=(1, 1, 1), pads_begin=(1, 1, 0),
-                             pads_end=(1, 0, 1), auto_pad="None"),
-}
-GROUPS = {"g1": (1, 4, 3), "g2": (2, 4, 6), "depthwise": (4, 4, 8)}  # groups, IC, OC
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    rank: int
-    data_format: str
-    filter_format: str
-    groups_name: str
-    geometry: str
-
-    @property
-    def id(self) -> str:
-        return f"{self.rank}d-{self.data_format}-{self.filter_format}-{self.groups_name}-{self.geometry}"
-
-    @property
-    def attrs(self) -> dict:
-        geo = GEOMETRIES[self.geometry]
-        out = {k: (v[: self.rank] if isinstance(v, tuple) else v) for k, v in geo.items()}
-        out.update(groups=GROUPS[self.groups_name][0], data_format=self.data_format,
-                   filter_format=self.filter_format)
-        return out
-
-    def torch_pads(self):
-        a = self.attrs
-        mode = a["auto_pad"].lower()
-        if mode in ("none", "explicit"):
-            return a["pads_begin"], a["pads_end"]
-        if mode == "valid":
-            return (0,) * self.rank, (0,) * self.rank
-        return h.same_pads(SPATIAL[self.rank], KERNEL[self.rank], a["strides"], a["dilations"],
-                           upper=mode == "same_upper")
-
-    def make(self, seed: int = 0, dtype=jnp.float32):
-        g, ic, oc = GROUPS[self.groups_name]
-        rng = np.random.default_rng(seed)
-        x = h.random(rng, h.data_shape(self.data_format, 2, ic, SPATIAL[self.rank]), dtype)
-        w_shape = h.conv_filter_shape(self.filter_format, oc, ic // g, KERNEL[self.rank])
-        w = h.random(rng, w_shape, dtype)
-        pb, pe = self.torch_pads()
-        y_ncx = oracles.conv_output_shape(
-            h.data_to_ncx(np.zeros(x.shape), self.data_format).shape,
-            h.conv_filter_to_oix(np.zeros(w_shape), self.filter_format).shape,
-            strides=self.attrs["strides"], dilations=self.attrs["dilations"],
-            pads_begin=pb, pads_end=pe, groups=g)
-        y_shape = h.data_from_ncx(np.zeros(y_ncx), self.data_format).shape
-        dy = h.random(rng, y_shape, dtype)
-        return x, w, dy
-
-    def torch_reference(self, x, w, dy):
-        pb, pe = self.torch_pads()
-        y, dx, dw = oracles.conv_all(
-            h.data_to_ncx(h.to_f64(x), self.data_format),
-            h.conv_filter_to_oix(h.to_f64(w), self.filter_format),
-            h.data_to_ncx(h.to_f64(dy), self.data_format),
-            strides=self.attrs["strides"], dilations=self.attrs["dilations"],
-            pads_begin=pb, pads_end=pe, groups=GROUPS[self.groups_name][0])
-        return (h.data_from_ncx(y, self.data_format), h.data_from_ncx(dx, self.data_format),
-                h.conv_filter_from_oix(dw, self.filter_format))
-
-
-MATRIX = [
-    Case(*c)
-    for c in itertools.product((1, 2, 3), ("NXC", "NCX"), ("XIO", "OIX"), tuple(GROUPS),
-                               tuple(GEOMETRIES))
-]
-
-
-# forward and data gradient: every (rank, groups, geometry), the four layout
-# pairs rotating through them, so that every layout meets every rank and geometry.
-_LAYOUTS = list(itertools.product(("NXC", "NCX"), ("XIO", "OIX")))
-ROTATED = [
-    Case(rank, *_LAYOUTS[j % 4], gname, geo)
-    for j, (rank, gname, geo) in enumerate(
-        itertools.product((1, 2, 3), tuple(GROUPS), tuple(GEOMETRIES)))
-]
 
 
 def _ours(case: Case, x, w, dy, **extra):

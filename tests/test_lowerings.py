@@ -19,7 +19,8 @@ import jaxconv
 from jaxconv._src import backends, geometry
 from tests import helpers as h
 from tests import oracles
-from tests.test_convolution import Case
+from tests.cases import CONV_TRANSPOSE_MATRIX, pack_fractal_z_loop
+from tests.cases import ConvCase as Case
 
 HIGHEST = lax.Precision.HIGHEST
 ALL = ("conv", "feature_group", "shifted", "dot", "vjp")
@@ -122,6 +123,19 @@ def test_auto_choice():
         backends.weight_grad_method(problem(2, 4, (3, 3)), "tpu")
 
 
+def test_kernels_reject_an_unknown_method():
+    """The kernels' own dispatch is exhaustive: nothing falls through to a default form."""
+    from jaxconv._src import lowering
+
+    p = _problem_strided(2)
+    dy, w = jnp.ones(p.y_shape), jnp.ones(p.filter_shape)
+    with pytest.raises(ValueError, match=r"lowering: method must be 'auto' or one of \['grid', "
+                                         r"'phases', 'dot', 'vjp'\], got 'fft'"):
+        lowering.data_grad(dy, w, p, method="fft")
+    with pytest.raises(ValueError, match="got 'grid'"):
+        lowering.weight_grad(jnp.ones(p.x_shape), dy, p, method="grid")
+
+
 def test_inapplicable_or_unknown_method():
     x, dy = jnp.ones((1, 6, 6, 4)), jnp.ones((1, 4, 4, 4))
     with pytest.raises(ValueError, match=r"^convolution_backprop_filters: lowering must be one of "
@@ -163,7 +177,6 @@ def test_conv_transpose_and_tbe_follow_the_override(method):
     ref = jaxconv.conv2d_backprop_filter(x5, dy5, (4, 3, 3, 3), para)
     got = jaxconv.conv2d_backprop_filter(x5, dy5, (4, 3, 3, 3), para, lowering=method)
     h.assert_close(got, ref, jnp.float32)
-    from tests.test_tbe import pack_fractal_z_loop
     _, _, dw_t = oracles.conv_all(
         h.to_f64(jaxconv.tbe.from_5hd(x5, 6)), np.zeros((4, 3, 3, 3)),
         h.to_f64(jaxconv.tbe.from_5hd(dy5, 4)), strides=(1, 1), dilations=(1, 1),
@@ -173,11 +186,10 @@ def test_conv_transpose_and_tbe_follow_the_override(method):
 
 # ---- data gradient: grid and stride phases ---------------------------------------
 
-from tests import test_conv_transpose as tct  # noqa: E402
 
 
 @pytest.mark.parametrize("method", ["grid", "phases", pytest.param("dot", marks=ISOLATED), "vjp"])
-@pytest.mark.parametrize("case", tct.MATRIX[::4], ids=lambda c: c.id)
+@pytest.mark.parametrize("case", CONV_TRANSPOSE_MATRIX[::4], ids=lambda c: c.id)
 def test_data_gradient_lowerings_against_torch(case, method):
     """conv_transpose (the data-gradient kernel) and its backward data, both forced."""
     x, w, dy = case.make(seed=9)

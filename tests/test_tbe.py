@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,31 +21,11 @@ import jaxconv
 from jaxconv import tbe
 from tests import helpers as h
 from tests import oracles
+from tests.cases import pack_fractal_z_loop
 
 VECTOR = h.load_vectors("computed_ascend_conv2d_backprop_filter.json")["cases"][0]
 
 
-def pack_fractal_z_loop(dw: np.ndarray, groups: int) -> np.ndarray:
-    """FRACTAL_Z by a plain loop over SEMANTICS.md section 4 (independent of jaxconv)."""
-    cout, cin_g, kh, kw = dw.shape
-    cout_g = cout // groups
-    mag0 = math.lcm(cin_g, 16) // cin_g
-    mag1 = math.lcm(cout_g, 16) // cout_g
-    mag = min(math.lcm(mag0, mag1), groups)
-    real_g = -(-groups // mag)
-    cin1_g = -(-(mag * cin_g) // 16)
-    cout_pad = -(-(mag * cout_g) // 16) * 16
-    out = np.zeros((real_g, cin1_g * kh * kw, cout_pad, 16), dw.dtype)
-    for g in range(groups):
-        j = g % mag
-        for co in range(cout_g):
-            for ci in range(cin_g):
-                ce = j * cin_g + ci
-                for a in range(kh):
-                    for b in range(kw):
-                        out[g // mag, (ce // 16 * kh + a) * kw + b, j * cout_g + co, ce % 16] = \
-                            dw[g * cout_g + co, ci, a, b]
-    return out
 
 
 def to_5hd_loop(x: np.ndarray, fill: float = 0.0) -> np.ndarray:

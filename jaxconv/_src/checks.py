@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -53,15 +54,16 @@ class CheckResult:
         return bool(np.isfinite(self.error)) and self.error <= TOLERANCE
 
 
-def _conv(x, w, groups=G):
+def _conv(x: jax.Array, w: jax.Array, groups: int = G) -> jax.Array:
     return lax.conv_general_dilated(x, w, STRIDES, list(zip(PB, PE)), rhs_dilation=DILATIONS,
                                     dimension_numbers=DN, feature_group_count=groups,
                                     precision=HIGHEST)
 
 
-def _ct(y, w, x_shape, groups=G):
+def _ct(y: jax.Array, w: jax.Array, x_shape: tuple[int, ...], groups: int = G) -> jax.Array:
     """The transposed convolution: vjp of the convolution w.r.t. its input."""
-    return jax.vjp(lambda x: _conv(x, w, groups), jnp.zeros(x_shape, y.dtype))[1](y)[0]
+    dx: jax.Array = jax.vjp(lambda x: _conv(x, w, groups), jnp.zeros(x_shape, y.dtype))[1](y)[0]
+    return dx
 
 
 def _cases() -> list[tuple[str, str, Callable[[], jax.Array], Callable[[], jax.Array]]]:
@@ -74,14 +76,15 @@ def _cases() -> list[tuple[str, str, Callable[[], jax.Array], Callable[[], jax.A
     # ConvTranspose output_padding: the rows of x the forward convolution never reads.
     rem = tuple((i + b + e - ((k - 1) * d + 1)) % s
                 for i, k, s, d, b, e in zip(SPATIAL, KERNEL, STRIDES, DILATIONS, PB, PE))
-    a = dict(strides=STRIDES, dilations=DILATIONS, pads_begin=PB, pads_end=PE,
+    a: dict[str, Any] = dict(strides=STRIDES, dilations=DILATIONS, pads_begin=PB, pads_end=PE,
              data_format="NCX", precision=HIGHEST)
-    onednn = dict(a, groups=G)
-    ov = dict(strides=STRIDES, dilations=DILATIONS, pads_begin=PB, pads_end=PE,
-              output_padding=rem, precision=HIGHEST)
+    onednn: dict[str, Any] = dict(a, groups=G)
+    ov: dict[str, Any] = dict(strides=STRIDES, dilations=DILATIONS, pads_begin=PB, pads_end=PE,
+                              output_padding=rem, precision=HIGHEST)
 
-    def vjp_x(f, at):
-        return jax.vjp(f, at)[1](dy)[0]
+    def vjp_x(f: Callable[[jax.Array], jax.Array], at: jax.Array) -> jax.Array:
+        grad: jax.Array = jax.vjp(f, at)[1](dy)[0]
+        return grad
 
     ct_ref = _ct(dy, w, x.shape)
     # OpenVINO filters: [G, C_OUT, C_IN, *K] (GroupConvolution) and [G, C_IN, C_OUT, *K]
@@ -93,7 +96,7 @@ def _cases() -> list[tuple[str, str, Callable[[], jax.Array], Callable[[], jax.A
     para = {"strides": list(STRIDES), "padding": [PB[0], PE[0], PB[1], PE[1]],
             "dilations": [1, 1, *DILATIONS], "groups": G}
 
-    def tbe_dw():
+    def tbe_dw() -> jax.Array:
         res = jaxconv.conv2d_backprop_filter(tbe.to_5hd(x), tbe.to_5hd(dy), w.shape, para)
         return tbe.from_fractal_z(res, w.shape, G)
 
@@ -144,11 +147,12 @@ def _cases() -> list[tuple[str, str, Callable[[], jax.Array], Callable[[], jax.A
     ]
 
 
-def _gcbd_ir(data, filters, out, rem) -> str:
-    def dims(shape):
+def _gcbd_ir(data: tuple[int, ...], filters: tuple[int, ...], out: tuple[int, ...],
+             rem: tuple[int, ...]) -> str:
+    def dims(shape: tuple[int, ...]) -> str:
         return "".join(f"<dim>{d}</dim>" for d in shape)
 
-    def csv(v):
+    def csv(v: tuple[int, ...]) -> str:
         return ",".join(map(str, v))
 
     return (f'<layer id="1" name="gcbd" type="GroupConvolutionBackpropData">'
@@ -163,7 +167,8 @@ def run_checks() -> list[CheckResult]:
     results = []
     for op, family, got_fn, ref_fn in _cases():
         t0 = time.perf_counter()
-        got = jax.block_until_ready(jax.jit(got_fn)())
+        got = jax.jit(got_fn)()
+        got.block_until_ready()
         seconds = time.perf_counter() - t0
         ref = ref_fn()
         if got.shape != ref.shape:

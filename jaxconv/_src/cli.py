@@ -19,6 +19,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from jaxconv._src import registry
+
 _EPILOG_SHAPES = """\
 arguments are NAME=VALUE pairs named as in the op's signature; an array argument
 takes its shape. Values: 1,2,3 (ints), 5 (int), same_upper (string), true/false,
@@ -45,23 +47,25 @@ def _demo(args: argparse.Namespace) -> int:
 
     import jaxconv
 
-    attrs = dict(strides=(2, 2), dilations=(1, 1), auto_pad="same_upper", groups=2,
-                 data_format="NXC", filter_format="XIO", precision=lax.Precision.HIGHEST)
+    groups = 2
+    attrs: dict[str, Any] = dict(strides=(2, 2), dilations=(1, 1), auto_pad="same_upper",
+                                 groups=groups, data_format="NXC", filter_format="XIO",
+                                 precision=lax.Precision.HIGHEST)
     rng = np.random.default_rng(args.seed)
     x = jnp.asarray(rng.standard_normal((8, 32, 32, 16)), jnp.float32)      # N, H, W, IC
-    filter_shape = (3, 3, 16 // attrs["groups"], 32)                        # KH, KW, IC/g, OC
+    filter_shape = (3, 3, 16 // groups, 32)                        # KH, KW, IC/g, OC
     y_shape = jax.eval_shape(
         lambda x: jaxconv.convolution(x, jnp.zeros(filter_shape), **attrs), x).shape
     dy = jnp.asarray(rng.standard_normal(y_shape), jnp.float32)
 
-    def grad(x, dy):
+    def grad(x: jax.Array, dy: jax.Array) -> jax.Array:
         return jaxconv.convolution_backprop_filters(x, dy, filter_shape, **attrs)
 
     dw = jax.jit(grad)(x, dy)
 
     # The reference: jax.vjp of plain lax.conv_general_dilated ("SAME" is TF's
     # rule, the same as same_upper), independent of jaxconv's geometry.
-    def plain(w):
+    def plain(w: jax.Array) -> jax.Array:
         return lax.conv_general_dilated(
             x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
             feature_group_count=2, precision=lax.Precision.HIGHEST)
@@ -96,17 +100,13 @@ def _check(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- shapes
 
-_NOT_OPS = ("xla_cpu_compiler_options", "from_openvino_ir")
-
-
 def _ops() -> dict[str, Any]:
     """The public ops (array in, array out)."""
     import jaxconv
-    return {name: getattr(jaxconv, name) for name in jaxconv.__all__
-            if inspect.isfunction(getattr(jaxconv, name)) and name not in _NOT_OPS}
+    return {name: getattr(jaxconv, name) for name in registry.ARRAY_OPS}
 
 
-def _array_params(fn) -> list[str]:
+def _array_params(fn: Any) -> list[str]:
     """The positional parameters that take arrays (those before the shape / attribute ones)."""
     out = []
     for name, prm in inspect.signature(fn).parameters.items():
@@ -168,7 +168,7 @@ def _shapes(args: argparse.Namespace) -> int:
         shape = (shape,) if isinstance(shape, int) else shape
         if not isinstance(shape, tuple) or not all(isinstance(d, int) and d >= 0 for d in shape):
             raise UsageError(f"{a} must be a shape like 1,3,8,8, got {shape!r}")
-        structs.append(jax.ShapeDtypeStruct(shape, dtype))
+        structs.append(jax.ShapeDtypeStruct(shape, dtype))  # type: ignore[no-untyped-call]
     with geometry.recording_problems() as log:
         out = jax.eval_shape(lambda *xs: fn(*xs, **kwargs), *structs)
     print(f"{args.op}: output shape {tuple(out.shape)}, dtype {out.dtype}")
@@ -183,8 +183,8 @@ def _shapes(args: argparse.Namespace) -> int:
             ("channels in -> out", (p.in_channels, p.out_channels)), ("groups", p.groups)]
     for k, v in rows:
         print(f"    {k:34s} {list(v) if isinstance(v, tuple) else v}")
-    if "lowering" in params:
-        kind = "weight" if "filter" in args.op or "weights" in args.op else "data"
+    kind = registry.ARRAY_OPS[args.op].kernel
+    if kind != "forward":
         choose = backends.weight_grad_method if kind == "weight" else backends.data_grad_method
         forced = kwargs.get("lowering", "auto")
         chosen = (f"{forced} (forced)" if forced != "auto" else
@@ -206,7 +206,8 @@ def _bench(args: argparse.Namespace) -> int:
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     from benchmarks import run
-    return run.main(args.bench_args)
+    status: int = run.main(args.bench_args)
+    return status
 
 
 # --------------------------------------------------------------------------- main
@@ -232,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser(
         "bench", help="run the benchmark runner (arguments go to benchmarks/run.py)",
-        description=_bench.__doc__ + " Every argument after `bench` is passed on; "
+        description=(_bench.__doc__ or "") + " Every argument after `bench` is passed on; "
         "`jaxconv bench -- --help` lists them (presets: quick, full).",
         epilog="example: jaxconv bench --preset quick")
     bench.add_argument("bench_args", nargs=argparse.REMAINDER,
@@ -259,7 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return args.func(args)
+        status: int = args.func(args)
+        return status
     except UsageError as e:
         print(f"jaxconv {args.command}: {e}", file=sys.stderr)
         return 2

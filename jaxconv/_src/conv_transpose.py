@@ -21,18 +21,24 @@ every op, so each gradient op is exactly the vjp of ``conv_transpose``.
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 
 from jaxconv._src import geometry, options
 from jaxconv._src import lowering as kernels
-from jaxconv._src.convolution import weight_gradient
 from jaxconv._src.geometry import Names
-
-ArrayLike = Any  # jax.Array | np.ndarray
-ShapeLike = Any  # tuple/list of ints, 1-D integer numpy array or concrete jax array
-IntOrSeq = Any  # int | Sequence[int] | None
+from jaxconv._src.typing import (
+    ArrayLike,
+    AutoPad,
+    ConvTransposeFilterFormat,
+    DataFormat,
+    DataGradLowering,
+    DTypeLike,
+    IntOrSeq,
+    PrecisionLike,
+    ShapeLike,
+    WeightGradLowering,
+)
+from jaxconv._src.weight_gradient import weight_gradient
 
 _FORWARD_NAMES = Names(x="input", y="output", w_shape="filter",
                        w_format="filter_format")
@@ -41,20 +47,20 @@ _FORWARD_NAMES = Names(x="input", y="output", w_shape="filter",
 def conv_transpose(
     input: ArrayLike,  # noqa: A002 - the spec's name
     filter: ArrayLike,  # noqa: A002
-    output_shape: ShapeLike = None,
+    output_shape: ShapeLike | None = None,
     *,
     strides: IntOrSeq = None,
     pads_begin: IntOrSeq = None,
     pads_end: IntOrSeq = None,
     dilations: IntOrSeq = None,
-    auto_pad: str = "none",
+    auto_pad: AutoPad = "none",
     output_padding: IntOrSeq = None,
     groups: int = 1,
-    data_format: str = "NXC",
-    filter_format: str = "XOI",
-    precision: Any = None,
-    preferred_element_type: Any = None,
-    lowering: str = "auto",
+    data_format: DataFormat = "NXC",
+    filter_format: ConvTransposeFilterFormat = "XOI",
+    precision: PrecisionLike = None,
+    preferred_element_type: DTypeLike | None = None,
+    lowering: DataGradLowering = "auto",
 ) -> jax.Array:
     r"""oneDNN Graph ConvTranspose (forward), 1D/2D/3D, grouped.
 
@@ -139,13 +145,13 @@ def conv_transpose_backward_data(
     pads_begin: IntOrSeq = None,
     pads_end: IntOrSeq = None,
     dilations: IntOrSeq = None,
-    auto_pad: str = "none",
+    auto_pad: AutoPad = "none",
     output_padding: IntOrSeq = None,
     groups: int = 1,
-    data_format: str = "NXC",
-    filter_format: str = "XOI",
-    precision: Any = None,
-    preferred_element_type: Any = None,
+    data_format: DataFormat = "NXC",
+    filter_format: ConvTransposeFilterFormat = "XOI",
+    precision: PrecisionLike = None,
+    preferred_element_type: DTypeLike | None = None,
 ) -> jax.Array:
     r"""oneDNN ConvTransposeBackwardData: the gradient of :func:`conv_transpose` w.r.t. its input.
 
@@ -204,20 +210,20 @@ _WEIGHTS_NAMES = Names(x="src", y="diff_dst", w_shape="weights_shape",
 def conv_transpose_backward_weights(
     src: ArrayLike,
     diff_dst: ArrayLike,
-    weights_shape: ShapeLike = None,
+    weights_shape: ShapeLike | None = None,
     *,
     strides: IntOrSeq = None,
     pads_begin: IntOrSeq = None,
     pads_end: IntOrSeq = None,
     dilations: IntOrSeq = None,
-    auto_pad: str = "none",
+    auto_pad: AutoPad = "none",
     output_padding: IntOrSeq = None,
     groups: int = 1,
-    data_format: str = "NXC",
-    weights_format: str = "XOI",
-    precision: Any = None,
-    preferred_element_type: Any = None,
-    lowering: str = "auto",
+    data_format: DataFormat = "NXC",
+    weights_format: ConvTransposeFilterFormat = "XOI",
+    precision: PrecisionLike = None,
+    preferred_element_type: DTypeLike | None = None,
+    lowering: WeightGradLowering = "auto",
 ) -> jax.Array:
     r"""oneDNN Graph ConvTransposeBackwardWeights: the gradient of :func:`conv_transpose` w.r.t. its weights.
 
@@ -290,20 +296,20 @@ _FILTERS_NAMES = Names(x="input_forward", y="output_delta",
 def conv_transpose_backprop_filters(
     input_forward: ArrayLike,
     output_delta: ArrayLike,
-    filter_shape: ShapeLike = None,
+    filter_shape: ShapeLike | None = None,
     *,
     strides: IntOrSeq = None,
     pads_begin: IntOrSeq = None,
     pads_end: IntOrSeq = None,
     dilations: IntOrSeq = None,
-    auto_pad: str = "none",
+    auto_pad: AutoPad = "none",
     output_padding: IntOrSeq = None,
     groups: int = 1,
-    data_format: str = "NXC",
-    filter_format: str = "XIO",
-    precision: Any = None,
-    preferred_element_type: Any = None,
-    lowering: str = "auto",
+    data_format: DataFormat = "NXC",
+    filter_format: ConvTransposeFilterFormat = "XIO",
+    precision: PrecisionLike = None,
+    preferred_element_type: DTypeLike | None = None,
+    lowering: WeightGradLowering = "auto",
 ) -> jax.Array:
     r"""oneDNN Graph ConvTransposeBackpropFilters-1: :func:`conv_transpose_backward_weights` under the older spec.
 

@@ -7,17 +7,24 @@ current name ConvolutionBackwardWeights. The ops only validate (through
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 
 from jaxconv._src import geometry, options
 from jaxconv._src import lowering as kernels
 from jaxconv._src.geometry import Names
-
-ArrayLike = Any  # jax.Array | np.ndarray
-ShapeLike = Any  # tuple/list of ints, 1-D integer numpy array or concrete jax array
-IntOrSeq = Any  # int | Sequence[int] | None
+from jaxconv._src.typing import (
+    ArrayLike,
+    AutoPad,
+    ConvolutionFilterFormat,
+    DataFormat,
+    DataGradLowering,
+    DTypeLike,
+    IntOrSeq,
+    PrecisionLike,
+    ShapeLike,
+    WeightGradLowering,
+)
+from jaxconv._src.weight_gradient import weight_gradient
 
 _FORWARD_NAMES = Names(x="input", y="output", w_shape="filter", w_format="filter_format")
 
@@ -30,12 +37,12 @@ def convolution(
     pads_begin: IntOrSeq = None,
     pads_end: IntOrSeq = None,
     dilations: IntOrSeq = None,
-    auto_pad: str = "none",
+    auto_pad: AutoPad = "none",
     groups: int = 1,
-    data_format: str = "NXC",
-    filter_format: str = "XIO",
-    precision: Any = None,
-    preferred_element_type: Any = None,
+    data_format: DataFormat = "NXC",
+    filter_format: ConvolutionFilterFormat = "XIO",
+    precision: PrecisionLike = None,
+    preferred_element_type: DTypeLike | None = None,
 ) -> jax.Array:
     r"""oneDNN Graph Convolution (forward), 1D/2D/3D, grouped.
 
@@ -111,13 +118,13 @@ def convolution_backward_data(
     pads_begin: IntOrSeq = None,
     pads_end: IntOrSeq = None,
     dilations: IntOrSeq = None,
-    auto_pad: str = "none",
+    auto_pad: AutoPad = "none",
     groups: int = 1,
-    data_format: str = "NXC",
-    filter_format: str = "XIO",
-    precision: Any = None,
-    preferred_element_type: Any = None,
-    lowering: str = "auto",
+    data_format: DataFormat = "NXC",
+    filter_format: ConvolutionFilterFormat = "XIO",
+    precision: PrecisionLike = None,
+    preferred_element_type: DTypeLike | None = None,
+    lowering: DataGradLowering = "auto",
 ) -> jax.Array:
     r"""oneDNN Graph ConvolutionBackwardData: the gradient of :func:`convolution` w.r.t. its input.
 
@@ -191,28 +198,6 @@ def convolution_backward_data(
         method=options.check_lowering(op, "data", lowering, p))
 
 
-def weight_gradient(
-    op: str, names: Names, x_value: ArrayLike, dy_value: ArrayLike, w_shape: ShapeLike,
-    precision: Any, preferred_element_type: Any, *, lowering: str, transposed: bool = False,
-    **attrs: Any,
-) -> jax.Array:
-    """The weight-gradient ops of both oneDNN families: validate, resolve, lower.
-
-    ``transposed`` builds the ConvTranspose problem; by SEMANTICS.md section 1
-    its weight gradient is the weight gradient of the convolution it
-    transposes with x and dy swapped, so one kernel serves both.
-    """
-    (x, dy), precision, preferred_element_type = options.check_inputs(
-        op, {names.x: x_value, names.y: dy_value}, precision, preferred_element_type)
-    shape = geometry.static_shape(op, names.w_shape, w_shape)
-    build = geometry.conv_transpose_problem if transposed else geometry.convolution_problem
-    p = build(op, names, x_shape=x.shape, y_shape=dy.shape, w_shape=shape, **attrs)
-    lhs, rhs = (dy, x) if transposed else (x, dy)
-    return kernels.jit_weight_grad(lhs, rhs, p=p, precision=precision,
-                                    preferred_element_type=preferred_element_type,
-                                    method=options.check_lowering(op, "weight", lowering, p))
-
-
 _FILTERS_NAMES = Names(
     x="input_forward", y="output_delta", w_shape="filter_shape",
     w_format="filter_format",
@@ -222,19 +207,19 @@ _FILTERS_NAMES = Names(
 def convolution_backprop_filters(
     input_forward: ArrayLike,
     output_delta: ArrayLike,
-    filter_shape: ShapeLike = None,
+    filter_shape: ShapeLike | None = None,
     *,
     strides: IntOrSeq = None,
     pads_begin: IntOrSeq = None,
     pads_end: IntOrSeq = None,
     dilations: IntOrSeq = None,
-    auto_pad: str = "none",
+    auto_pad: AutoPad = "none",
     groups: int = 1,
-    data_format: str = "NXC",
-    filter_format: str = "XIO",
-    precision: Any = None,
-    preferred_element_type: Any = None,
-    lowering: str = "auto",
+    data_format: DataFormat = "NXC",
+    filter_format: ConvolutionFilterFormat = "XIO",
+    precision: PrecisionLike = None,
+    preferred_element_type: DTypeLike | None = None,
+    lowering: WeightGradLowering = "auto",
 ) -> jax.Array:
     r"""oneDNN Graph ConvolutionBackpropFilters-1: the gradient of :func:`convolution` w.r.t. the filter.
 
@@ -311,19 +296,19 @@ _WEIGHTS_NAMES = Names(
 def convolution_backward_weights(
     src: ArrayLike,
     diff_dst: ArrayLike,
-    weights_shape: ShapeLike = None,
+    weights_shape: ShapeLike | None = None,
     *,
     strides: IntOrSeq = None,
     pads_begin: IntOrSeq = None,
     pads_end: IntOrSeq = None,
     dilations: IntOrSeq = None,
-    auto_pad: str = "none",
+    auto_pad: AutoPad = "none",
     groups: int = 1,
-    data_format: str = "NXC",
-    weights_format: str = "XIO",
-    precision: Any = None,
-    preferred_element_type: Any = None,
-    lowering: str = "auto",
+    data_format: DataFormat = "NXC",
+    weights_format: ConvolutionFilterFormat = "XIO",
+    precision: PrecisionLike = None,
+    preferred_element_type: DTypeLike | None = None,
+    lowering: WeightGradLowering = "auto",
 ) -> jax.Array:
     r"""oneDNN ConvolutionBackwardWeights: :func:`convolution_backprop_filters` under oneDNN's current names.
 

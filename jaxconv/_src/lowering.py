@@ -26,8 +26,8 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -37,13 +37,19 @@ from jax import lax
 from jaxconv._src import backends
 from jaxconv._src.geometry import ConvProblem
 
-Precision = Any  # lax.PrecisionLike
-DType = Any  # jnp dtype-like or None
+Array = jax.Array
+#: precision as the kernels get it: validated and hashable (``options.compute_options``)
+Precision = Any
+#: a numpy dtype, or None for "the input dtype"
+DType = Any
+Pads = Sequence[tuple[int, int]]
+WeightGradMethod = Literal["conv", "feature_group", "shifted", "dot", "vjp"]
+DataGradMethod = Literal["grid", "phases", "dot", "vjp"]
 
 _LOW_PRECISION = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
 
 
-def accumulation_dtype(dtype, preferred_element_type=None):
+def accumulation_dtype(dtype: DType, preferred_element_type: DType = None) -> DType:
     """The type a convolution of ``dtype`` inputs accumulates in.
 
     ``preferred_element_type`` if given; else float32 for float16/bfloat16,
@@ -59,7 +65,8 @@ def accumulation_dtype(dtype, preferred_element_type=None):
     return None
 
 
-def _conv(lhs, rhs, *, dtype, precision, preferred_element_type, **kwargs) -> jax.Array:
+def _conv(lhs: Array, rhs: Array, *, dtype: DType, precision: Precision,
+          preferred_element_type: DType, **kwargs: Any) -> Array:
     """``conv_general_dilated`` accumulating in :func:`accumulation_dtype`.
 
     The result has ``preferred_element_type`` if given, else ``dtype`` (a
@@ -72,7 +79,8 @@ def _conv(lhs, rhs, *, dtype, precision, preferred_element_type, **kwargs) -> ja
     return out.astype(preferred_element_type if preferred_element_type is not None else dtype)
 
 
-def _pad_spatial(a: jax.Array, axes, pads, interior=None) -> jax.Array:
+def _pad_spatial(a: Array, axes: Sequence[int], pads: Pads,
+                 interior: Sequence[int] | None = None) -> Array:
     """``lax.pad`` on the given axes: (low, high) per axis, optional interior."""
     config = [(0, 0, 0)] * a.ndim
     for j, (ax, (lo, hi)) in enumerate(zip(axes, pads)):
@@ -82,7 +90,8 @@ def _pad_spatial(a: jax.Array, axes, pads, interior=None) -> jax.Array:
     return lax.pad(a, jnp.zeros((), a.dtype), config)
 
 
-def _fit(a: jax.Array, axes, pads, caps) -> tuple[jax.Array, list[tuple[int, int]]]:
+def _fit(a: Array, axes: Sequence[int], pads: Pads,
+         caps: Sequence[int]) -> tuple[Array, list[tuple[int, int]]]:
     """Splits (low, high) pads between ``a`` and the convolution's own padding.
 
     The convolution gets ``min(pad, cap)`` of each non-negative pad: padding
@@ -109,7 +118,8 @@ def _fit(a: jax.Array, axes, pads, caps) -> tuple[jax.Array, list[tuple[int, int
 # Pad x by (pb, pe - rem) so the windows fit exactly (the never-read remainder
 # is cropped), then a VALID strided, dilated convolution, feature_group_count = g.
 # ---------------------------------------------------------------------------
-def forward(x, w, p: ConvProblem, *, precision=None, preferred_element_type=None) -> jax.Array:
+def forward(x: Array, w: Array, p: ConvProblem, *, precision: Precision = None,
+            preferred_element_type: DType = None) -> Array:
     # Explicit lax.pad + VALID: padding inside this convolution would let the
     # transpose JAX derives for grad abort jaxlib 0.10.2 (tests/test_hazards.py).
     xp = _pad_spatial(x, p.data.spatial_axes, p.fit_pads)
@@ -129,8 +139,9 @@ def strided_and_dilated(p: ConvProblem) -> bool:
     return any(s > 1 for s in p.strides) and any(d > 1 for d in p.dilations)
 
 
-def _dispatch(kernels: dict[str, Callable[..., jax.Array]], choose: Callable[[ConvProblem, str], str],
-              a, b, p: ConvProblem, precision, preferred_element_type, method: str) -> jax.Array:
+def _dispatch(kernels: dict[str, Callable[..., Array]], choose: Callable[[ConvProblem, str], str],
+              a: Array, b: Array, p: ConvProblem, precision: Precision,
+              preferred_element_type: DType, method: str) -> Array:
     """``kernels[method](a, b)``; for ``"auto"``, the method of ``choose(p, backend)`` per backend.
 
     The per-backend choice is staged with ``lax.platform_dependent``: the
@@ -138,7 +149,9 @@ def _dispatch(kernels: dict[str, Callable[..., jax.Array]], choose: Callable[[Co
     sees the others). When every backend picks the same method, that method is
     called directly.
     """
-    def branch(m):
+    def branch(m: str) -> Callable[[Array, Array], Array]:
+        if m not in kernels:
+            raise ValueError(f"lowering: method must be 'auto' or one of {list(kernels)}, got {m!r}")
         return functools.partial(kernels[m], p=p, precision=precision,
                                  preferred_element_type=preferred_element_type)
     if method != "auto":
@@ -149,7 +162,8 @@ def _dispatch(kernels: dict[str, Callable[..., jax.Array]], choose: Callable[[Co
     fns = {m: branch(m) for m in set(methods.values())}  # one callable per method: joined
     per_platform = {plat: fns[methods[bk]] for bk in backends.BACKENDS
                     for plat in backends.PLATFORMS[bk]}
-    return lax.platform_dependent(a, b, default=fns[methods["default"]], **per_platform)
+    out: Array = lax.platform_dependent(a, b, default=fns[methods["default"]], **per_platform)
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -174,7 +188,8 @@ def _dispatch(kernels: dict[str, Callable[..., jax.Array]], choose: Callable[[Co
 # reaches XLA: with one, the transposes JAX derives under grad abort jaxlib
 # 0.10.2. Without a stride there is no grid, and the padding goes inside.
 # ---------------------------------------------------------------------------
-def _regroup_for_transpose(w, p: ConvProblem, flip: bool = True):
+def _regroup_for_transpose(w: Array, p: ConvProblem,
+                           flip: bool = True) -> tuple[Array, tuple[int, ...]]:
     """The filter relabelled for the transposed convolution (then spatially flipped).
 
     The same steps as JAX's transpose rule (so that ``"vjp"`` is its program):
@@ -204,7 +219,8 @@ def _transpose_pads(p: ConvProblem) -> list[tuple[int, int]]:
             zip(p.input_size, p.output_size, p.strides, p.pads_begin, p.dilated_kernel)]
 
 
-def _data_grad_vjp(dy, w, p: ConvProblem, precision, preferred_element_type) -> jax.Array:
+def _data_grad_vjp(dy: Array, w: Array, p: ConvProblem, precision: Precision,
+                   preferred_element_type: DType) -> Array:
     if strided_and_dilated(p):
         return _data_grad_grid(dy, w, p, precision, preferred_element_type)
     wt, rhs_spec = _regroup_for_transpose(w, p)
@@ -218,10 +234,12 @@ def _data_grad_vjp(dy, w, p: ConvProblem, precision, preferred_element_type) -> 
     )
 
 
-def _data_grad_grid(dy, w, p: ConvProblem, precision, preferred_element_type) -> jax.Array:
+def _data_grad_grid(dy: Array, w: Array, p: ConvProblem, precision: Precision,
+                    preferred_element_type: DType) -> Array:
     pads = _transpose_pads(p)
     wt, rhs_spec = _regroup_for_transpose(w, p)
     spec = p.data.spec
+    padding: str | Pads
     if all(s == 1 for s in p.strides) and all(lo >= 0 and hi >= 0 for lo, hi in pads):
         # No grid: the padding goes inside the convolution (what jax.vjp emits; an
         # explicit pad is materialized). Without a stride the transposes JAX derives
@@ -250,7 +268,9 @@ def _data_grad_grid(dy, w, p: ConvProblem, precision, preferred_element_type) ->
 # padded (or cropped) by -c_last at the start, with ceil(I / S) outputs. The
 # phases are then interleaved: dx[r + S*u] = dx_r[u]. No input dilation and no
 # zero grid: S^rank times less work than the grid form.
-def _phase_dots(dyp, w, p: ConvProblem, taps, u_max, dil, precision, preferred_element_type):
+def _phase_dots(dyp: Array, w: Array, p: ConvProblem, taps: Sequence[Sequence[int]],
+                u_max: Sequence[int], dil: Sequence[int], precision: Precision,
+                preferred_element_type: DType) -> Array:
     """One phase of the "dot" data gradient: sum over its taps of a matrix product.
 
     ``dx_r[u] = sum_j dyp[u + j*D'] W[taps[j]]`` with the channel contraction
@@ -266,12 +286,13 @@ def _phase_dots(dyp, w, p: ConvProblem, taps, u_max, dil, precision, preferred_e
     wc = jnp.transpose(w, (o_ax, i_ax, *w_sp)).reshape(g, ocg, icg, *p.kernel)
     if g > 1:
         y = y.reshape(*y.shape[:-1], g, ocg)  # (N, *X, G, OCg)
-        dims = (((n + 2,), (1,)), ((n + 1,), (0,)))  # -> (G, N, *U, ICg)
+        dims: tuple[tuple[Sequence[int], Sequence[int]], tuple[Sequence[int], Sequence[int]]] = (
+            ((n + 2,), (1,)), ((n + 1,), (0,)))  # -> (G, N, *U, ICg)
     else:
         wc = wc[0]  # (OC, IC, *K)
         dims = (((n + 1,), (0,)), ((), ()))  # -> (N, *U, IC)
     acc = accumulation_dtype(dyp.dtype, preferred_element_type)
-    total = None
+    total: Array | None = None
     for j in itertools.product(*(range(len(t)) for t in taps)):
         lo = [0] * y.ndim
         for a, (jj, dd) in enumerate(zip(j, dil)):
@@ -284,6 +305,7 @@ def _phase_dots(dyp, w, p: ConvProblem, taps, u_max, dil, precision, preferred_e
         part = lax.dot_general(lax.slice(y, lo, hi), wk, dims, precision=precision,
                                preferred_element_type=acc)
         total = part if total is None else total + part
+    assert total is not None  # a phase has at least one tap
     if g > 1:
         total = jnp.moveaxis(total, 0, -2).reshape(*total.shape[1:-1], g * icg)  # (N, *U, C)
     spec = (d.batch_axis, *d.spatial_axes, d.channel_axis)
@@ -291,14 +313,15 @@ def _phase_dots(dyp, w, p: ConvProblem, taps, u_max, dil, precision, preferred_e
     return out.astype(preferred_element_type if preferred_element_type is not None else dyp.dtype)
 
 
-def _data_grad_phases(dy, w, p: ConvProblem, precision, preferred_element_type,
-                      dot: bool = False) -> jax.Array:
+def _data_grad_phases(dy: Array, w: Array, p: ConvProblem, precision: Precision,
+                      preferred_element_type: DType, dot: bool = False) -> Array:
     _, _, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
     d = p.data
     n = p.rank
-    phase_axes = []  # per spatial axis: [(taps (k list, decreasing), c_last) or None per phase]
+    # per spatial axis: [(taps (k list, decreasing), c_last) or None per phase]
+    phase_axes: list[list[tuple[list[int], int] | None]] = []
     for i, k, s, dl, pb in zip(p.input_size, p.kernel, p.strides, p.dilations, p.pads_begin):
-        per = []
+        per: list[tuple[list[int], int] | None] = []
         for r in range(s):
             taps = [kk for kk in range(k) if (r + pb - kk * dl) % s == 0]
             per.append(None if not taps else (taps[::-1], (r + pb - taps[-1] * dl) // s))
@@ -308,8 +331,9 @@ def _data_grad_phases(dy, w, p: ConvProblem, precision, preferred_element_type,
     out_dtype = preferred_element_type if preferred_element_type is not None else dy.dtype
     parts = {}
     for combo in itertools.product(*(range(s) for s in p.strides)):
-        sel = [phase_axes[a][r] for a, r in enumerate(combo)]
-        if any(v is None for v in sel):
+        picked = [phase_axes[a][r] for a, r in enumerate(combo)]
+        sel = [v for v in picked if v is not None]
+        if len(sel) < n:  # a phase no tap reaches: zeros
             continue
         # dy padded (or cropped) so that the phase's taps read u + j*D' for u < ceil(I / S)
         pads = []
@@ -336,7 +360,7 @@ def _data_grad_phases(dy, w, p: ConvProblem, precision, preferred_element_type,
     some = next(iter(parts.values()))
     zeros = jnp.zeros(some.shape, out_dtype)
     # interleave, last spatial axis first: stack phases after the axis, merge, crop
-    def assemble(prefix):
+    def assemble(prefix: tuple[int, ...]) -> Array:
         a = len(prefix)
         if a == n:
             return parts.get(prefix, zeros)
@@ -350,7 +374,7 @@ def _data_grad_phases(dy, w, p: ConvProblem, precision, preferred_element_type,
     return lax.slice(assemble(()), (0,) * len(p.x_shape), p.x_shape)  # crop to I per axis
 
 
-_DATA_GRAD = {
+_DATA_GRAD: dict[str, Callable[..., Array]] = {
     "grid": _data_grad_grid,
     "phases": _data_grad_phases,
     "dot": functools.partial(_data_grad_phases, dot=True),
@@ -359,8 +383,8 @@ _DATA_GRAD = {
 DATA_GRAD_METHODS = tuple(_DATA_GRAD)
 
 
-def data_grad(dy, w, p: ConvProblem, *, precision=None, preferred_element_type=None,
-              method: str = "auto") -> jax.Array:
+def data_grad(dy: Array, w: Array, p: ConvProblem, *, precision: Precision = None,
+              preferred_element_type: DType = None, method: str = "auto") -> Array:
     """dx from dy and W; ``method`` one of :data:`DATA_GRAD_METHODS` or ``"auto"``."""
     return _dispatch(_DATA_GRAD, backends.data_grad_method, dy, w, p, precision,
                      preferred_element_type, method)
@@ -401,7 +425,7 @@ def data_grad(dy, w, p: ConvProblem, *, precision=None, preferred_element_type=N
 # window covers the padded input once, dW[oc, ic, k] = sum_n x[n, ic, k*D - pb]
 # dy[n, oc]: a dot_general contracting the batch only.)
 # ---------------------------------------------------------------------------
-def _weight_out(dw_gio: jax.Array, p: ConvProblem) -> jax.Array:
+def _weight_out(dw_gio: Array, p: ConvProblem) -> Array:
     """(G, ICg, OCg, *K) -> the filter layout (O = G*OCg, I = ICg)."""
     g, icg, ocg = dw_gio.shape[:3]
     k = dw_gio.shape[3:]
@@ -412,7 +436,8 @@ def _weight_out(dw_gio: jax.Array, p: ConvProblem) -> jax.Array:
     return jnp.transpose(dw, perm)
 
 
-def _window(xc, p: ConvProblem, starts, counts, steps) -> jax.Array:
+def _window(xc: Array, p: ConvProblem, starts: Sequence[int], counts: Sequence[int],
+            steps: Sequence[int]) -> Array:
     """xc[..., start + j*step] for j in [0, count) on each spatial axis."""
     lo, hi, st = [0] * xc.ndim, list(xc.shape), [1] * xc.ndim
     for ax, a, n, s in zip(p.data.spatial_axes, starts, counts, steps):
@@ -420,7 +445,8 @@ def _window(xc, p: ConvProblem, starts, counts, steps) -> jax.Array:
     return lax.slice(xc, lo, hi, st)
 
 
-def _weight_grad_sliced(x, dy, p: ConvProblem, method, precision, acc) -> jax.Array:
+def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, method: WeightGradMethod,
+                        precision: Precision, acc: DType) -> Array:
     """The "dot" and "shifted" methods, in the data's own layout: (G, ICg, OCg, *K).
 
     With one group the products have no batch dimension: a size-1 batch
@@ -431,10 +457,10 @@ def _weight_grad_sliced(x, dy, p: ConvProblem, method, precision, acc) -> jax.Ar
     grouped = g > 1 or method == "shifted"
     xc = _pad_spatial(x, d.spatial_axes, p.fit_pads)
 
-    def split(a, per):  # the channel axis in place into (G, per group): a free reshape
+    def split(a: Array, per: int) -> Array:  # the channel axis in place into (G, per group): a free reshape
         return a.reshape(a.shape[:c] + (g, per) + a.shape[c + 1:]) if grouped else a
 
-    def moved(ax):  # an axis index after that split
+    def moved(ax: int) -> int:  # an axis index after that split
         return ax + 1 if grouped and ax > c else ax
 
     b, sp = moved(d.batch_axis), [moved(a) for a in d.spatial_axes]
@@ -474,7 +500,8 @@ def _weight_grad_sliced(x, dy, p: ConvProblem, method, precision, acc) -> jax.Ar
     return dw if grouped else dw[None]
 
 
-def _weight_grad_conv(x, dy, p: ConvProblem, method, precision, preferred_element_type):
+def _weight_grad_conv(x: Array, dy: Array, p: ConvProblem, method: WeightGradMethod,
+                      precision: Precision, preferred_element_type: DType) -> Array:
     """The "conv", "feature_group" and "vjp" methods: one relabelled convolution.
 
     Its padding goes inside the convolution (an explicit ``lax.pad`` is
@@ -493,19 +520,21 @@ def _weight_grad_conv(x, dy, p: ConvProblem, method, precision, preferred_elemen
         return kernel(x, dy, inside="all" if method == "vjp" else "capped")
 
     @jax.custom_jvp
-    def fast(x, dy):
+    def fast(x: Array, dy: Array) -> Array:
         return kernel(x, dy, inside="capped")
 
     @fast.defjvp
-    def _(primals, tangents):
+    def _(primals: tuple[Array, Array],
+          tangents: tuple[Array, Array]) -> tuple[Array, Array]:
         (x, dy), (tx, tdy) = primals, tangents
         return fast(x, dy), kernel(tx, dy, inside="none") + kernel(x, tdy, inside="none")
 
     return fast(x, dy)
 
 
-def _relabelled_weight_grad(x, dy, *, p: ConvProblem, method, precision, preferred_element_type,
-                            inside: str) -> jax.Array:
+def _relabelled_weight_grad(x: Array, dy: Array, *, p: ConvProblem, method: WeightGradMethod,
+                            precision: Precision, preferred_element_type: DType,
+                            inside: Literal["all", "capped", "none"]) -> Array:
     """``inside``: "all" the padding (jax.vjp's program), "capped" (see ``_fit``) or "none"."""
     d = p.data
     if inside == "all":
@@ -533,15 +562,16 @@ def _relabelled_weight_grad(x, dy, *, p: ConvProblem, method, precision, preferr
                  batch_group_count=p.groups, **common)
 
 
-def _weight_grad_dot(x, dy, p: ConvProblem, precision, preferred_element_type, *,
-                     method: str = "dot") -> jax.Array:
+def _weight_grad_dot(x: Array, dy: Array, p: ConvProblem, precision: Precision,
+                     preferred_element_type: DType, *,
+                     method: WeightGradMethod = "dot") -> Array:
     acc = accumulation_dtype(x.dtype, preferred_element_type)
     dw = _weight_grad_sliced(x, dy, p, method, precision, acc)
     return _weight_out(dw, p).astype(
         preferred_element_type if preferred_element_type is not None else x.dtype)
 
 
-_WEIGHT_GRAD = {
+_WEIGHT_GRAD: dict[str, Callable[..., Array]] = {
     "conv": functools.partial(_weight_grad_conv, method="conv"),
     "feature_group": functools.partial(_weight_grad_conv, method="feature_group"),
     "shifted": functools.partial(_weight_grad_dot, method="shifted"),
@@ -561,8 +591,8 @@ def weight_grad_inapplicable(method: str, p: ConvProblem) -> str | None:
     return None
 
 
-def weight_grad(x, dy, p: ConvProblem, *, precision=None, preferred_element_type=None,
-                method: str = "auto") -> jax.Array:
+def weight_grad(x: Array, dy: Array, p: ConvProblem, *, precision: Precision = None,
+                preferred_element_type: DType = None, method: str = "auto") -> Array:
     """dW from x and dy; ``method`` one of :data:`WEIGHT_GRAD_METHODS` or ``"auto"``."""
     return _dispatch(_WEIGHT_GRAD, backends.weight_grad_method, x, dy, p, precision,
                      preferred_element_type, method)
@@ -570,6 +600,6 @@ def weight_grad(x, dy, p: ConvProblem, *, precision=None, preferred_element_type
 
 # Jitted entry points: the problem and the options are static (hashable).
 _STATIC = ("p", "precision", "preferred_element_type")
-jit_forward = jax.jit(forward, static_argnames=_STATIC)
-jit_data_grad = jax.jit(data_grad, static_argnames=(*_STATIC, "method"))
-jit_weight_grad = jax.jit(weight_grad, static_argnames=(*_STATIC, "method"))
+jit_forward: Callable[..., Array] = jax.jit(forward, static_argnames=_STATIC)
+jit_data_grad: Callable[..., Array] = jax.jit(data_grad, static_argnames=(*_STATIC, "method"))
+jit_weight_grad: Callable[..., Array] = jax.jit(weight_grad, static_argnames=(*_STATIC, "method"))

@@ -24,6 +24,7 @@ dtype unless ``preferred_element_type`` says otherwise.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -31,34 +32,50 @@ import jax
 from jaxconv._src import geometry, options
 from jaxconv._src import lowering as kernels
 from jaxconv._src.geometry import Names, TransposePadRule
-
-ArrayLike = Any  # jax.Array | np.ndarray
-ShapeLike = Any  # tuple/list of ints, 1-D integer numpy array or concrete jax array
-IntOrSeq = Any  # int | Sequence[int] | None
+from jaxconv._src.typing import (
+    ArrayLike,
+    AutoPad,
+    DataGradLowering,
+    DTypeLike,
+    IntOrSeq,
+    PrecisionLike,
+    ShapeLike,
+)
 
 _NAMES = Names(x="data", y="output", w_shape="filters", w_format="filters layout")
 
 
-def _check_filters(op: str, x: jax.Array, w: jax.Array, grouped: bool) -> int:
+@dataclasses.dataclass(frozen=True)
+class _Filters:
+    """An OpenVINO filters layout: its text, whether it has a G axis, where C_IN is."""
+
+    layout: str
+    grouped: bool
+    c_in_axis: int
+
+
+_GROUP_CONVOLUTION = _Filters("[G, C_OUT, C_IN, *K]", grouped=True, c_in_axis=2)
+_GROUP_BACKPROP = _Filters("[G, C_IN, C_OUT, *K]", grouped=True, c_in_axis=1)
+_BACKPROP = _Filters("[C_IN, C_OUT, *K]", grouped=False, c_in_axis=0)
+
+
+def _check_filters(op: str, x: jax.Array, w: jax.Array, filters: _Filters) -> int:
     """Checks the filters' rank against the data; returns the groups G."""
     n = geometry.spatial_rank(op, "data", x.ndim)
-    want = n + 3 if grouped else n + 2
-    layout = "[G, C_IN, C_OUT, *K]" if grouped else "[C_IN, C_OUT, *K]"
-    if op == "group_convolution":
-        layout = "[G, C_OUT, C_IN, *K]"
+    want = n + 3 if filters.grouped else n + 2
     if w.ndim != want:
         raise ValueError(
-            f"{op}: filters must have rank {want} ({layout}) for rank-{x.ndim} data, got rank "
-            f"{w.ndim} (shape {list(w.shape)})"
+            f"{op}: filters must have rank {want} ({filters.layout}) for rank-{x.ndim} data, got "
+            f"rank {w.ndim} (shape {list(w.shape)})"
         )
-    if not grouped:
+    if not filters.grouped:
         return 1
     g = w.shape[0]
-    c_in = w.shape[2] if op == "group_convolution" else w.shape[1]
+    c_in = w.shape[filters.c_in_axis]
     if g <= 0 or x.shape[1] != g * c_in:
         raise ValueError(
             f"{op}: data channels ({x.shape[1]}) must equal G x C_IN = {g} x {c_in} = "
-            f"{g * c_in} from filters {list(w.shape)} {layout}"
+            f"{g * c_in} from filters {list(w.shape)} {filters.layout}"
         )
     return g
 
@@ -77,9 +94,9 @@ def group_convolution(
     pads_begin: IntOrSeq = None,
     pads_end: IntOrSeq = None,
     dilations: IntOrSeq = None,
-    auto_pad: str = "explicit",
-    precision: Any = None,
-    preferred_element_type: Any = None,
+    auto_pad: AutoPad = "explicit",
+    precision: PrecisionLike = None,
+    preferred_element_type: DTypeLike | None = None,
 ) -> jax.Array:
     r"""OpenVINO GroupConvolution-1 (forward), the op GroupConvolutionBackpropData transposes.
 
@@ -113,7 +130,7 @@ def group_convolution(
     op = "group_convolution"
     (x, w), precision, preferred_element_type = options.check_inputs(
         op, {"data": data, "filters": filters}, precision, preferred_element_type, floating=False)
-    g = _check_filters(op, x, w, grouped=True)
+    g = _check_filters(op, x, w, _GROUP_CONVOLUTION)
     w2 = w.reshape((w.shape[0] * w.shape[1], *w.shape[2:]))  # (G*C_OUT, C_IN, *K): OIX
     p = geometry.convolution_problem(
         op, _NAMES, x_shape=x.shape, y_shape=None, w_shape=w2.shape, strides=strides,
@@ -124,14 +141,15 @@ def group_convolution(
 
 
 def _backprop_data(
-    op: str, data: ArrayLike, filters: ArrayLike, output_shape: ShapeLike, grouped: bool,
-    strides, pads_begin, pads_end, dilations, auto_pad, output_padding,
-    openvino_runtime_padding, precision, preferred_element_type, method,
+    op: str, data: ArrayLike, filters: ArrayLike, output_shape: ShapeLike | None, grouped: bool,
+    strides: IntOrSeq, pads_begin: IntOrSeq, pads_end: IntOrSeq, dilations: IntOrSeq,
+    auto_pad: AutoPad, output_padding: IntOrSeq, openvino_runtime_padding: bool,
+    precision: PrecisionLike, preferred_element_type: DTypeLike | None, method: DataGradLowering,
 ) -> jax.Array:
     (x, w), precision, preferred_element_type = options.check_inputs(
         op, {"data": data, "filters": filters}, precision, preferred_element_type, floating=False)
     runtime = _check_flag(op, openvino_runtime_padding)
-    g = _check_filters(op, x, w, grouped)
+    g = _check_filters(op, x, w, _GROUP_BACKPROP if grouped else _BACKPROP)
     if grouped:
         w = w.reshape((w.shape[0] * w.shape[1], *w.shape[2:]))  # (G*C_IN, C_OUT, *K): IOX
     p = geometry.conv_transpose_problem(
@@ -144,7 +162,23 @@ def _backprop_data(
         method=options.check_lowering(op, "data", method, p))
 
 
-_BACKPROP_DATA_DOC = r"""
+def convolution_backprop_data(
+    data: ArrayLike,
+    filters: ArrayLike,
+    output_shape: ShapeLike | None = None,
+    *,
+    strides: IntOrSeq = None,
+    pads_begin: IntOrSeq = None,
+    pads_end: IntOrSeq = None,
+    dilations: IntOrSeq = None,
+    auto_pad: AutoPad = "explicit",
+    output_padding: IntOrSeq = None,
+    openvino_runtime_padding: bool = False,
+    precision: PrecisionLike = None,
+    preferred_element_type: DTypeLike | None = None,
+    lowering: DataGradLowering = "auto",
+) -> jax.Array:
+    r"""OpenVINO ConvolutionBackpropData-1: a transposed convolution, filters ``[C_IN, C_OUT, *K]``.
 
     Let ``full`` be the un-padded transposed convolution, of length
     ``S*(I-1) + DK`` per spatial axis (zero past its end):
@@ -167,26 +201,6 @@ _BACKPROP_DATA_DOC = r"""
     Positions past the end of ``full`` are zeros. No spatial flip of the
     stored kernel. output_padding is not bounded by the stride (as in
     OpenVINO): elements it adds past ``full`` are zeros.
-"""
-
-
-def convolution_backprop_data(
-    data: ArrayLike,
-    filters: ArrayLike,
-    output_shape: ShapeLike = None,
-    *,
-    strides: IntOrSeq = None,
-    pads_begin: IntOrSeq = None,
-    pads_end: IntOrSeq = None,
-    dilations: IntOrSeq = None,
-    auto_pad: str = "explicit",
-    output_padding: IntOrSeq = None,
-    openvino_runtime_padding: bool = False,
-    precision: Any = None,
-    preferred_element_type: Any = None,
-    lowering: str = "auto",
-) -> jax.Array:
-    """OpenVINO ConvolutionBackpropData-1: a transposed convolution, filters ``[C_IN, C_OUT, *K]``.
 
     Args:
       data: ``[N, C_IN, *X]`` (NCX), any numeric dtype.
@@ -229,26 +243,48 @@ def convolution_backprop_data(
 def group_convolution_backprop_data(
     data: ArrayLike,
     filters: ArrayLike,
-    output_shape: ShapeLike = None,
+    output_shape: ShapeLike | None = None,
     *,
     strides: IntOrSeq = None,
     pads_begin: IntOrSeq = None,
     pads_end: IntOrSeq = None,
     dilations: IntOrSeq = None,
-    auto_pad: str = "explicit",
+    auto_pad: AutoPad = "explicit",
     output_padding: IntOrSeq = None,
     openvino_runtime_padding: bool = False,
-    precision: Any = None,
-    preferred_element_type: Any = None,
-    lowering: str = "auto",
+    precision: PrecisionLike = None,
+    preferred_element_type: DTypeLike | None = None,
+    lowering: DataGradLowering = "auto",
 ) -> jax.Array:
-    """OpenVINO GroupConvolutionBackpropData-1: a grouped transposed convolution.
+    r"""OpenVINO GroupConvolutionBackpropData-1: a grouped transposed convolution.
 
     The groups G come from ``filters.shape[0]``; the filters reshaped to
     ``(G*C_IN, C_OUT, *K)`` are ConvTranspose IOX weights, and the op is
     exactly the vjp of :func:`group_convolution` w.r.t. its data, with the
     same filters array (GroupConvolution's ``[G, C_OUT, C_IN, *K]`` names the
     same axes from the forward side: its C_OUT is this op's C_IN).
+
+    Let ``full`` be the un-padded transposed convolution, of length
+    ``S*(I-1) + DK`` per spatial axis (zero past its end):
+
+    .. math::
+        full[n, g \cdot C_{OUT} + co, i S + k D] \mathrel{+}= x[n, g \cdot C_{IN} + ci, i]
+        \, W[g, ci, co, k]
+
+    The result is ``y[o] = full[o + pb]`` for ``o`` in ``[0, O)``:
+
+    * without ``output_shape``: ``O = S*(I-1) + DK - pb - pe + output_padding``,
+      with ``pb = pe = 0`` for same_upper, same_lower and valid;
+    * with ``output_shape``: ``O = output_shape``; pb = pads_begin for explicit
+      (pads_end unused), 0 for valid, and for same_*: ``total = max(0, S*(I-1) +
+      DK - O + output_padding)`` split as ``pb = total // 2`` for same_upper (the
+      seed: extra padding at the end) and ``pb = total - total // 2`` for
+      same_lower. ``openvino_runtime_padding=True`` swaps the split of an odd
+      total, as the OpenVINO runtime does.
+
+    Positions past the end of ``full`` are zeros. No spatial flip of the
+    stored kernel. output_padding is not bounded by the stride (as in
+    OpenVINO): elements it adds past ``full`` are zeros.
 
     Args:
       data: ``[N, G*C_IN, *X]`` (NCX), any numeric dtype.
@@ -282,9 +318,3 @@ def group_convolution_backprop_data(
         "group_convolution_backprop_data", data, filters, output_shape, True, strides,
         pads_begin, pads_end, dilations, auto_pad, output_padding, openvino_runtime_padding,
         precision, preferred_element_type, lowering)
-
-
-convolution_backprop_data.__doc__ = convolution_backprop_data.__doc__.replace(
-    "\n\n    Args:", _BACKPROP_DATA_DOC + "\n    Args:", 1)
-group_convolution_backprop_data.__doc__ = group_convolution_backprop_data.__doc__.replace(
-    "\n\n    Args:", _BACKPROP_DATA_DOC + "\n    Args:", 1)

@@ -12,11 +12,13 @@ import jax.numpy as jnp
 
 from jaxconv._src import openvino
 
-_OPS = {
+_OPS: dict[str, Callable[..., jax.Array]] = {
     "GroupConvolutionBackpropData": openvino.group_convolution_backprop_data,
     "ConvolutionBackpropData": openvino.convolution_backprop_data,
     "GroupConvolution": openvino.group_convolution,
 }
+#: the layer types with an optional third input (the spatial output shape)
+_TAKES_OUTPUT_SHAPE = frozenset({"GroupConvolutionBackpropData", "ConvolutionBackpropData"})
 _INT_LIST_ATTRS = ("strides", "pads_begin", "pads_end", "dilations", "output_padding")
 _PRECISIONS = {"FP32": jnp.float32, "FP16": jnp.float16, "BF16": jnp.bfloat16,
                "FP64": jnp.float64, "I8": jnp.int8, "I32": jnp.int32, "U8": jnp.uint8}
@@ -26,7 +28,7 @@ _OP = "from_openvino_ir"
 
 def _port_dims(port: ET.Element) -> tuple[int, ...]:
     try:
-        return tuple(int(d.text) for d in port.findall("dim"))
+        return tuple(int(d.text or "") for d in port.findall("dim"))
     except (TypeError, ValueError):
         raise ValueError(
             f"{_OP}: port {port.get('id')} must list static integer <dim>s, got "
@@ -36,7 +38,7 @@ def _port_dims(port: ET.Element) -> tuple[int, ...]:
 def _parse_attrs(layer_type: str, data: ET.Element | None) -> dict[str, Any]:
     attrs: dict[str, Any] = {}
     allowed = set(_INT_LIST_ATTRS) | {"auto_pad"}
-    if layer_type == "GroupConvolution":
+    if layer_type not in _TAKES_OUTPUT_SHAPE:  # the forward op has no output_padding
         allowed.discard("output_padding")
     for key, value in (data.attrib.items() if data is not None else ()):
         if key not in allowed:
@@ -114,8 +116,9 @@ def from_openvino_ir(
     attrs = _parse_attrs(layer_type, element.find("data"))
     inputs = element.find("input")
     ports = inputs.findall("port") if inputs is not None else []
-    if len(ports) not in (2, 3) or (len(ports) == 3 and layer_type == "GroupConvolution"):
-        raise ValueError(f"{_OP}: {layer_type} takes 2{'' if layer_type == 'GroupConvolution' else ' or 3'} "
+    takes_shape = layer_type in _TAKES_OUTPUT_SHAPE
+    if len(ports) not in (2, 3) or (len(ports) == 3 and not takes_shape):
+        raise ValueError(f"{_OP}: {layer_type} takes 2{' or 3' if takes_shape else ''} "
                          f"input ports, got {len(ports)}")
     if len(ports) == 3 and output_shape is None:
         raise ValueError(f"{_OP}: the layer has an output_shape input (port "
@@ -127,13 +130,14 @@ def from_openvino_ir(
         else jnp.float32
 
     op = _OPS[layer_type]
-    if layer_type != "GroupConvolution":
+    if takes_shape:
         fn = functools.partial(op, output_shape=output_shape, **attrs)
     else:
         fn = functools.partial(op, **attrs)
     jitted = jax.jit(fn)
     shape = tuple(jax.eval_shape(
-        fn, jax.ShapeDtypeStruct(data_dims, dtype), jax.ShapeDtypeStruct(filter_dims, dtype)).shape)
+        fn, jax.ShapeDtypeStruct(data_dims, dtype),  # type: ignore[no-untyped-call]
+        jax.ShapeDtypeStruct(filter_dims, dtype)).shape)  # type: ignore[no-untyped-call]
     if out_port is not None:
         declared = _port_dims(out_port)
         if declared != shape:

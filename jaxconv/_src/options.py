@@ -76,7 +76,12 @@ def check_lowering(op: str, kind: str, lowering_value: Any, p: Any) -> str:
     ``kind`` is ``"weight"`` or ``"data"`` (which gradient kernel the op runs).
     Returns the method (``"auto"`` or one of the kernel's methods).
     """
-    methods = lowering.WEIGHT_GRAD_METHODS if kind == "weight" else lowering.DATA_GRAD_METHODS
+    if kind == "weight":
+        methods = lowering.WEIGHT_GRAD_METHODS
+    elif kind == "data":
+        methods = lowering.DATA_GRAD_METHODS
+    else:
+        raise ValueError(f"check_lowering: kind must be 'weight' or 'data', got {kind!r}")
     allowed = ["auto", *methods]
     if not isinstance(lowering_value, str):
         raise TypeError(f"{op}: lowering must be a string, one of {allowed}, got "

@@ -10,6 +10,7 @@ FRACTAL_Z with ``tbe_layouts.to_fractal_z``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -17,9 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxconv._src import geometry, options, tbe_layouts
 from jaxconv._src import lowering as kernels
+from jaxconv._src import options, tbe_layouts
 from jaxconv._src.geometry import ConvProblem
+from jaxconv._src.tbe_geometry import tbe_problem
+from jaxconv._src.typing import ArrayLike, ShapeLike, WeightGradLowering
 
 _OP = "conv2d_backprop_filter"
 _REQUIRED = ("strides", "padding", "dilations")
@@ -48,7 +51,6 @@ def _para(para_dict: Any) -> dict[str, Any]:
     return out
 
 
-@jax.jit(static_argnames=("p", "res_dtype", "method"))
 def _compute(x5: jax.Array, dy5: jax.Array, p: ConvProblem, res_dtype: Any,
              method: str) -> jax.Array:
     x = tbe_layouts.from_5hd(x5, p.in_channels)
@@ -58,9 +60,14 @@ def _compute(x5: jax.Array, dy5: jax.Array, p: ConvProblem, res_dtype: Any,
     return tbe_layouts.to_fractal_z(dw, p.groups).astype(res_dtype)
 
 
+_jit_compute: Callable[..., jax.Array] = jax.jit(_compute,
+                                                 static_argnames=("p", "res_dtype", "method"))
+
+
 def conv2d_backprop_filter(
-    input_x: Any, out_backprop: Any, filter_sizes: Any, para_dict: dict[str, Any], *,
-    lowering: str = "auto",
+    input_x: ArrayLike, out_backprop: ArrayLike, filter_sizes: ShapeLike,
+    para_dict: dict[str, Any], *,
+    lowering: WeightGradLowering = "auto",
 ) -> jax.Array:
     r"""Ascend TBE ``conv2d_backprop_filter``: the 2D weight gradient, 5HD in, FRACTAL_Z out.
 
@@ -115,9 +122,9 @@ def conv2d_backprop_filter(
     (x5, dy5), _, _ = options.check_inputs(
         _OP, {"input_x": input_x, "out_backprop": out_backprop}, None, None)
     para = _para(para_dict)
-    p = geometry.tbe_problem(
+    p = tbe_problem(
         _OP, x5_shape=tuple(x5.shape), dy5_shape=tuple(dy5.shape), filter_sizes=filter_sizes,
         strides=para["strides"], padding=para["padding"], dilations=para["dilations"],
         groups=para["groups"])
-    return _compute(x5, dy5, p=p, res_dtype=np.dtype(_RES_DTYPES[para["res_dtype"]]),
+    return _jit_compute(x5, dy5, p=p, res_dtype=np.dtype(_RES_DTYPES[para["res_dtype"]]),
                     method=options.check_lowering(_OP, "weight", lowering, p))

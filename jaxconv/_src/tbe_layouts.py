@@ -45,9 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxconv._src import geometry
-
-C0 = 16
+from jaxconv._src.tbe_geometry import C0, tbe_filter_sizes
 
 
 def _check_c0(op: str, c0: Any) -> int:
@@ -206,7 +204,7 @@ def to_fractal_z(w_oihw: Any, groups: int = 1) -> jax.Array:
     """
     op = "to_fractal_z"
     w = _array(op, "w_oihw", w_oihw, 4)
-    sizes, g = geometry.tbe_filter_sizes(op, tuple(w.shape), groups)
+    sizes, g = tbe_filter_sizes(op, tuple(w.shape), groups)
     index = _fractal_z_index(sizes, g)
     flat = jnp.take(w.reshape(-1), np.maximum(index, 0).reshape(-1), axis=0)
     flat = jnp.where(jnp.asarray(index.reshape(-1) >= 0), flat, jnp.zeros((), w.dtype))
@@ -237,7 +235,7 @@ def from_fractal_z(wz: Any, filter_sizes: Any, groups: int = 1) -> jax.Array:
     """
     op = "from_fractal_z"
     wz = _array(op, "wz", wz, 4)
-    sizes, g = geometry.tbe_filter_sizes(op, filter_sizes, groups)
+    sizes, g = tbe_filter_sizes(op, filter_sizes, groups)
     index = _fractal_z_index(sizes, g)
     if tuple(wz.shape) != index.shape:
         raise ValueError(f"{op}: wz must have the FRACTAL_Z shape {list(index.shape)} of "

@@ -1,0 +1,166 @@
+"""Output sizes, pad arithmetic and the auto_pad rules of every family.
+
+Notation per spatial axis (as in the specs): input size I, kernel K, stride S,
+dilation D, dilated kernel DK = (K - 1) * D + 1, pads pb (begin) / pe (end).
+
+Forward convolution output size::
+
+    O = floor((I + pb + pe - DK) / S) + 1
+
+The ``rem = (I + pb + pe - DK) % S`` trailing elements of the padded input are
+never read by the forward convolution; the lowerings crop them explicitly
+(letting XLA see that remainder together with a kernel dilation aborts jaxlib
+0.10.2 on CPU: tests/test_hazards.py).
+
+auto_pad (oneDNN ``infer_auto_pad``)::
+
+    valid:             pb = pe = 0
+    same_* conv-style: total = max(0, DK - (I % S if I % S else S))   # O = ceil(I / S)
+    same_* deconv:     total = max(0, DK - S)                          # ConvTranspose
+    same_upper:        pb = total // 2          (extra pad at the end)
+    same_lower:        pb = total - total // 2  (extra pad at the beginning)
+    pe = total - pb
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from jaxconv._src.geometry.arguments import kind
+
+AutoPadMode = Literal["explicit", "same_upper", "same_lower", "valid"]
+
+#: Canonical auto_pad names; the keys of ``_AUTO_PAD_ALIASES`` are accepted
+#: case-insensitively.
+AUTO_PAD_MODES: tuple[AutoPadMode, ...] = ("explicit", "same_upper", "same_lower", "valid")
+_AUTO_PAD_ALIASES: dict[str, AutoPadMode] = {
+    "none": "explicit",
+    "explicit": "explicit",
+    "notset": "explicit",
+    "same_upper": "same_upper",
+    "same_lower": "same_lower",
+    "valid": "valid",
+}
+
+
+def canonical_auto_pad(op: str, value: Any) -> AutoPadMode:
+    """The canonical auto_pad mode (see ``AUTO_PAD_MODES``), case-insensitive."""
+    if value is None:
+        return "explicit"
+    if not isinstance(value, str):
+        raise TypeError(f"{op}: auto_pad must be a string, got {kind(value)}")
+    mode = _AUTO_PAD_ALIASES.get(value.lower())
+    if mode is None:
+        raise ValueError(
+            f"{op}: auto_pad must be one of 'none', 'explicit', 'same_upper', 'same_lower', "
+            f"'valid' (any case), got {value!r}"
+        )
+    return mode
+
+
+def dilated_kernel_size(k: int, d: int) -> int:
+    return (k - 1) * d + 1
+
+
+def conv_output_size(i: int, k: int, s: int, d: int, pb: int, pe: int) -> int:
+    """``floor((I + pb + pe - DK) / S) + 1``; may be <= 0 for impossible shapes."""
+    return (i + pb + pe - dilated_kernel_size(k, d)) // s + 1
+
+
+def conv_transpose_output_size(i: int, k: int, s: int, d: int, pb: int, pe: int, op: int = 0) -> int:
+    """``S * (I - 1) + DK - pb - pe + output_padding``."""
+    return s * (i - 1) + dilated_kernel_size(k, d) - pb - pe + op
+
+
+class PadRule(enum.Enum):
+    """How same_upper/same_lower compute the total padding of one axis."""
+
+    #: conv-style: the output is ceil(I / S) (TF/ONNX SAME, oneDNN Convolution).
+    CONV = "conv"
+    #: deconv-style: total = max(0, DK - S) (oneDNN ConvTranspose forward).
+    DECONV = "deconv"
+
+
+class TransposePadRule(enum.Enum):
+    """Whose auto_pad rules a ConvTranspose-like op follows."""
+
+    #: oneDNN ConvTranspose: same_* use total = max(0, DK - S) without output_shape.
+    ONEDNN = "onednn"
+    #: OpenVINO (Group)ConvolutionBackpropData: same_* pad nothing without output_shape.
+    OPENVINO = "openvino"
+
+
+def split_total(mode: AutoPadMode, total: int, upper_extra_at_end: bool = True) -> tuple[int, int]:
+    """(pb, pe) of a same_* total; an odd total's extra element at the end for same_upper."""
+    if mode == "same_upper":
+        pb = total // 2 if upper_extra_at_end else total - total // 2
+    elif mode == "same_lower":  # mirrors same_upper
+        pb = total - total // 2 if upper_extra_at_end else total // 2
+    else:
+        raise ValueError(f"split_total: mode must be 'same_upper' or 'same_lower', got {mode!r}")
+    return pb, total - pb
+
+
+def _same_total(rule: PadRule, i: int, dk: int, s: int) -> int:
+    if rule is PadRule.CONV:
+        return max(0, dk - (i % s if i % s else s))
+    if rule is PadRule.DECONV:
+        return max(0, dk - s)
+    raise ValueError(f"auto_pads: rule must be a PadRule, got {rule!r}")
+
+
+def auto_pads(
+    mode: AutoPadMode,
+    rule: PadRule,
+    sizes: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads_begin: Sequence[int],
+    pads_end: Sequence[int],
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Resolves (pads_begin, pads_end) for one op per the auto_pad rules above.
+
+    ``sizes`` is the input size I of the rule: the forward convolution's input
+    for ``PadRule.CONV``, the ConvTranspose input for ``PadRule.DECONV``.
+    """
+    if mode == "explicit":
+        return tuple(pads_begin), tuple(pads_end)
+    if mode == "valid":
+        zeros = (0,) * len(sizes)
+        return zeros, zeros
+    begins, ends = [], []
+    for i, k, s, d in zip(sizes, kernel, strides, dilations):
+        pb, pe = split_total(mode, _same_total(rule, i, dilated_kernel_size(k, d), s))
+        begins.append(pb)
+        ends.append(pe)
+    return tuple(begins), tuple(ends)
+
+
+def conv_transpose_pads(
+    mode: AutoPadMode, rule: TransposePadRule, sizes: Sequence[int], kernel: Sequence[int],
+    strides: Sequence[int], dilations: Sequence[int], pads_begin: Sequence[int],
+    pads_end: Sequence[int], output_padding: Sequence[int],
+    output_shape: Sequence[int] | None, upper_extra_at_end: bool = True,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(pads_begin, pads_end) of a ConvTranspose; with output_shape, pads_end is unused.
+
+    With output_shape, same_* split ``total = max(0, S*(I-1) + DK - O +
+    output_padding)``; ``upper_extra_at_end=False`` gives the OpenVINO
+    runtime's opposite split of an odd total.
+    """
+    if output_shape is None or mode in ("explicit", "valid"):
+        if rule is TransposePadRule.OPENVINO and mode in ("same_upper", "same_lower"):
+            zeros = (0,) * len(sizes)
+            return zeros, zeros
+        return auto_pads(mode, PadRule.DECONV, sizes, kernel, strides, dilations, pads_begin,
+                         pads_end)
+    begins, ends = [], []
+    for i, k, s, d, o, op in zip(sizes, kernel, strides, dilations, output_shape, output_padding):
+        total = max(0, s * (i - 1) + dilated_kernel_size(k, d) - o + op)
+        pb, pe = split_total(mode, total, upper_extra_at_end)
+        begins.append(pb)
+        ends.append(pe)
+    return tuple(begins), tuple(ends)
