@@ -184,8 +184,7 @@ def convolution_backprop_data(
     ``S*(I-1) + DK`` per spatial axis (zero past its end):
 
     .. math::
-        full[n, g \cdot C_{OUT} + co, i S + k D] \mathrel{+}= x[n, g \cdot C_{IN} + ci, i]
-        \, W[g, ci, co, k]
+        full[n, co, i S + k D] \mathrel{+}= x[n, ci, i] \, W[ci, co, k]
 
     The result is ``y[o] = full[o + pb]`` for ``o`` in ``[0, O)``:
 
@@ -264,27 +263,14 @@ def group_convolution_backprop_data(
     same filters array (GroupConvolution's ``[G, C_OUT, C_IN, *K]`` names the
     same axes from the forward side: its C_OUT is this op's C_IN).
 
-    Let ``full`` be the un-padded transposed convolution, of length
-    ``S*(I-1) + DK`` per spatial axis (zero past its end):
+    Per group ``g``, the transposed convolution of :func:`convolution_backprop_data`:
 
     .. math::
         full[n, g \cdot C_{OUT} + co, i S + k D] \mathrel{+}= x[n, g \cdot C_{IN} + ci, i]
         \, W[g, ci, co, k]
 
-    The result is ``y[o] = full[o + pb]`` for ``o`` in ``[0, O)``:
-
-    * without ``output_shape``: ``O = S*(I-1) + DK - pb - pe + output_padding``,
-      with ``pb = pe = 0`` for same_upper, same_lower and valid;
-    * with ``output_shape``: ``O = output_shape``; pb = pads_begin for explicit
-      (pads_end unused), 0 for valid, and for same_*: ``total = max(0, S*(I-1) +
-      DK - O + output_padding)`` split as ``pb = total // 2`` for same_upper (the
-      seed: extra padding at the end) and ``pb = total - total // 2`` for
-      same_lower. ``openvino_runtime_padding=True`` swaps the split of an odd
-      total, as the OpenVINO runtime does.
-
-    Positions past the end of ``full`` are zeros. No spatial flip of the
-    stored kernel. output_padding is not bounded by the stride (as in
-    OpenVINO): elements it adds past ``full`` are zeros.
+    with the same output size, padding, ``output_shape``, ``output_padding``
+    and ``openvino_runtime_padding`` rules (``y[o] = full[o + pb]``).
 
     Args:
       data: ``[N, G*C_IN, *X]`` (NCX), any numeric dtype.
