@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import jax
 
-from jaxconv._src import geometry, options
-from jaxconv._src import lowering as kernels
+from jaxconv._src import autodiff, geometry, options
 from jaxconv._src.geometry import Names
 from jaxconv._src.typing import (
     ArrayLike,
@@ -128,7 +127,7 @@ def conv_transpose(
         output_shape=output_shape, strides=strides, pads_begin=pads_begin, pads_end=pads_end,
         dilations=dilations, auto_pad=auto_pad, output_padding=output_padding, groups=groups,
         data_format=data_format, filter_format=filter_format)
-    return kernels.jit_data_grad(x, w, p=p, precision=precision,
+    return autodiff.jit_data_grad(x, w, p=p, precision=precision,
                                   preferred_element_type=preferred_element_type,
         method=options.check_lowering(op, "data", lowering, p))
 
@@ -199,7 +198,7 @@ def conv_transpose_backward_data(
         pads_begin=pads_begin, pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
         output_padding=output_padding, groups=groups, data_format=data_format,
         filter_format=filter_format)
-    return kernels.jit_forward(dy, w, p=p, precision=precision,
+    return autodiff.jit_forward(dy, w, p=p, precision=precision,
                                 preferred_element_type=preferred_element_type)
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import jax
 
-from jaxconv._src import geometry, options
-from jaxconv._src import lowering as kernels
+from jaxconv._src import autodiff, geometry, options
 from jaxconv._src.geometry import Names
 from jaxconv._src.typing import (
     ArrayLike,
@@ -99,7 +98,7 @@ def convolution(
         strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
         auto_pad=auto_pad, groups=groups, data_format=data_format, filter_format=filter_format,
     )
-    return kernels.jit_forward(x, w, p=p, precision=precision,
+    return autodiff.jit_forward(x, w, p=p, precision=precision,
                                 preferred_element_type=preferred_element_type)
 
 
@@ -193,7 +192,7 @@ def convolution_backward_data(
         strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
         auto_pad=auto_pad, groups=g, data_format=data_format, filter_format=filter_format,
     )
-    return kernels.jit_data_grad(dy, w, p=p, precision=precision,
+    return autodiff.jit_data_grad(dy, w, p=p, precision=precision,
                       preferred_element_type=preferred_element_type,
         method=options.check_lowering(op, "data", lowering, p))
 

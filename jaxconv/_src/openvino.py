@@ -29,8 +29,7 @@ from typing import Any
 
 import jax
 
-from jaxconv._src import geometry, options
-from jaxconv._src import lowering as kernels
+from jaxconv._src import autodiff, geometry, options
 from jaxconv._src.geometry import Names, TransposePadRule
 from jaxconv._src.typing import (
     ArrayLike,
@@ -136,7 +135,7 @@ def group_convolution(
         op, _NAMES, x_shape=x.shape, y_shape=None, w_shape=w2.shape, strides=strides,
         pads_begin=pads_begin, pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
         groups=g, data_format="NCX", filter_format="OIX")
-    return kernels.jit_forward(x, w2, p=p, precision=precision,
+    return autodiff.jit_forward(x, w2, p=p, precision=precision,
                                 preferred_element_type=preferred_element_type)
 
 
@@ -157,7 +156,7 @@ def _backprop_data(
         strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
         auto_pad=auto_pad, output_padding=output_padding, groups=g, data_format="NCX",
         filter_format="IOX", pad_rule=TransposePadRule.OPENVINO, upper_extra_at_end=not runtime)
-    return kernels.jit_data_grad(x, w, p=p, precision=precision,
+    return autodiff.jit_data_grad(x, w, p=p, precision=precision,
                                   preferred_element_type=preferred_element_type,
         method=options.check_lowering(op, "data", method, p))
 
