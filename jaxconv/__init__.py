@@ -19,6 +19,7 @@ from jaxconv._src.convolution import (
     convolution_backward_data,
     convolution_backward_weights,
 )
+from jaxconv._src.lax_conv import conv_general_dilated
 from jaxconv._src.openvino import (
     convolution_backprop_data,
     group_convolution,
@@ -31,6 +32,7 @@ from jaxconv._src.version import __version__
 __all__ = [
     "__version__",
     "conv2d_backprop_filter",
+    "conv_general_dilated",
     "conv_transpose",
     "conv_transpose_backprop_filters",
     "conv_transpose_backward_data",

@@ -16,13 +16,20 @@ import re
 import pytest
 
 from jaxconv._src import registry
-from tests import test_conv_transpose_errors, test_convolution_errors, test_openvino_errors, test_tbe_errors
+from tests import (
+    test_conv_transpose_errors,
+    test_convolution_errors,
+    test_lax_conv_errors,
+    test_openvino_errors,
+    test_tbe_errors,
+)
 
 FAMILIES = {
     "oneDNN Convolution": test_convolution_errors,
     "oneDNN ConvTranspose": test_conv_transpose_errors,
     "OpenVINO": test_openvino_errors,
     "Ascend TBE": test_tbe_errors,
+    "JAX lax": test_lax_conv_errors,
 }
 CATALOGUE = [(family, *case) for family, mod in FAMILIES.items() for case in mod.CASES]
 DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "errors.md"
@@ -84,7 +91,7 @@ def render() -> str:
         "generated from the tests (`python -m tests.test_bad_input_catalogue > docs/errors.md`), and",
         "`tests/test_bad_input_catalogue.py` fails when it is out of date.",
         "",
-        f"{len(CATALOGUE)} invalid calls across the four families.",
+        f"{len(CATALOGUE)} invalid calls across the {len(FAMILIES)} families.",
         "",
         "| family | case | raises | message |",
         "|---|---|---|---|",

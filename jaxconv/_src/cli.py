@@ -107,15 +107,9 @@ def _ops() -> dict[str, Any]:
 
 
 def _array_params(fn: Any) -> list[str]:
-    """The positional parameters that take arrays (those before the shape / attribute ones)."""
-    out = []
-    for name, prm in inspect.signature(fn).parameters.items():
-        if prm.kind is not prm.POSITIONAL_OR_KEYWORD or prm.default is not prm.empty:
-            break
-        if "shape" in name or "sizes" in name or name == "para_dict":
-            break
-        out.append(name)
-    return out
+    """The parameters that take arrays: those typed ``ArrayLike`` in the op's signature."""
+    return [name for name, prm in inspect.signature(fn).parameters.items()
+            if prm.annotation in ("ArrayLike", "jax.typing.ArrayLike")]
 
 
 def _value(text: str) -> Any:
@@ -172,7 +166,10 @@ def _shapes(args: argparse.Namespace) -> int:
     with geometry.recording_problems() as log:
         out = jax.eval_shape(lambda *xs: fn(*xs, **kwargs), *structs)
     print(f"{args.op}: output shape {tuple(out.shape)}, dtype {out.dtype}")
-    p = log[-1]  # every op builds one problem
+    if not log:  # conv_general_dilated where jaxconv has no kernel: lax computes it
+        print("  no jaxconv kernel: computed by lax.conv_general_dilated itself")
+        return 0
+    p = log[-1]  # every other call builds one problem
     transposed = p.filter_swap
     role = "the convolution it transposes" if transposed else "the forward convolution"
     print(f"  geometry ({role}, {p.rank}D, data {p.data.format}, filter {p.filter_layout.format})")

@@ -34,6 +34,7 @@ ARRAY_OPS: dict[str, OpInfo] = {
     "convolution_backprop_data": OpInfo("OpenVINO", "data"),
     "group_convolution_backprop_data": OpInfo("OpenVINO", "data"),
     "conv2d_backprop_filter": OpInfo("Ascend TBE", "weight"),
+    "conv_general_dilated": OpInfo("JAX lax", "forward"),
 }
 
 #: Public ops that are not array ops: ``from_openvino_ir`` builds one from an IR layer.

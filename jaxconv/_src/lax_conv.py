@@ -1,0 +1,170 @@
+"""``jaxconv.conv_general_dilated``: ``lax.conv_general_dilated``'s signature, jaxconv's gradients.
+
+A model switches with one import line: the value equals
+``lax.conv_general_dilated``'s, and ``jax.grad`` / ``jax.jvp`` run jaxconv's
+kernels (``autodiff.py``) instead of lax's transpose rules.
+
+Any ``dimension_numbers`` are accepted: NXC/NCX data with XIO/OIX filters run
+as they are; other orders are transposed to NXC/XIO (a copy) and the result to
+the requested output order. Where jaxconv has no kernel, the call is
+``lax.conv_general_dilated`` itself (same value, lax's gradients): an input
+dilation (``lhs_dilation`` > 1, a transposed convolution: use
+:func:`jaxconv.conv_transpose` for jaxconv's gradients), ``batch_group_count``
+> 1, negative padding, or more than 3 spatial axes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+from jax import lax
+
+from jaxconv._src import autodiff, geometry, options
+from jaxconv._src.geometry import Names
+from jaxconv._src.typing import ArrayLike, DTypeLike, PrecisionLike
+
+_OP = "conv_general_dilated"
+_NAMES = Names(x="lhs", y="output", w_shape="rhs", w_format="dimension_numbers")
+
+ConvDimensionNumbersLike = (
+    lax.ConvDimensionNumbers | tuple[str, str, str] | tuple[Sequence[int], Sequence[int],
+                                                            Sequence[int]] | None
+)
+
+
+def _ints(name: str, value: Sequence[int] | None, n: int) -> tuple[int, ...]:
+    if value is None:
+        return (1,) * n
+    return geometry.int_tuple(_OP, name, value, n, default=1, minimum=1)
+
+
+def _pads(padding: str | Sequence[tuple[int, int]], in_size: Sequence[int],
+          window: Sequence[int], strides: Sequence[int]) -> list[tuple[int, int]]:
+    if isinstance(padding, str):
+        if padding.upper() not in ("SAME", "SAME_LOWER", "VALID"):
+            raise ValueError(f"{_OP}: padding must be 'SAME', 'SAME_LOWER', 'VALID' or a sequence "
+                             f"of (low, high) pairs, got {padding!r}")
+        return [(int(lo), int(hi)) for lo, hi in lax.padtype_to_pads(in_size, window, strides, padding)]
+    pairs = list(padding)
+    if len(pairs) != len(in_size) or not all(
+            isinstance(pq, (tuple, list)) and len(pq) == 2 for pq in pairs):
+        raise ValueError(f"{_OP}: padding must hold {len(in_size)} (low, high) pairs, one per "
+                         f"spatial axis, got {padding!r}")
+    return [(int(lo), int(hi)) for lo, hi in pairs]
+
+
+def conv_general_dilated(
+    lhs: ArrayLike,
+    rhs: ArrayLike,
+    window_strides: Sequence[int],
+    padding: str | Sequence[tuple[int, int]],
+    lhs_dilation: Sequence[int] | None = None,
+    rhs_dilation: Sequence[int] | None = None,
+    dimension_numbers: ConvDimensionNumbersLike = None,
+    feature_group_count: int = 1,
+    batch_group_count: int = 1,
+    precision: PrecisionLike = None,
+    preferred_element_type: DTypeLike | None = None,
+) -> jax.Array:
+    r"""``lax.conv_general_dilated`` whose derivatives are jaxconv's kernels.
+
+    With ``lhs_dilation`` 1 (jaxconv's kernels; otherwise this is lax itself), per output
+    position ``o`` and group ``g``:
+
+    .. math::
+        out[n, g \cdot O_g + oc, o] = \sum_{ic, k} lhs[n, g \cdot I_g + ic, o S + k D - p_{lo}]
+        \, rhs[g \cdot O_g + oc, ic, k]
+
+    with ``S = window_strides``, ``D = rhs_dilation``, ``lhs`` zero outside its extent, in
+    the axis orders ``dimension_numbers`` name: NXC data (``"NHWC"``) with an XIO filter
+    (``"HWIO"``), or NCX (``"NCHW"``) with OIX (``"OIHW"``), run as they are; any other order
+    is transposed to NXC/XIO and back. ``jax.grad``, ``jax.jvp`` and ``jax.vmap``
+    compose as with lax; the derivatives are jaxconv's data and weight gradients.
+
+    Args:
+      lhs: the input, in the order ``dimension_numbers`` gives.
+      rhs: the filter, likewise.
+      window_strides: one positive int per spatial axis.
+      padding: ``"SAME"``, ``"SAME_LOWER"``, ``"VALID"`` or one (low, high) pair per
+        spatial axis.
+      lhs_dilation: input dilation (a transposed convolution; computed by lax).
+      rhs_dilation: filter dilation.
+      dimension_numbers: as in ``lax.conv_general_dilated`` (strings such as
+        ``("NHWC", "HWIO", "NHWC")``, index tuples, or ``None`` for NCHW/OIHW).
+      feature_group_count: groups of input channels.
+      batch_group_count: as in lax (values > 1 are computed by lax).
+      precision: as in lax; ``lax.Precision.HIGHEST`` for exact float32 on GPU/TPU.
+      preferred_element_type: the result and accumulation dtype.
+
+    Returns:
+      The value of ``lax.conv_general_dilated`` with the same arguments.
+
+    Raises:
+      ValueError: inconsistent shapes, channels or groups, bad strides,
+        dilations, padding or dimension_numbers (message prefixed with
+        ``conv_general_dilated:``).
+      TypeError: non-array operands, mismatched dtypes, bad kinds.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxconv
+      >>> x, w = jnp.ones((2, 8, 8, 4)), jnp.ones((3, 3, 4, 6))
+      >>> dn = ("NHWC", "HWIO", "NHWC")
+      >>> y = jaxconv.conv_general_dilated(x, w, (2, 2), "SAME", dimension_numbers=dn)
+      >>> y.shape
+      (2, 4, 4, 6)
+      >>> gw = jax.grad(lambda w: jaxconv.conv_general_dilated(
+      ...     x, w, (2, 2), "SAME", dimension_numbers=dn).sum())(w)
+      >>> float(gw[1, 1, 0, 0])
+      32.0
+    """
+    (x, w), precision, preferred_element_type = options.check_inputs(
+        _OP, {"lhs": lhs, "rhs": rhs}, precision, preferred_element_type, floating=False)
+    if x.ndim != w.ndim or x.ndim < 3:
+        raise ValueError(f"{_OP}: lhs and rhs must have the same rank >= 3, got shapes "
+                         f"{list(x.shape)} and {list(w.shape)}")
+    n = x.ndim - 2
+    try:
+        dn = lax.conv_dimension_numbers(x.shape, w.shape, dimension_numbers)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{_OP}: dimension_numbers {dimension_numbers!r} do not fit lhs "
+                         f"{list(x.shape)} and rhs {list(w.shape)}: {e}") from None
+    strides = _ints("window_strides", window_strides, n)
+    lhs_dil = _ints("lhs_dilation", lhs_dilation, n)
+    rhs_dil = _ints("rhs_dilation", rhs_dilation, n)
+    groups = geometry.check_groups(_OP, feature_group_count)
+    batch_groups = geometry.check_groups(_OP, batch_group_count)
+    lhs_spec, rhs_spec, out_spec = dn
+    if isinstance(padding, str) and any(d > 1 for d in lhs_dil):
+        raise ValueError(f"{_OP}: string padding {padding!r} is not defined with lhs_dilation "
+                         f"{list(lhs_dil)} (a transposed convolution), as in lax; give (low, "
+                         f"high) pairs, or use jaxconv.conv_transpose")
+    in_size = [x.shape[a] for a in lhs_spec[2:]]
+    window = [(w.shape[a] - 1) * d + 1 for a, d in zip(rhs_spec[2:], rhs_dil)]
+    pads = _pads(padding, [(i - 1) * d + 1 for i, d in zip(in_size, lhs_dil)], window, strides)
+    if (any(d > 1 for d in lhs_dil) or batch_groups > 1 or n > 3
+            or any(lo < 0 or hi < 0 for lo, hi in pads)):
+        out: jax.Array = lax.conv_general_dilated(
+            x, w, strides, pads, lhs_dil, rhs_dil, dn, groups, batch_groups,
+            precision=precision, preferred_element_type=preferred_element_type)
+        return out
+    # jaxconv's layouts: data (N, *X, C) with filter (*X, I, O), or (N, C, *X) with (O, I, *X).
+    if tuple(lhs_spec) == tuple(range(n + 2)) and tuple(rhs_spec) == tuple(range(n + 2)):
+        data_format, filter_format, xs, ws = "NCX", "OIX", x, w
+        src = (0, 1, *range(2, n + 2))  # where N, C, *X are in our result
+    else:
+        data_format, filter_format = "NXC", "XIO"
+        xs = x.transpose((lhs_spec[0], *lhs_spec[2:], lhs_spec[1]))
+        ws = w.transpose((*rhs_spec[2:], rhs_spec[1], rhs_spec[0]))
+        src = (0, n + 1, *range(1, n + 1))
+    p = geometry.convolution_problem(
+        _OP, _NAMES, x_shape=tuple(xs.shape), y_shape=None, w_shape=tuple(ws.shape),
+        strides=strides, pads_begin=[lo for lo, _ in pads], pads_end=[hi for _, hi in pads],
+        dilations=rhs_dil, auto_pad="explicit", groups=groups, data_format=data_format,
+        filter_format=filter_format)
+    y = autodiff.jit_forward(xs, ws, p=p, precision=precision,
+                             preferred_element_type=preferred_element_type)
+    perm = [0] * (n + 2)  # result axis that goes to each output axis
+    for role, axis in enumerate(out_spec):
+        perm[axis] = src[role]
+    return y if perm == list(range(n + 2)) else y.transpose(perm)

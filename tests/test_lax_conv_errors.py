@@ -1,0 +1,50 @@
+"""Every validation error of jaxconv.conv_general_dilated (the lax-signature entry point).
+
+Each bad call raises before any computation, with a message that starts with the op's name.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax.numpy as jnp
+import pytest
+
+import jaxconv
+from tests import helpers as h
+
+X = jnp.ones((2, 8, 8, 4))  # NHWC
+W = jnp.ones((3, 3, 4, 6))  # HWIO
+DN = ("NHWC", "HWIO", "NHWC")
+conv = jaxconv.conv_general_dilated
+
+CASES = [
+    # (id, thunk, exception, [substrings that must appear])
+    ("channels", lambda: conv(X, jnp.ones((3, 3, 5, 6)), (1, 1), "SAME", dimension_numbers=DN),
+     ValueError, ["conv_general_dilated: rhs [3, 3, 5, 6]"]),
+    ("padding-unknown", lambda: conv(X, W, (1, 1), "FULL", dimension_numbers=DN), ValueError,
+     ["conv_general_dilated: padding must be 'SAME', 'SAME_LOWER', 'VALID' or a sequence of "
+      "(low, high) pairs, got 'FULL'"]),
+    ("padding-length", lambda: conv(X, W, (1, 1), [(1, 1)], dimension_numbers=DN), ValueError,
+     ["conv_general_dilated: padding must hold 2 (low, high) pairs"]),
+    ("stride-zero", lambda: conv(X, W, (0, 1), "SAME", dimension_numbers=DN), ValueError,
+     ["conv_general_dilated: window_strides must be positive, got [0, 1]"]),
+    ("dimension-numbers-format", lambda: conv(X, W, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO")),
+     ValueError, ["conv_general_dilated: dimension_numbers ('NHWC', 'HWIO') do not fit lhs"]),
+    ("lhs-not-array", lambda: conv([[1.0]], W, (1, 1), "SAME"), TypeError,
+     ["conv_general_dilated: lhs must be a jax.Array or numpy.ndarray"]),
+    ("rank-mismatch", lambda: conv(X, jnp.ones((3, 4, 6)), (1, 1), "SAME"), ValueError,
+     ["conv_general_dilated: lhs and rhs must have the same rank >= 3"]),
+    ("string-pad-lhs-dilation", lambda: conv(X, W, (1, 1), "SAME", lhs_dilation=(2, 2),
+                                             dimension_numbers=DN), ValueError,
+     ["conv_general_dilated: string padding 'SAME' is not defined with lhs_dilation [2, 2]"]),
+    ("groups-zero", lambda: conv(X, W, (1, 1), "SAME", dimension_numbers=DN,
+                                 feature_group_count=0), ValueError,
+     ["conv_general_dilated: groups must be >= 1, got 0"]),
+]
+OPS = re.compile(r"^conv_general_dilated: ")
+
+
+@pytest.mark.parametrize("thunk,exc,parts", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input(no_compute, thunk, exc, parts):
+    h.check_bad_input(thunk, exc, parts, OPS)
