@@ -16,6 +16,7 @@ dilation (``lhs_dilation`` > 1, a transposed convolution: use
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 from jax import lax
@@ -66,6 +67,7 @@ def conv_general_dilated(
     batch_group_count: int = 1,
     precision: PrecisionLike = None,
     preferred_element_type: DTypeLike | None = None,
+    out_sharding: Any = None,
 ) -> jax.Array:
     r"""``lax.conv_general_dilated`` whose derivatives are jaxconv's kernels.
 
@@ -96,6 +98,7 @@ def conv_general_dilated(
       batch_group_count: as in lax (values > 1 are computed by lax).
       precision: as in lax; ``lax.Precision.HIGHEST`` for exact float32 on GPU/TPU.
       preferred_element_type: the result and accumulation dtype.
+      out_sharding: as in lax (explicit sharding mode); when given, lax computes the call.
 
     Returns:
       The value of ``lax.conv_general_dilated`` with the same arguments.
@@ -142,11 +145,12 @@ def conv_general_dilated(
     in_size = [x.shape[a] for a in lhs_spec[2:]]
     window = [(w.shape[a] - 1) * d + 1 for a, d in zip(rhs_spec[2:], rhs_dil)]
     pads = _pads(padding, [(i - 1) * d + 1 for i, d in zip(in_size, lhs_dil)], window, strides)
-    if (any(d > 1 for d in lhs_dil) or batch_groups > 1 or n > 3
+    if (any(d > 1 for d in lhs_dil) or batch_groups > 1 or n > 3 or out_sharding is not None
             or any(lo < 0 or hi < 0 for lo, hi in pads)):
         out: jax.Array = lax.conv_general_dilated(
             x, w, strides, pads, lhs_dil, rhs_dil, dn, groups, batch_groups,
-            precision=precision, preferred_element_type=preferred_element_type)
+            precision=precision, preferred_element_type=preferred_element_type,
+            out_sharding=out_sharding)
         return out
     # jaxconv's layouts: data (N, *X, C) with filter (*X, I, O), or (N, C, *X) with (O, I, *X).
     if tuple(lhs_spec) == tuple(range(n + 2)) and tuple(rhs_spec) == tuple(range(n + 2)):
