@@ -191,3 +191,23 @@ def onednn_weights_shape(case, groups=1):
         dims = w.split("]")[0].strip("[ ").split(",")
         w = [int(t.split("/")[0]) // (groups if "/groups" in t else 1) for t in dims]
     return tuple(w)
+
+
+def equations(fn, *args) -> list:
+    """Every equation of ``fn``'s jaxpr, inner jaxprs included (jaxconv_conv is opaque)."""
+    import jax.extend
+
+    def walk(jaxpr):
+        out = []
+        for eqn in jaxpr.eqns:
+            out.append(eqn)
+            if eqn.primitive.name != "jaxconv_conv":
+                for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                    out += walk(sub)
+        return out
+    return walk(jax.make_jaxpr(fn)(*args).jaxpr)
+
+
+def lax_convolutions(fn, *args) -> int:
+    """How many lax convolutions ``fn`` runs outside jaxconv's kernels."""
+    return sum(e.primitive.name == "conv_general_dilated" for e in equations(fn, *args))

@@ -19,19 +19,8 @@ from tests import helpers as h
 HIGHEST = lax.Precision.HIGHEST
 
 
-def _primitives(jaxpr) -> list:
-    """Every equation of a jaxpr, inner jaxprs included (jaxconv_conv is opaque)."""
-    out = []
-    for eqn in jaxpr.eqns:
-        out.append(eqn)
-        if eqn.primitive.name != "jaxconv_conv":
-            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-                out += _primitives(sub)
-    return out
-
-
 def _kernels(fn, *args) -> set[str]:
-    eqns = _primitives(jax.make_jaxpr(fn)(*args).jaxpr)
+    eqns = h.equations(fn, *args)
     assert not [e for e in eqns if e.primitive.name == "conv_general_dilated"], \
         "a lax convolution outside jaxconv's kernels"
     return {e.params["kernel"] for e in eqns if e.primitive.name == "jaxconv_conv"}

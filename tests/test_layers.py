@@ -48,17 +48,6 @@ def _torch_grads(module, x_ncx, dy_ncx):
     return y.detach().numpy(), xt.grad.numpy(), module.weight.grad.numpy(), module.bias.grad.numpy()
 
 
-def _lax_convs(fn, *args) -> int:
-    def walk(jaxpr):
-        n = 0
-        for eqn in jaxpr.eqns:
-            n += eqn.primitive.name == "conv_general_dilated"
-            if eqn.primitive.name != "jaxconv_conv":
-                n += sum(walk(s) for s in jax.extend.core.jaxprs_in_params(eqn.params))
-        return n
-    return walk(jax.make_jaxpr(fn)(*args).jaxpr)
-
-
 def _ncx(a, rank):  # (N, *X, C) -> (N, C, *X)
     return np.moveaxis(np.asarray(a), -1, 1)
 
@@ -123,7 +112,7 @@ def test_flax_conv_is_nnx_conv_and_matches_torch(case):
     for module, lax_convs_expected in ((ours, False), (theirs, True)):
         graphdef, state = nnx.split(module)
         grad = jax.grad(lambda st, x: jnp.sum(nnx.merge(graphdef, st)(x)))
-        assert (_lax_convs(grad, state, x) > 0) is lax_convs_expected
+        assert (h.lax_convolutions(grad, state, x) > 0) is lax_convs_expected
 
 
 @pytest.mark.parametrize("case", CONV_CASES, ids=[f"{c[0]}d-s{c[4]}-g{c[7]}" for c in CONV_CASES])
@@ -148,7 +137,7 @@ def test_equinox_conv_against_eqx_and_torch(case):
     h.assert_close(y, y_t[0], jnp.float32)
     h.assert_close(gw, dw_t, jnp.float32)
     h.assert_close(jax.grad(lambda x: jnp.sum(ours(x) * dy))(x), dx_t[0], jnp.float32)
-    assert _lax_convs(lambda m: jax.grad(lambda m: jnp.sum(m(x)))(m), ours) == 0
+    assert h.lax_convolutions(lambda m: jax.grad(lambda m: jnp.sum(m(x)))(m), ours) == 0
 
 
 @pytest.mark.parametrize("case", TRANSPOSE_CASES, ids=[f"{c[0]}d-s{c[4]}-g{c[8]}" for c in TRANSPOSE_CASES])
