@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import jax
 import numpy as np
@@ -38,8 +38,7 @@ from jax.interpreters import ad, batching, mlir
 
 from jaxconv._src import lowering as kernels
 from jaxconv._src.geometry import ConvProblem
-
-Kernel = Literal["forward", "data", "weight"]
+from jaxconv._src.registry import Kernel
 
 conv_p = Primitive("jaxconv_conv")
 

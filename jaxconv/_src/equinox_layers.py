@@ -55,14 +55,14 @@ class Conv(eqx.Module):
                  dilation: int | Sequence[int] = 1, groups: int = 1, use_bias: bool = True,
                  precision: PrecisionLike = None, *, key: jax.Array) -> None:
         n = num_spatial_dims
-        kernel = per_axis("kernel_size", kernel_size, n)
+        kernel = per_axis("Conv", "kernel_size", kernel_size, n, minimum=1)
         wkey, bkey = jax.random.split(key)
         fan_in = in_channels // groups * math.prod(kernel)
         self.weight = _uniform(wkey, (out_channels, in_channels // groups, *kernel), fan_in)
         self.bias = _uniform(bkey, (out_channels,) + (1,) * n, fan_in) if use_bias else None
         self.num_spatial_dims, self.groups, self.precision = n, groups, precision
-        self.stride = per_axis("stride", stride, n)
-        self.dilation = per_axis("dilation", dilation, n)
+        self.stride = per_axis("Conv", "stride", stride, n, minimum=1)
+        self.dilation = per_axis("Conv", "dilation", dilation, n, minimum=1)
         if isinstance(padding, str):
             self.padding = padding
         elif isinstance(padding, int):
@@ -111,15 +111,15 @@ class ConvTranspose(eqx.Module):
                  dilation: int | Sequence[int] = 1, groups: int = 1, use_bias: bool = True,
                  precision: PrecisionLike = None, *, key: jax.Array) -> None:
         n = num_spatial_dims
-        kernel = per_axis("kernel_size", kernel_size, n)
+        kernel = per_axis("ConvTranspose", "kernel_size", kernel_size, n, minimum=1)
         wkey, bkey = jax.random.split(key)
         fan_in = out_channels // groups * math.prod(kernel)  # PyTorch's, for ConvTranspose
         self.weight = _uniform(wkey, (in_channels, out_channels // groups, *kernel), fan_in)
         self.bias = _uniform(bkey, (out_channels,) + (1,) * n, fan_in) if use_bias else None
-        self.stride = per_axis("stride", stride, n)
-        self.padding = per_axis("padding", padding, n)
-        self.output_padding = per_axis("output_padding", output_padding, n)
-        self.dilation = per_axis("dilation", dilation, n)
+        self.stride = per_axis("ConvTranspose", "stride", stride, n, minimum=1)
+        self.padding = per_axis("ConvTranspose", "padding", padding, n, minimum=0)
+        self.output_padding = per_axis("ConvTranspose", "output_padding", output_padding, n, minimum=0)
+        self.dilation = per_axis("ConvTranspose", "dilation", dilation, n, minimum=1)
         self.groups, self.precision = groups, precision
 
     def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:

@@ -80,10 +80,10 @@ class ConvTranspose(nnx.Module):
         kernel = (kernel_size,) if isinstance(kernel_size, int) else tuple(kernel_size)
         n = len(kernel)
         self.kernel_size = kernel
-        self.strides = per_axis("strides", strides, n)
-        self.padding = per_axis("padding", padding, n)
-        self.output_padding = per_axis("output_padding", output_padding, n)
-        self.dilation = per_axis("dilation", dilation, n)
+        self.strides = per_axis("ConvTranspose", "strides", strides, n, minimum=1)
+        self.padding = per_axis("ConvTranspose", "padding", padding, n, minimum=0)
+        self.output_padding = per_axis("ConvTranspose", "output_padding", output_padding, n, minimum=0)
+        self.dilation = per_axis("ConvTranspose", "dilation", dilation, n, minimum=1)
         self.groups, self.data_format, self.precision = groups, data_format, precision
         bound = 1.0 / math.sqrt(out_features // groups * math.prod(kernel))
         uniform = jax.nn.initializers.uniform(2 * bound)

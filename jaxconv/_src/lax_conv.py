@@ -35,8 +35,6 @@ ConvDimensionNumbersLike = (
 
 
 def _ints(name: str, value: Sequence[int] | None, n: int) -> tuple[int, ...]:
-    if value is None:
-        return (1,) * n
     return geometry.int_tuple(_OP, name, value, n, default=1, minimum=1)
 
 

@@ -596,10 +596,3 @@ def weight_grad(x: Array, dy: Array, p: ConvProblem, *, precision: Precision = N
     """dW from x and dy; ``method`` one of :data:`WEIGHT_GRAD_METHODS` or ``"auto"``."""
     return _dispatch(_WEIGHT_GRAD, backends.weight_grad_method, x, dy, p, precision,
                      preferred_element_type, method)
-
-
-# Jitted entry points: the problem and the options are static (hashable).
-_STATIC = ("p", "precision", "preferred_element_type")
-jit_forward: Callable[..., Array] = jax.jit(forward, static_argnames=_STATIC)
-jit_data_grad: Callable[..., Array] = jax.jit(data_grad, static_argnames=(*_STATIC, "method"))
-jit_weight_grad: Callable[..., Array] = jax.jit(weight_grad, static_argnames=(*_STATIC, "method"))

@@ -1,4 +1,4 @@
-"""The public array ops as data: each one's family and the kernel its lowering runs.
+"""The public array ops as data: the kernel each one's lowering runs.
 
 The one list of which public names are ops (the command line, the docs test and
 the bad-input catalogue read it), and of what an op's ``lowering=`` chooses among.
@@ -16,25 +16,24 @@ Kernel = Literal["forward", "data", "weight"]
 class OpInfo:
     """One public array op (arrays in, one array out)."""
 
-    family: str
     #: the gradient kernel it lowers to ("forward": no lowering= choice)
     kernel: Kernel
 
 
 ARRAY_OPS: dict[str, OpInfo] = {
-    "convolution": OpInfo("oneDNN", "forward"),
-    "convolution_backward_data": OpInfo("oneDNN", "data"),
-    "convolution_backprop_filters": OpInfo("oneDNN", "weight"),
-    "convolution_backward_weights": OpInfo("oneDNN", "weight"),
-    "conv_transpose": OpInfo("oneDNN", "data"),
-    "conv_transpose_backward_data": OpInfo("oneDNN", "forward"),
-    "conv_transpose_backward_weights": OpInfo("oneDNN", "weight"),
-    "conv_transpose_backprop_filters": OpInfo("oneDNN", "weight"),
-    "group_convolution": OpInfo("OpenVINO", "forward"),
-    "convolution_backprop_data": OpInfo("OpenVINO", "data"),
-    "group_convolution_backprop_data": OpInfo("OpenVINO", "data"),
-    "conv2d_backprop_filter": OpInfo("Ascend TBE", "weight"),
-    "conv_general_dilated": OpInfo("JAX lax", "forward"),
+    "convolution": OpInfo("forward"),
+    "convolution_backward_data": OpInfo("data"),
+    "convolution_backprop_filters": OpInfo("weight"),
+    "convolution_backward_weights": OpInfo("weight"),
+    "conv_transpose": OpInfo("data"),
+    "conv_transpose_backward_data": OpInfo("forward"),
+    "conv_transpose_backward_weights": OpInfo("weight"),
+    "conv_transpose_backprop_filters": OpInfo("weight"),
+    "group_convolution": OpInfo("forward"),
+    "convolution_backprop_data": OpInfo("data"),
+    "group_convolution_backprop_data": OpInfo("data"),
+    "conv2d_backprop_filter": OpInfo("weight"),
+    "conv_general_dilated": OpInfo("forward"),
 }
 
 #: Public ops that are not array ops: ``from_openvino_ir`` builds one from an IR layer.

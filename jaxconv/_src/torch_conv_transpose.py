@@ -12,17 +12,14 @@ from collections.abc import Sequence
 import jax
 
 import jaxconv._src.conv_transpose as ct
+from jaxconv._src import geometry
 from jaxconv._src.typing import DataFormat, PrecisionLike
 
 
-def per_axis(name: str, value: int | Sequence[int], n: int) -> tuple[int, ...]:
-    """An int for every spatial axis, or one per axis (the layers' argument rule)."""
-    if isinstance(value, int):
-        return (value,) * n
-    values = tuple(int(v) for v in value)
-    if len(values) != n:
-        raise ValueError(f"ConvTranspose: {name} must be an int or {n} ints, got {list(values)}")
-    return values
+def per_axis(layer: str, name: str, value: int | Sequence[int], n: int, *,
+             minimum: int) -> tuple[int, ...]:
+    """A layer argument: one int for every spatial axis, or one per axis (``geometry.int_tuple``)."""
+    return geometry.int_tuple(layer, name, value, n, default=minimum, minimum=minimum)
 
 
 def conv_transpose_torch(x: jax.Array, weight: jax.Array, *, stride: Sequence[int],
