@@ -71,3 +71,18 @@ def test_torch_gpu_contender():
     got = impls["torch"]().block_until_ready().value.cpu().numpy()  # OIX
     ours = np.asarray(impls["jaxconv"]())  # XIO
     np.testing.assert_allclose(np.transpose(ours, (3, 2, 0, 1)), got, rtol=1e-4, atol=1e-4)
+
+
+def test_timer_waits_for_every_array_of_every_call():
+    """A training step returns a pytree: a sample must wait for all of it, for every call."""
+    from benchmarks.run import _time_n
+
+    waited = []
+
+    class Pending:
+        def block_until_ready(self):
+            waited.append(self)
+            return self
+
+    _time_n(lambda: (Pending(), {"params": [Pending(), Pending()]}), 4)
+    assert len(waited) == 12

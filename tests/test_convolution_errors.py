@@ -157,6 +157,12 @@ CASES = [
     ("lowering-unknown-data", lambda: bwd(DY, W, (8, 8), **P1, lowering="fft"), ValueError,
      ["convolution_backward_data: lowering must be one of ['auto', 'grid', 'phases', 'dot', "
       "'vjp'], got 'fft'"]),
+    ("lowering-unknown-forward", lambda: fwd(X, W, lowering="grid"), ValueError,
+     ["convolution: lowering must be one of ['auto', 'conv', 'dot', 'shifted'], got 'grid'"]),
+    ("lowering-inapplicable-forward", lambda: fwd(X, W, lowering="shifted"), ValueError,
+     ["convolution: lowering='shifted' does not apply to this problem: 'shifted' needs one "
+      "input channel per group (depthwise), got 4 input channels in 1 group(s); use one of "
+      "['auto', 'conv', 'dot']"]),
     ("lowering-kind", lambda: bwd(DY, W, (8, 8), **P1, lowering=1), TypeError,
      ["convolution_backward_data: lowering must be a string", "got 1"]),
 ]

@@ -91,6 +91,80 @@ def test_every_lowering_against_torch(case, kernel, method):
     _run(case, kernel, method)
 
 
+# "conv" is what tests/test_convolution.py checks against torch on its own matrix
+FORWARD = ("dot", "shifted")
+FORWARD_PARAMS = [
+    pytest.param(c, k, m, id=f"{m}-{c.id}-k{'x'.join(map(str, k))}", marks=_marks(m))
+    for c, k in CASES for m in FORWARD if m != "shifted" or c.groups_name == "depthwise"]
+
+
+@pytest.mark.parametrize("case,kernel,method", FORWARD_PARAMS)
+def test_every_forward_lowering_against_torch(case, kernel, method):
+    g, ic, oc = {"g1": (1, 4, 3), "g2": (2, 4, 6), "depthwise": (4, 4, 8)}[case.groups_name]
+    rng = np.random.default_rng(1)
+    spatial = {1: (11,), 2: (9, 7), 3: (6, 5, 7)}[case.rank]
+    x = h.random(rng, h.data_shape(case.data_format, 2, ic, spatial))
+    w = h.random(rng, h.conv_filter_shape(case.filter_format, oc, ic // g, kernel))
+    got = jaxconv.convolution(x, w, **case.attrs, precision=HIGHEST, lowering=method)
+    attrs = case.attrs
+    mode = attrs["auto_pad"].lower()
+    if mode in ("none", "explicit"):
+        pb, pe = attrs["pads_begin"], attrs["pads_end"]
+    elif mode == "valid":
+        pb = pe = (0,) * case.rank
+    else:
+        pb, pe = h.same_pads(spatial, kernel, attrs["strides"], attrs["dilations"],
+                             upper=mode == "same_upper")
+    y, _, _ = oracles.conv_all(
+        h.data_to_ncx(h.to_f64(x), case.data_format),
+        h.conv_filter_to_oix(h.to_f64(w), case.filter_format), None,
+        strides=attrs["strides"], dilations=attrs["dilations"], pads_begin=pb, pads_end=pe,
+        groups=g)
+    h.assert_close(got, h.data_from_ncx(y, case.data_format), jnp.float32)
+
+
+@pytest.mark.parametrize("method", ["conv", pytest.param("dot", marks=ISOLATED), "shifted"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_forward_lowerings_low_precision_and_second_order(method, dtype):
+    """bfloat16 accumulates in float32 (same value as "conv"); derivatives to order 2."""
+    rng = np.random.default_rng(4)
+    x = h.random(rng, (2, 7, 6, 4)).astype(dtype)
+    w = h.random(rng, (3, 3, 1, 8)).astype(dtype)  # depthwise, channel multiplier 2
+    kw = dict(strides=(2, 1), dilations=(1, 2), pads_begin=(1, 2), pads_end=(0, 1), groups=4)
+    got = jaxconv.convolution(x, w, **kw, precision=HIGHEST, lowering=method)
+    ref = jaxconv.convolution(x, w, **kw, precision=HIGHEST, lowering="conv")
+    assert got.dtype == dtype
+    h.assert_close(got.astype(jnp.float32), ref.astype(jnp.float32), dtype)
+    if dtype == jnp.float32:
+        check_grads(lambda x, w: jaxconv.convolution(x, w, **kw, precision=HIGHEST,
+                                                     lowering=method),
+                    (x, w), order=2, modes=("fwd", "rev"), atol=2e-2, rtol=2e-2)
+
+
+def test_forward_auto_choice():
+    def problem(groups, ic, kernel, strides=1):
+        return geometry.convolution_problem(
+            "t", geometry.Names(), x_shape=(2, *[9] * len(kernel), ic), y_shape=None,
+            w_shape=(*kernel, ic // groups, 8), strides=strides, pads_begin=None,
+            pads_end=None, dilations=None, auto_pad="valid", groups=groups,
+            data_format="NXC", filter_format="XIO")
+
+    def cpu(*args, **kw):
+        return backends.forward_method(problem(*args, **kw), "cpu")
+
+    assert cpu(4, 4, (3, 3)) == "shifted"  # depthwise: a multiply-add per tap
+    assert cpu(4, 4, (3, 3), strides=2) == "dot"
+    assert cpu(2, 8, (3, 3)) == "dot"  # grouped: products batched over groups
+    assert cpu(1, 8, (1, 1)) == "dot"  # 1x1: one product
+    assert cpu(1, 2, (1, 1)) == "conv"  # ... but not with < 4 channels
+    assert cpu(1, 8, (3, 3, 3)) == "dot"  # 3D, stride 1
+    assert cpu(1, 8, (2, 2, 2), strides=2) == "conv"
+    assert cpu(1, 8, (3, 3)) == "conv"  # 2D dense: XLA's convolution
+    for args in [(4, 4, (3, 3)), (2, 8, (3, 3)), (1, 8, (3, 3, 3))]:
+        assert backends.forward_method(problem(*args), "gpu") == "conv"
+        assert backends.forward_method(problem(*args), "default") == "conv"
+
+
 def test_auto_choice():
     def problem(groups, ic, kernel):
         return geometry.convolution_problem(

@@ -48,7 +48,7 @@ def _run(a: jax.Array, b: jax.Array, *, kernel: Kernel, p: ConvProblem, precisio
     """The kernel itself: the primitive's implementation and lowering."""
     kw = dict(precision=precision, preferred_element_type=preferred_element_type)
     if kernel == "forward":
-        return kernels.forward(a, b, p, **kw)
+        return kernels.forward(a, b, p, method=method, **kw)
     if kernel == "data":
         return kernels.data_grad(a, b, p, method=method, **kw)
     if kernel == "weight":
@@ -126,9 +126,9 @@ batching.primitive_batchers[conv_p] = _batch
 
 # Jitted entry points for the ops: the problem and the options are static (hashable).
 def forward(x: jax.Array, w: jax.Array, *, p: ConvProblem, precision: Any = None,
-            preferred_element_type: Any = None) -> jax.Array:
+            preferred_element_type: Any = None, method: str = "auto") -> jax.Array:
     return apply(x, w, kernel="forward", p=p, precision=precision,
-                 preferred_element_type=preferred_element_type)
+                 preferred_element_type=preferred_element_type, method=method)
 
 
 def data_grad(dy: jax.Array, w: jax.Array, *, p: ConvProblem, precision: Any = None,
@@ -144,6 +144,6 @@ def weight_grad(x: jax.Array, dy: jax.Array, *, p: ConvProblem, precision: Any =
 
 
 _OPTIONS = ("p", "precision", "preferred_element_type")
-jit_forward: Callable[..., jax.Array] = jax.jit(forward, static_argnames=_OPTIONS)
+jit_forward: Callable[..., jax.Array] = jax.jit(forward, static_argnames=(*_OPTIONS, "method"))
 jit_data_grad: Callable[..., jax.Array] = jax.jit(data_grad, static_argnames=(*_OPTIONS, "method"))
 jit_weight_grad: Callable[..., jax.Array] = jax.jit(weight_grad, static_argnames=(*_OPTIONS, "method"))

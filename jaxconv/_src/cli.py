@@ -181,12 +181,15 @@ def _shapes(args: argparse.Namespace) -> int:
     for k, v in rows:
         print(f"    {k:34s} {list(v) if isinstance(v, tuple) else v}")
     kind = registry.ARRAY_OPS[args.op].kernel
-    if kind != "forward":
-        choose = backends.weight_grad_method if kind == "weight" else backends.data_grad_method
-        forced = kwargs.get("lowering", "auto")
-        chosen = (f"{forced} (forced)" if forced != "auto" else
-                  ", ".join(f"{b}: {choose(p, b)}" for b in backends.BACKENDS))
-        print(f"    {'lowering (' + kind + ' gradient)':34s} {chosen}")
+    forced = kwargs.get("lowering", "auto")
+    for k in ("forward", "data", "weight"):  # the op's kernel, then the others (under jax.grad)
+        name = "forward" if k == "forward" else k + " gradient"
+        label = f"lowering ({name})" if k == kind else f"under grad ({name})"
+        if k == kind and forced != "auto":
+            chosen = f"{forced} (forced)"
+        else:
+            chosen = ", ".join(f"{b}: {backends.METHOD[k](p, b)}" for b in backends.BACKENDS)
+        print(f"    {label:34s} {chosen}")
     return 0
 
 

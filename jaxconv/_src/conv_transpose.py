@@ -32,6 +32,7 @@ from jaxconv._src.typing import (
     DataFormat,
     DataGradLowering,
     DTypeLike,
+    ForwardLowering,
     IntOrSeq,
     PrecisionLike,
     ShapeLike,
@@ -151,6 +152,7 @@ def conv_transpose_backward_data(
     filter_format: ConvTransposeFilterFormat = "XOI",
     precision: PrecisionLike = None,
     preferred_element_type: DTypeLike | None = None,
+    lowering: ForwardLowering = "auto",
 ) -> jax.Array:
     r"""oneDNN ConvTransposeBackwardData: the gradient of :func:`conv_transpose` w.r.t. its input.
 
@@ -159,7 +161,7 @@ def conv_transpose_backward_data(
         \, W[g \cdot IC_g + ic, oc, k]
 
     (IOX reading, ``dy`` zero outside ``[0, O)``): a plain strided, dilated
-    convolution of ``dy``, lowered as one exact-fit ``lax.conv_general_dilated``.
+    convolution of ``dy``: the forward kernel of :func:`jaxconv.convolution`.
     The forward input size ``I`` is solved from ``O = S*(I-1) + DK - pb - pe +
     output_padding``; ``output_padding`` only takes part in that shape check.
 
@@ -174,6 +176,7 @@ def conv_transpose_backward_data(
       strides, pads_begin, pads_end, dilations, auto_pad: as in :func:`conv_transpose`.
       output_padding, groups, data_format, filter_format: as in :func:`conv_transpose`.
       precision, preferred_element_type: as in :func:`conv_transpose`.
+      lowering: as in :func:`jaxconv.convolution` (this op is a forward convolution).
 
     Returns:
       ``dx`` with the ConvTranspose input's shape.
@@ -199,7 +202,8 @@ def conv_transpose_backward_data(
         output_padding=output_padding, groups=groups, data_format=data_format,
         filter_format=filter_format)
     return autodiff.jit_forward(dy, w, p=p, precision=precision,
-                                preferred_element_type=preferred_element_type)
+                                preferred_element_type=preferred_element_type,
+                                method=options.check_lowering(op, "forward", lowering, p))
 
 
 _WEIGHTS_NAMES = Names(x="src", y="diff_dst", w_shape="weights_shape",

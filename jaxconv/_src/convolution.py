@@ -18,6 +18,7 @@ from jaxconv._src.typing import (
     DataFormat,
     DataGradLowering,
     DTypeLike,
+    ForwardLowering,
     IntOrSeq,
     PrecisionLike,
     ShapeLike,
@@ -42,6 +43,7 @@ def convolution(
     filter_format: ConvolutionFilterFormat = "XIO",
     precision: PrecisionLike = None,
     preferred_element_type: DTypeLike | None = None,
+    lowering: ForwardLowering = "auto",
 ) -> jax.Array:
     r"""oneDNN Graph Convolution (forward), 1D/2D/3D, grouped.
 
@@ -75,6 +77,11 @@ def convolution(
       preferred_element_type: the result dtype and accumulation type (e.g. f32
         for f16/bf16 inputs). By default the result has the inputs' dtype;
         f16/bf16 still accumulate in f32.
+      lowering: the forward formulation: ``"auto"`` (default: chosen per problem
+        and per backend, see docs/performance.md), ``"conv"`` (one
+        ``lax.conv_general_dilated``), ``"dot"`` (one matrix product per kernel
+        tap) or ``"shifted"`` (depthwise only: one multiply-add per tap). A
+        static argument: it changes the compiled program.
 
     Returns:
       ``y`` in ``data_format``, with ``OC`` channels.
@@ -99,7 +106,8 @@ def convolution(
         auto_pad=auto_pad, groups=groups, data_format=data_format, filter_format=filter_format,
     )
     return autodiff.jit_forward(x, w, p=p, precision=precision,
-                                preferred_element_type=preferred_element_type)
+                                preferred_element_type=preferred_element_type,
+                                method=options.check_lowering(op, "forward", lowering, p))
 
 
 _DATA_NAMES = Names(

@@ -23,7 +23,7 @@ from jax import lax
 
 from jaxconv._src import autodiff, geometry, options
 from jaxconv._src.geometry import Names
-from jaxconv._src.typing import ArrayLike, DTypeLike, PrecisionLike
+from jaxconv._src.typing import ArrayLike, DTypeLike, ForwardLowering, PrecisionLike
 
 _OP = "conv_general_dilated"
 _NAMES = Names(x="lhs", y="output", w_shape="rhs", w_format="dimension_numbers")
@@ -66,6 +66,8 @@ def conv_general_dilated(
     precision: PrecisionLike = None,
     preferred_element_type: DTypeLike | None = None,
     out_sharding: Any = None,
+    *,
+    lowering: ForwardLowering = "auto",
 ) -> jax.Array:
     r"""``lax.conv_general_dilated`` whose derivatives are jaxconv's kernels.
 
@@ -97,6 +99,8 @@ def conv_general_dilated(
       precision: as in lax; ``lax.Precision.HIGHEST`` for exact float32 on GPU/TPU.
       preferred_element_type: the result and accumulation dtype.
       out_sharding: as in lax (explicit sharding mode); when given, lax computes the call.
+      lowering: jaxconv's forward formulation, as in :func:`jaxconv.convolution`
+        (where lax computes the call, only ``"auto"`` is accepted).
 
     Returns:
       The value of ``lax.conv_general_dilated`` with the same arguments.
@@ -145,6 +149,11 @@ def conv_general_dilated(
     pads = _pads(padding, [(i - 1) * d + 1 for i, d in zip(in_size, lhs_dil)], window, strides)
     if (any(d > 1 for d in lhs_dil) or batch_groups > 1 or n > 3 or out_sharding is not None
             or any(lo < 0 or hi < 0 for lo, hi in pads)):
+        if lowering != "auto":
+            raise ValueError(
+                f"{_OP}: lowering must be 'auto' where lax computes the call (input dilation, "
+                f"batch_group_count > 1, negative padding, out_sharding or > 3 spatial axes), "
+                f"got {lowering!r}")
         out: jax.Array = lax.conv_general_dilated(
             x, w, strides, pads, lhs_dil, rhs_dil, dn, groups, batch_groups,
             precision=precision, preferred_element_type=preferred_element_type,
@@ -165,7 +174,8 @@ def conv_general_dilated(
         dilations=rhs_dil, auto_pad="explicit", groups=groups, data_format=data_format,
         filter_format=filter_format)
     y = autodiff.jit_forward(xs, ws, p=p, precision=precision,
-                             preferred_element_type=preferred_element_type)
+                             preferred_element_type=preferred_element_type,
+                             method=options.check_lowering(_OP, "forward", lowering, p))
     perm = [0] * (n + 2)  # result axis that goes to each output axis
     for role, axis in enumerate(out_spec):
         perm[axis] = src[role]

@@ -1,23 +1,24 @@
 """The three convolution kernels every jaxconv op lowers to.
 
-Each kernel is one ``lax.conv_general_dilated`` (plus an explicit ``lax.pad``)
-whose operands are relabelled through dimension numbers. They read a
-:class:`~jaxconv._src.geometry.ConvProblem` (the roles of a forward
-convolution ``y = conv(x, W)``) and nothing else:
+Each kernel reads a :class:`~jaxconv._src.geometry.ConvProblem` (the roles of
+a forward convolution ``y = conv(x, W)``) and nothing else:
 
 * :func:`forward`      x, W  -> y
 * :func:`data_grad`    dy, W -> dx   (also: the ConvTranspose forward)
 * :func:`weight_grad`  x, dy -> dW   (also: the ConvTranspose weight gradient,
   with x and dy swapped, SEMANTICS.md section 1)
 
-Each gradient kernel has formulations (``method``, the ops' ``lowering=``
-argument). ``"auto"`` stages the choice of every backend's table
-(``backends.py``) with ``lax.platform_dependent``, so one traced program picks
-the right one on CPU, GPU and TPU. Except ``"vjp"`` (JAX's own program), no
-formulation puts an input dilation inside a convolution, and padding stays
-explicit (``lax.pad``, which also crops with negative widths) wherever the
-transposes JAX derives under ``grad`` would otherwise reach the pattern that
-aborts jaxlib 0.10.2 on CPU (HAZARDS.md section 1, tests/test_hazards.py);
+Each kernel has formulations (``method``, the ops' ``lowering=`` argument):
+one ``lax.conv_general_dilated`` whose operands are relabelled through
+dimension numbers, or per-kernel-tap products (``dot_general`` over strided
+slices, or multiply-adds for depthwise problems). ``"auto"`` stages the choice
+of every backend's table (``backends.py``) with ``lax.platform_dependent``, so
+one traced program picks the right one on CPU, GPU and TPU. Except ``"vjp"``
+(JAX's own program), no formulation puts an input dilation inside a
+convolution, and padding stays explicit (``lax.pad``, which also crops with
+negative widths) wherever the transposes JAX derives under ``grad`` would
+otherwise reach the pattern that aborts jaxlib 0.10.2 on CPU (the strided +
+dilated convolution bug, HAZARDS.md section 1, tests/test_hazards.py);
 ``"vjp"`` hands problems with both a stride and a dilation to a safe form.
 """
 
@@ -115,11 +116,20 @@ def _fit(a: Array, axes: Sequence[int], pads: Pads,
 # ---------------------------------------------------------------------------
 # Forward:  y[n, g*OCg+oc, o] = sum_{ic,k} x[n, g*ICg+ic, o*S + k*D - pb] W[g*OCg+oc, ic, k]
 #
-# Pad x by (pb, pe - rem) so the windows fit exactly (the never-read remainder
-# is cropped), then a VALID strided, dilated convolution, feature_group_count = g.
+# "conv": pad x by (pb, pe - rem) so the windows fit exactly (the never-read
+# remainder is cropped), then a VALID strided, dilated convolution,
+# feature_group_count = g.
+# "dot": the same sum read tap by tap. For each kernel offset k the window
+# x[o*S + k*D] over all o is one strided slice of padded x, and
+#     y = sum_k slice_k(x) . W[:, :, k]
+# contracts the channels with one dot_general per tap, batched over the groups
+# (no grouped convolution reaches XLA).
+# "shifted" (ICg = 1: depthwise, channel multiplier m = OCg): the per-tap
+# product has nothing to contract, y = sum_k slice_k(x) * W[:, 0, k] is a
+# multiply-add XLA fuses into one loop over y.
 # ---------------------------------------------------------------------------
-def forward(x: Array, w: Array, p: ConvProblem, *, precision: Precision = None,
-            preferred_element_type: DType = None) -> Array:
+def _forward_conv(x: Array, w: Array, p: ConvProblem, precision: Precision,
+                  preferred_element_type: DType) -> Array:
     # Explicit lax.pad + VALID: padding inside this convolution would let the
     # transpose JAX derives for grad abort jaxlib 0.10.2 (tests/test_hazards.py).
     xp = _pad_spatial(x, p.data.spatial_axes, p.fit_pads)
@@ -128,6 +138,47 @@ def forward(x: Array, w: Array, p: ConvProblem, *, precision: Precision = None,
         window_strides=p.strides, padding="VALID", rhs_dilation=p.dilations,
         dimension_numbers=p.dimension_numbers(), feature_group_count=p.groups,
     )
+
+
+def _forward_taps(x: Array, w: Array, p: ConvProblem, precision: Precision,
+                  preferred_element_type: DType, *, elementwise: bool = False) -> Array:
+    d, g = p.data, p.groups
+    o_ax, i_ax, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
+    icg, ocg = p.in_channels // g, p.out_channels // g
+    xl = _channels_last(_pad_spatial(x, d.spatial_axes, p.fit_pads), p)
+    # (ICg, G*OCg, *K) -> (G, ICg, OCg, *K): O is group-major
+    wc = jnp.moveaxis(jnp.transpose(w, (i_ax, o_ax, *w_sp)).reshape(icg, g, ocg, *p.kernel), 1, 0)
+    reads = []
+    for k in np.ndindex(*p.kernel):
+        starts = [kk * dl for kk, dl in zip(k, p.dilations)]
+        reads.append((starts, p.output_size, p.strides, k))
+    acc = accumulation_dtype(x.dtype, preferred_element_type)
+    y = _tap_products(xl, wc, reads, precision, acc, elementwise=elementwise)
+    return _from_channels_last(y, p).astype(
+        preferred_element_type if preferred_element_type is not None else x.dtype)
+
+
+_FORWARD: dict[str, Callable[..., Array]] = {
+    "conv": _forward_conv,
+    "dot": _forward_taps,
+    "shifted": functools.partial(_forward_taps, elementwise=True),
+}
+FORWARD_METHODS = tuple(_FORWARD)
+
+
+def forward_inapplicable(method: str, p: ConvProblem) -> str | None:
+    """Why a forced forward method does not apply to ``p`` (None if it does)."""
+    if method == "shifted" and p.in_channels != p.groups:
+        return (f"'shifted' needs one input channel per group (depthwise), got "
+                f"{p.in_channels} input channels in {p.groups} group(s)")
+    return None
+
+
+def forward(x: Array, w: Array, p: ConvProblem, *, precision: Precision = None,
+            preferred_element_type: DType = None, method: str = "auto") -> Array:
+    """y from x and W; ``method`` one of :data:`FORWARD_METHODS` or ``"auto"``."""
+    return _dispatch(_FORWARD, backends.forward_method, x, w, p, precision,
+                     preferred_element_type, method)
 
 
 def strided_and_dilated(p: ConvProblem) -> bool:
@@ -268,49 +319,88 @@ def _data_grad_grid(dy: Array, w: Array, p: ConvProblem, precision: Precision,
 # padded (or cropped) by -c_last at the start, with ceil(I / S) outputs. The
 # phases are then interleaved: dx[r + S*u] = dx_r[u]. No input dilation and no
 # zero grid: S^rank times less work than the grid form.
+def _channels_last(a: Array, p: ConvProblem) -> Array:
+    """An array in the data layout as (N, *X, C)."""
+    d = p.data
+    return jnp.transpose(a, (d.batch_axis, *d.spatial_axes, d.channel_axis))
+
+
+def _from_channels_last(a: Array, p: ConvProblem) -> Array:
+    """(N, *X, C) back to the data layout."""
+    d = p.data
+    spec = (d.batch_axis, *d.spatial_axes, d.channel_axis)
+    return jnp.transpose(a, [spec.index(ax) for ax in range(a.ndim)])
+
+
+Read = tuple[Sequence[int], Sequence[int], Sequence[int], tuple[int, ...]]
+
+
+def _tap_products(a: Array, wc: Array, reads: Sequence[Read], precision: Precision, acc: DType,
+                  *, elementwise: bool = False) -> Array:
+    """``sum_j window_j(a) . wc[..., tap_j]``, contracting the channels: the per-tap kernels.
+
+    ``a`` is channels-last (N, *X, G*Cin_g); ``wc`` is (G, Cin_g, Cout_g, *K); each read is
+    (starts, counts, steps, tap): the window ``a[start + u*step]`` for ``u < count`` on each
+    spatial axis, multiplied by the filter tap ``tap``. The contraction is one
+    ``dot_general`` per tap, batched over the groups when there are several (no XLA
+    grouped convolution). With one group there is no batch dimension: a size-1 batch
+    dimension next to the contracted ones is what aborted XLA:GPU's Triton GEMM fusion
+    (docs/performance.md). ``elementwise`` (Cin_g = 1) multiplies instead of contracting,
+    a multiply-add XLA fuses. Returns (N, *U, G*Cout_g) in ``acc`` (the input dtype if None).
+    """
+    g, cin, cout = wc.shape[:3]
+    n = a.ndim - 2
+    flat = elementwise and cout == 1  # no size-1 minor axis: it costs XLA:CPU its vectorization
+    if (g > 1 or elementwise) and not flat:
+        a = a.reshape(*a.shape[:-1], g, cin)  # (N, *X, G, Cin_g)
+    total: Array | None = None
+    for starts, counts, steps, tap in reads:
+        lo = [0, *starts, *(0,) * (a.ndim - 1 - n)]
+        hi = [a.shape[0], *(s + (c - 1) * st + 1 for s, c, st in zip(starts, counts, steps)),
+              *a.shape[n + 1:]]
+        window = lax.slice(a, lo, hi, [1, *steps, *(1,) * (a.ndim - 1 - n)])
+        wk = wc[(slice(None),) * 3 + tuple(tap)]  # (G, Cin_g, Cout_g)
+        if elementwise:  # (N, *U, G, 1) * (G, Cout_g), or (N, *U, G) * (G,) when flat
+            wk = wk[:, 0, 0] if flat else wk[:, 0]
+            wk = wk.reshape((1,) * (window.ndim - wk.ndim) + wk.shape)  # explicit broadcast
+            part = window * wk if acc is None else window.astype(acc) * wk.astype(acc)
+        elif g > 1:  # -> (G, N, *U, Cout_g)
+            part = lax.dot_general(window, wk, (((n + 2,), (1,)), ((n + 1,), (0,))),
+                                   precision=precision, preferred_element_type=acc)
+        else:  # -> (N, *U, Cout)
+            part = lax.dot_general(window, wk[0], (((n + 1,), (0,)), ((), ())),
+                                   precision=precision, preferred_element_type=acc)
+        total = part if total is None else total + part
+    assert total is not None  # at least one tap
+    if flat:
+        return total
+    if elementwise:
+        return total.reshape(*total.shape[:-2], g * cout)
+    if g > 1:
+        return jnp.moveaxis(total, 0, -2).reshape(*total.shape[1:-1], g * cout)
+    return total
+
+
 def _phase_dots(dyp: Array, w: Array, p: ConvProblem, taps: Sequence[Sequence[int]],
                 u_max: Sequence[int], dil: Sequence[int], precision: Precision,
                 preferred_element_type: DType) -> Array:
-    """One phase of the "dot" data gradient: sum over its taps of a matrix product.
+    """One phase of the "dot" data gradient: ``dx_r[u] = sum_j dyp[u + j*D'] W[taps[j]]``.
 
-    ``dx_r[u] = sum_j dyp[u + j*D'] W[taps[j]]`` with the channel contraction
-    done by ``dot_general``, batched over groups when there are several (no
-    XLA grouped convolution; with one group, no batch dimension: a size-1 batch
-    dimension is what aborted XLA:GPU's Triton GEMM fusion, docs/performance.md).
-    Works in (N, *X, C) order; returns the phase in the data layout.
+    The channel contraction (OCg -> ICg) is :func:`_tap_products`'. Returns the
+    phase in the data layout.
     """
-    d, g, n = p.data, p.groups, p.rank
+    g = p.groups
     o_ax, i_ax, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
     ocg, icg = p.out_channels // g, p.in_channels // g
-    y = jnp.transpose(dyp, (d.batch_axis, *d.spatial_axes, d.channel_axis))  # (N, *X, OC)
     wc = jnp.transpose(w, (o_ax, i_ax, *w_sp)).reshape(g, ocg, icg, *p.kernel)
-    if g > 1:
-        y = y.reshape(*y.shape[:-1], g, ocg)  # (N, *X, G, OCg)
-        dims: tuple[tuple[Sequence[int], Sequence[int]], tuple[Sequence[int], Sequence[int]]] = (
-            ((n + 2,), (1,)), ((n + 1,), (0,)))  # -> (G, N, *U, ICg)
-    else:
-        wc = wc[0]  # (OC, IC, *K)
-        dims = (((n + 1,), (0,)), ((), ()))  # -> (N, *U, IC)
+    reads = [([jj * dd for jj, dd in zip(j, dil)], u_max, (1,) * p.rank,
+              tuple(t[jj] for t, jj in zip(taps, j)))
+             for j in itertools.product(*(range(len(t)) for t in taps))]
     acc = accumulation_dtype(dyp.dtype, preferred_element_type)
-    total: Array | None = None
-    for j in itertools.product(*(range(len(t)) for t in taps)):
-        lo = [0] * y.ndim
-        for a, (jj, dd) in enumerate(zip(j, dil)):
-            lo[1 + a] = jj * dd
-        hi = list(y.shape)
-        for a, u in enumerate(u_max):
-            hi[1 + a] = lo[1 + a] + u
-        tap = tuple(t[jj] for t, jj in zip(taps, j))
-        wk = wc[(slice(None),) * (wc.ndim - n) + tap]  # ([G,] OCg, ICg)
-        part = lax.dot_general(lax.slice(y, lo, hi), wk, dims, precision=precision,
-                               preferred_element_type=acc)
-        total = part if total is None else total + part
-    assert total is not None  # a phase has at least one tap
-    if g > 1:
-        total = jnp.moveaxis(total, 0, -2).reshape(*total.shape[1:-1], g * icg)  # (N, *U, C)
-    spec = (d.batch_axis, *d.spatial_axes, d.channel_axis)
-    out = jnp.transpose(total, [spec.index(a) for a in range(total.ndim)])
-    return out.astype(preferred_element_type if preferred_element_type is not None else dyp.dtype)
+    total = _tap_products(_channels_last(dyp, p), wc, reads, precision, acc,
+                          elementwise=g > 1 and ocg == icg == 1)  # depthwise: multiply-adds
+    return _from_channels_last(total, p).astype(
+        preferred_element_type if preferred_element_type is not None else dyp.dtype)
 
 
 def _data_grad_phases(dy: Array, w: Array, p: ConvProblem, precision: Precision,
@@ -445,6 +535,16 @@ def _window(xc: Array, p: ConvProblem, starts: Sequence[int], counts: Sequence[i
     return lax.slice(xc, lo, hi, st)
 
 
+#: the bytes of x and dy a batch block of the "shifted" weight gradient reads (cache-sized)
+_BLOCK_BYTES = 2 ** 22
+
+
+def _batch_chunk(batch: int, bytes_per_example: int) -> int:
+    """The largest divisor of ``batch`` whose examples fit :data:`_BLOCK_BYTES` (at least 1)."""
+    fits = [c for c in range(1, batch + 1) if batch % c == 0 and c * bytes_per_example <= _BLOCK_BYTES]
+    return max(fits, default=1)
+
+
 def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, method: WeightGradMethod,
                         precision: Precision, acc: DType) -> Array:
     """The "dot" and "shifted" methods, in the data's own layout: (G, ICg, OCg, *K).
@@ -469,13 +569,38 @@ def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, method: WeightGradM
     dyg = split(dy, p.out_channels // g)
     if method == "shifted":  # ICg == 1, channel multiplier m
         m = p.out_channels // g
+        if m == 1:  # no split: a size-1 minor axis costs XLA:CPU its vectorization (1.5x)
+            dyg, b, sp = dy, d.batch_axis, list(d.spatial_axes)
+            split = lambda a, per: a  # noqa: E731
         dyg = dyg if acc is None else dyg.astype(acc)
-        taps = []
-        for k in np.ndindex(*p.kernel):
-            start = [kk * dl for kk, dl in zip(k, p.dilations)]
-            xs = split(_window(xc, p, start, p.output_size, p.strides), 1).astype(dyg.dtype)
-            taps.append(jnp.sum(xs * dyg, axis=[b, *sp]))  # (G, m)
-        return jnp.stack(taps, axis=-1).reshape(g, m, *p.kernel)[:, None]  # (G, 1, m, *K)
+
+        def every_tap(xc: Array, dyg: Array) -> Array:  # (G, m, prod(K))
+            taps = []
+            for k in np.ndindex(*p.kernel):
+                start = [kk * dl for kk, dl in zip(k, p.dilations)]
+                xs = split(_window(xc, p, start, p.output_size, p.strides), 1).astype(dyg.dtype)
+                taps.append(jnp.sum(xs * dyg, axis=[b, *sp]).reshape(g, m))
+            return jnp.stack(taps, axis=-1)
+
+        nb = x.shape[d.batch_axis]
+        chunk = _batch_chunk(nb, (math.prod(xc.shape) + math.prod(dy.shape)) // nb
+                             * np.dtype(dyg.dtype).itemsize)
+        if chunk == nb:
+            dw = every_tap(xc, dyg)
+        else:
+            # Every tap re-reads x and dy: over the whole batch that is memory-bound (each
+            # pass streams both arrays). A loop over batch blocks that fit the cache does
+            # all taps of one block while it is there (1.4x on 56x56 C144 N8, 3x3).
+            def blocks(a: Array, ax: int) -> Array:
+                a = jnp.moveaxis(a, ax, 0)
+                return jnp.moveaxis(a.reshape(nb // chunk, chunk, *a.shape[1:]), 1, ax + 1)
+
+            def body(total: Array, block: tuple[Array, Array]) -> tuple[Array, None]:
+                return total + every_tap(*block), None
+
+            zero = jnp.zeros((g, m, math.prod(p.kernel)), dyg.dtype)
+            dw, _ = lax.scan(body, zero, (blocks(xc, d.batch_axis), blocks(dyg, b)))
+        return dw.reshape(g, m, *p.kernel)[:, None]  # (G, 1, m, *K)
     if any(o != 1 for o in p.output_size):  # dot: per kernel tap, contract batch and positions
         taps = []
         for k in np.ndindex(*p.kernel):

@@ -36,6 +36,7 @@ from jaxconv._src.typing import (
     AutoPad,
     DataGradLowering,
     DTypeLike,
+    ForwardLowering,
     IntOrSeq,
     PrecisionLike,
     ShapeLike,
@@ -96,6 +97,7 @@ def group_convolution(
     auto_pad: AutoPad = "explicit",
     precision: PrecisionLike = None,
     preferred_element_type: DTypeLike | None = None,
+    lowering: ForwardLowering = "auto",
 ) -> jax.Array:
     r"""OpenVINO GroupConvolution-1 (forward), the op GroupConvolutionBackpropData transposes.
 
@@ -111,10 +113,10 @@ def group_convolution(
       auto_pad: ``"explicit"`` (default), ``"same_upper"``, ``"same_lower"`` (output
         ``ceil(I / S)``; an odd total puts the extra pad at the end / beginning),
         ``"valid"``; case-insensitive.
-      precision, preferred_element_type: as in :func:`jaxconv.convolution`.
+      precision, preferred_element_type, lowering: as in :func:`jaxconv.convolution`.
 
     Returns:
-      ``[N, G*C_OUT, *Y]`` in the data's dtype (or ``preferred_element_type``).
+      ``[N, G*C_OUT, *Y] in the data's dtype (or ``preferred_element_type``).
 
     Raises:
       ValueError: data channels not ``G * C_IN``, rank mismatch, bad attributes.
@@ -136,7 +138,8 @@ def group_convolution(
         pads_begin=pads_begin, pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
         groups=g, data_format="NCX", filter_format="OIX")
     return autodiff.jit_forward(x, w2, p=p, precision=precision,
-                                preferred_element_type=preferred_element_type)
+                                preferred_element_type=preferred_element_type,
+                                method=options.check_lowering(op, "forward", lowering, p))
 
 
 def _backprop_data(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
@@ -73,25 +74,28 @@ def check_inputs(
 def check_lowering(op: str, kind: str, lowering_value: Any, p: Any) -> str:
     """Validates an op's ``lowering=`` against the methods of its kernel and the problem ``p``.
 
-    ``kind`` is ``"weight"`` or ``"data"`` (which gradient kernel the op runs).
+    ``kind`` is ``"forward"``, ``"weight"`` or ``"data"`` (which kernel the op runs).
     Returns the method (``"auto"`` or one of the kernel's methods).
     """
-    if kind == "weight":
-        methods = lowering.WEIGHT_GRAD_METHODS
+    inapplicable: Callable[[str, Any], str | None] | None
+    if kind == "forward":
+        methods, inapplicable = lowering.FORWARD_METHODS, lowering.forward_inapplicable
+    elif kind == "weight":
+        methods, inapplicable = lowering.WEIGHT_GRAD_METHODS, lowering.weight_grad_inapplicable
     elif kind == "data":
-        methods = lowering.DATA_GRAD_METHODS
+        methods, inapplicable = lowering.DATA_GRAD_METHODS, None
     else:
-        raise ValueError(f"check_lowering: kind must be 'weight' or 'data', got {kind!r}")
+        raise ValueError(f"check_lowering: kind must be 'forward', 'weight' or 'data', got {kind!r}")
     allowed = ["auto", *methods]
     if not isinstance(lowering_value, str):
         raise TypeError(f"{op}: lowering must be a string, one of {allowed}, got "
                         f"{lowering_value!r}")
     if lowering_value not in allowed:
         raise ValueError(f"{op}: lowering must be one of {allowed}, got {lowering_value!r}")
-    if kind == "weight":
-        why = lowering.weight_grad_inapplicable(lowering_value, p)
+    if inapplicable is not None:
+        why = inapplicable(lowering_value, p)
         if why is not None:
-            usable = [m for m in allowed if lowering.weight_grad_inapplicable(m, p) is None]
+            usable = [m for m in allowed if inapplicable(m, p) is None]
             raise ValueError(f"{op}: lowering={lowering_value!r} does not apply to this problem: "
                              f"{why}; use one of {usable}")
     return lowering_value

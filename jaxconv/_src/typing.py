@@ -24,6 +24,7 @@ __all__ = [
     "DTypeLike",
     "DataFormat",
     "DataGradLowering",
+    "ForwardLowering",
     "IntOrSeq",
     "PrecisionLike",
     "ShapeLike",
@@ -44,5 +45,6 @@ DataFormat: TypeAlias = Literal["NXC", "NCX", "nxc", "ncx"]
 ConvolutionFilterFormat: TypeAlias = Literal["XIO", "OIX", "xio", "oix"]
 ConvTransposeFilterFormat: TypeAlias = Literal[
     "IOX", "XOI", "OIX", "XIO", "iox", "xoi", "oix", "xio"]
+ForwardLowering: TypeAlias = Literal["auto", "conv", "dot", "shifted"]
 WeightGradLowering: TypeAlias = Literal["auto", "conv", "feature_group", "shifted", "dot", "vjp"]
 DataGradLowering: TypeAlias = Literal["auto", "grid", "phases", "dot", "vjp"]
