@@ -50,6 +50,12 @@ DECONV_LISTS = ["deconv_shapes_2d", "deconv_shapes_3d"]
 PRESETS = {
     "quick": dict(lists=TARGET_LISTS + DECONV_LISTS, per_list=3, reps=3),
     "full": dict(lists=TARGET_LISTS + DECONV_LISTS, per_list=None, reps=8),
+    # CI's check that the runner works and that jaxconv is not slower than jax.vjp: three
+    # small problems where jaxconv's formulation differs from jax.vjp's (run by the tests)
+    "smoke": dict(lists=["conv_shapes_mobilenet_dw", "conv_shapes_3d", "deconv_shapes_2d"],
+                  per_list=None, reps=3, batch_cap=2,
+                  only=[("mobilenet:conv4_1/dw", "wgrad"), ("3d_gconv_channel-block-16", "wgrad"),
+                        ("alexnet:deconv4", "dgrad")]),
 }
 RESULTS = pathlib.Path(__file__).parent / "results"
 
@@ -109,8 +115,7 @@ def build(prob: benchdnn.Problem, kind: str, dtype=jnp.float32,
         impls["jaxconv+opts"] = _bind(
             jax.jit(ours, compiler_options=jaxconv.xla_cpu_compiler_options()), args)
     impls["jax.vjp"] = _bind(base, args)
-    make_torch = _torch_gpu_impl if gpu else _torch_impl
-    torch_fn = make_torch(prob, kind, np.asarray(x), np.asarray(dy), np.asarray(w)) \
+    torch_fn = _torch_impl(prob, kind, np.asarray(x), np.asarray(dy), np.asarray(w), gpu=gpu) \
         if with_torch else None
     if torch_fn is not None:
         impls["torch"] = torch_fn
@@ -141,39 +146,6 @@ def same_program(a: Callable, b: Callable) -> bool:
     return hlo_instructions(a) == hlo_instructions(b)
 
 
-def _torch_impl(prob, kind, x, dy, w):
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError:
-        return None
-    # torch's CPU convolution unfolds the input (im2col); a kernel as large as the input
-    # (3d_conv_large_shape:2) asks it for 14.5 GB and the OOM killer ends the run.
-    unfold = prob.batch * prob.in_channels * math.prod(prob.kernel) * math.prod(prob.output_size)
-    if 4 * unfold > 1e9:
-        return None
-    torch.set_num_threads(os.cpu_count() or 1)
-    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[prob.rank]
-    perm_in = (0, prob.rank + 1, *range(1, prob.rank + 1))
-    xt = torch.from_numpy(np.ascontiguousarray(x.transpose(perm_in)))
-    dyt = torch.from_numpy(np.ascontiguousarray(dy.transpose(perm_in)))
-    wt = torch.from_numpy(np.ascontiguousarray(
-        w.transpose(prob.rank + 1, prob.rank, *range(prob.rank))))
-    pad = []
-    for b, e in zip(reversed(prob.pads_begin), reversed(prob.pads_end)):
-        pad += [b, e]
-
-    def run():
-        xx = xt.clone().requires_grad_(kind == "dgrad")
-        ww = wt.clone().requires_grad_(kind == "wgrad")
-        y = conv(F.pad(xx, pad), ww, stride=prob.strides, dilation=prob.dilations,
-                 groups=prob.groups)
-        (g,) = torch.autograd.grad(y, ww if kind == "wgrad" else xx, dyt)
-        return g
-
-    return run
-
-
 class _CudaResult:
     """What a torch GPU callable returns: the gradient (NCX/OIX) and a way to wait for it."""
 
@@ -185,22 +157,40 @@ class _CudaResult:
         return self
 
 
-def _torch_gpu_impl(prob, kind, x, dy, w):
-    """torch on the GPU: the one gradient, through ``convolution_backward`` (cuDNN), exact f32.
+def _torch_impl(prob, kind, x, dy, w, gpu=False):
+    """torch doing the same work as jaxconv: the one gradient, and nothing else.
 
-    The faster of NCHW and channels-last (measured once each, best of 3 after a warm-up);
-    unequal pads get an explicit ``F.pad`` (equal pads go to cuDNN as they are).
+    ``torch.ops.aten.convolution_backward`` with the output mask of that gradient
+    (weight: ``[False, True, False]``, data: ``[True, False, False]``; what
+    ``torch.nn.grad.conv2d_weight`` calls), under ``no_grad``: no forward
+    convolution, no autograd graph. Equal pads go to the library as they are;
+    unequal ones are applied to ``x`` once, outside the timed call (the row then
+    says ``torch_explicit_pad``; the data gradient is then of the padded input, a
+    little more work). CPU: oneDNN with as many threads as XLA (every core). GPU:
+    cuDNN in exact float32 (TF32 off). The faster of NCHW and channels-last
+    (measured once each, best of 3 after a warm-up) is the one timed; the callable
+    carries ``.layout`` and ``.explicit_pad``.
     """
     try:
         import torch
         import torch.nn.functional as F
     except ImportError:
         return None
-    if not torch.cuda.is_available():
-        return None
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    dev = torch.device("cuda")
+    if gpu:
+        if not torch.cuda.is_available():
+            return None
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        dev = torch.device("cuda")
+    else:
+        # torch's CPU convolution may unfold the input (im2col); a kernel as large as the
+        # input (3d_conv_large_shape:2) asks it for 14.5 GB and the OOM killer ends the run.
+        unfold = (prob.batch * prob.in_channels * math.prod(prob.kernel)
+                  * math.prod(prob.output_size))
+        if 4 * unfold > 1e9:
+            return None
+        torch.set_num_threads(os.cpu_count() or 1)
+        dev = torch.device("cpu")
     perm_in = (0, prob.rank + 1, *range(1, prob.rank + 1))
     xt = torch.from_numpy(np.ascontiguousarray(x.transpose(perm_in))).to(dev)
     dyt = torch.from_numpy(np.ascontiguousarray(dy.transpose(perm_in))).to(dev)
@@ -214,9 +204,10 @@ def _torch_gpu_impl(prob, kind, x, dy, w):
             pad += [b, e]
         xt = F.pad(xt, pad)
     mask = [False, True, False] if kind == "wgrad" else [True, False, False]
-    formats = [torch.contiguous_format]
+    formats = {"NCX": torch.contiguous_format}
     if prob.rank in (2, 3):
-        formats.append(torch.channels_last if prob.rank == 2 else torch.channels_last_3d)
+        formats["channels_last"] = torch.channels_last if prob.rank == 2 else \
+            torch.channels_last_3d
 
     def make(fmt):
         xx, dd, ww = (t.contiguous(memory_format=fmt) for t in (xt, dyt, wt))
@@ -226,16 +217,19 @@ def _torch_gpu_impl(prob, kind, x, dy, w):
                 dx, dw, _ = torch.ops.aten.convolution_backward(
                     dd, xx, ww, None, list(prob.strides), padding, list(prob.dilations), False,
                     [0] * prob.rank, prob.groups, mask)
-            return _CudaResult(torch, dw if kind == "wgrad" else dx)
+            out = dw if kind == "wgrad" else dx
+            return _CudaResult(torch, out) if gpu else out
         return run
 
     best, best_t = None, math.inf
-    for fmt in formats:
+    for name, fmt in formats.items():
         fn = make(fmt)
         _time(fn)
-        t = min(_time_n(fn, 5) for _ in range(3))
+        t = min(_time_n(fn, 3) for _ in range(3))
         if t < best_t:
             best, best_t = fn, t
+            best.layout = name
+    best.explicit_pad = not symmetric
     return best
 
 
@@ -301,6 +295,8 @@ def measure(prob, kind, reps, with_torch=True, gpu=False) -> dict:
         row["speedup_vs_vjp_with_opts"] = med["jax.vjp"] / med["jaxconv+opts"]
     if "torch" in med:
         row["jaxconv_over_torch"] = med["jaxconv"] / med["torch"]
+        row["torch_layout"] = impls["torch"].layout
+        row["torch_explicit_pad"] = impls["torch"].explicit_pad
     return row
 
 
@@ -405,7 +401,11 @@ def _progress(items, desc):
         return gen()
 
 
-def tasks_for(lists, per_list, batch_cap):
+def tasks_for(lists, per_list, batch_cap, only=None):
+    """(problem, kind) pairs: the first ``per_list`` problems of each list, or exactly ``only``."""
+    if only is not None:
+        probs = {p.name: p for lst in lists for p in benchdnn.load(lst, batch_cap)}
+        return [(probs[name], kind) for name, kind in only]
     out = []
     for lst in lists:
         probs = benchdnn.load(lst, batch_cap)
@@ -428,8 +428,9 @@ def main(argv=None) -> int:
     ap.add_argument("--lists", nargs="+", help="shape lists (names in benchmarks/shapes)")
     ap.add_argument("--per-list", type=int, help="first N problems of each list")
     ap.add_argument("--reps", type=int)
-    ap.add_argument("--batch-cap", type=int, default=16,
-                    help="cap on the minibatch (default 16; the file's own where smaller)")
+    ap.add_argument("--batch-cap", type=int,
+                    help="cap on the minibatch (default 16, smoke 2; the file's own where "
+                         "smaller)")
     ap.add_argument("--no-torch", action="store_true",
                     help="leave torch out (its OpenMP threads spin after each call and can "
                          "disturb the next measurement on a small machine)")
@@ -447,7 +448,10 @@ def main(argv=None) -> int:
         device = jax.devices(args.backend)[0]
     except RuntimeError as e:
         ap.error(f"--backend {args.backend}: JAX has no {args.backend} backend here ({e})")
-    tasks = tasks_for(lists, per_list, args.batch_cap)
+    if args.batch_cap is None:
+        args.batch_cap = preset.get("batch_cap", 16)
+    tasks = tasks_for(lists, per_list, args.batch_cap,
+                      None if args.lists or args.per_list is not None else preset.get("only"))
     rows = []
     with jax.default_device(device):
         for prob, kind in _progress(tasks, "benchmarks"):
@@ -465,6 +469,8 @@ def main(argv=None) -> int:
     }
     out.write_text(json.dumps(result, indent=1))
     plot(rows, out.with_suffix(".png"), device.platform)
+    print("median time per call in ms; x vjp = jax.vjp's time / jaxconv's; /torch = jaxconv's "
+          "time / torch's")
     print(f"{'list':26s} {'problem':28s} {'kind':5s} {'jaxconv':>9s} {'jax.vjp':>9s} "
           f"{'torch':>9s} {'x vjp':>7s} {'/torch':>7s}")
     for r in rows:
