@@ -43,6 +43,18 @@ for rank, df, ff in [(1, "NCX", "OIX"), (2, "NXC", "XIO"), (3, "NCX", "XIO"), (2
                 CASES.append((Case(rank, df, ff, gname, geo), kernel))
 
 
+def _explicit_pads(case: Case, spatial, kernel):
+    """The case's (pads_begin, pads_end), with auto_pad resolved independently of jaxconv."""
+    attrs = case.attrs
+    mode = attrs["auto_pad"].lower()
+    if mode in ("none", "explicit"):
+        return attrs["pads_begin"], attrs["pads_end"]
+    if mode == "valid":
+        return (0,) * case.rank, (0,) * case.rank
+    return h.same_pads(spatial, kernel, attrs["strides"], attrs["dilations"],
+                       upper=mode == "same_upper")
+
+
 def _run(case: Case, kernel, method):
     g, ic, oc = {"g1": (1, 4, 3), "g2": (2, 4, 6), "depthwise": (4, 4, 8)}[case.groups_name]
     rng = np.random.default_rng(0)
@@ -50,14 +62,7 @@ def _run(case: Case, kernel, method):
     x = h.random(rng, h.data_shape(case.data_format, 2, ic, spatial))
     w_shape = h.conv_filter_shape(case.filter_format, oc, ic // g, kernel)
     attrs = case.attrs
-    mode = attrs["auto_pad"].lower()
-    if mode in ("none", "explicit"):
-        pb, pe = attrs["pads_begin"], attrs["pads_end"]
-    elif mode == "valid":
-        pb = pe = (0,) * case.rank
-    else:
-        pb, pe = h.same_pads(spatial, kernel, attrs["strides"], attrs["dilations"],
-                             upper=mode == "same_upper")
+    pb, pe = _explicit_pads(case, spatial, kernel)
     y_ncx = oracles.conv_output_shape(
         h.data_to_ncx(np.zeros(x.shape), case.data_format).shape,
         h.conv_filter_to_oix(np.zeros(w_shape), case.filter_format).shape,
@@ -107,14 +112,7 @@ def test_every_forward_lowering_against_torch(case, kernel, method):
     w = h.random(rng, h.conv_filter_shape(case.filter_format, oc, ic // g, kernel))
     got = jaxconv.convolution(x, w, **case.attrs, precision=HIGHEST, lowering=method)
     attrs = case.attrs
-    mode = attrs["auto_pad"].lower()
-    if mode in ("none", "explicit"):
-        pb, pe = attrs["pads_begin"], attrs["pads_end"]
-    elif mode == "valid":
-        pb = pe = (0,) * case.rank
-    else:
-        pb, pe = h.same_pads(spatial, kernel, attrs["strides"], attrs["dilations"],
-                             upper=mode == "same_upper")
+    pb, pe = _explicit_pads(case, spatial, kernel)
     y, _, _ = oracles.conv_all(
         h.data_to_ncx(h.to_f64(x), case.data_format),
         h.conv_filter_to_oix(h.to_f64(w), case.filter_format), None,
@@ -126,13 +124,16 @@ def test_every_forward_lowering_against_torch(case, kernel, method):
 @pytest.mark.parametrize("method", ["conv", pytest.param("dot", marks=ISOLATED), "shifted"])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_forward_lowerings_low_precision_and_second_order(method, dtype):
-    """bfloat16 accumulates in float32 (same value as "conv"); derivatives to order 2."""
+    """bfloat16 accumulates in float32 (lax's value, rounded once); derivatives to order 2."""
     rng = np.random.default_rng(4)
     x = h.random(rng, (2, 7, 6, 4)).astype(dtype)
     w = h.random(rng, (3, 3, 1, 8)).astype(dtype)  # depthwise, channel multiplier 2
     kw = dict(strides=(2, 1), dilations=(1, 2), pads_begin=(1, 2), pads_end=(0, 1), groups=4)
     got = jaxconv.convolution(x, w, **kw, precision=HIGHEST, lowering=method)
-    ref = jaxconv.convolution(x, w, **kw, precision=HIGHEST, lowering="conv")
+    ref = lax.conv_general_dilated(  # lax itself, not a jaxconv kernel
+        x, w, (2, 1), [(1, 0), (2, 1)], rhs_dilation=(1, 2), feature_group_count=4,
+        dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=HIGHEST,
+        preferred_element_type=jnp.float32).astype(dtype)
     assert got.dtype == dtype
     h.assert_close(got.astype(jnp.float32), ref.astype(jnp.float32), dtype)
     if dtype == jnp.float32:
