@@ -9,6 +9,8 @@ compiled program of the platform it is lowered for.
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -356,6 +358,33 @@ def test_dot_for_a_window_covering_the_input(rank, df, ff, groups, dilation, pad
         h.data_to_ncx(h.to_f64(dy), df), strides=(1,) * rank, dilations=(dilation,) * rank,
         pads_begin=(pad,) * rank, pads_end=pads_end, groups=groups)
     h.assert_close(got, h.conv_filter_from_oix(dw, ff), jnp.float32)
+
+
+@pytest.mark.parametrize("kernel,multiplier", [((7, 7), 1), ((3, 3, 2), 2)])
+def test_shifted_weight_gradient_over_batch_blocks_and_tap_runs(monkeypatch, kernel, multiplier):
+    """The "shifted" weight gradient's two loops: batch blocks (a lax.scan) and runs of taps.
+
+    A small block size makes every example a block of its own, and a 7x7 kernel (49 taps)
+    needs two variadic reduces: the paths a small problem never takes.
+    """
+    from jaxconv._src import lowering
+    rank, c = len(kernel), 3
+    monkeypatch.setattr(lowering, "_BLOCK_BYTES", 1)
+    assert lowering._TAPS_PER_REDUCE < math.prod(kernel) or multiplier > 1
+    spatial = (9, 14, 5)[:rank]
+    rng = np.random.default_rng(4)
+    x = h.random(rng, h.data_shape("NXC", 3, c, spatial))
+    w_shape = h.conv_filter_shape("XIO", c * multiplier, 1, kernel)
+    kw = dict(strides=(2,) + (1,) * (rank - 1), dilations=(1,) * (rank - 1) + (2,),
+              pads_begin=1, pads_end=(2,) * rank, groups=c)
+    dy = h.random(rng, jaxconv.convolution(x, jnp.ones(w_shape), **kw).shape)
+    got = jaxconv.convolution_backprop_filters(x, dy, w_shape, **kw, precision=HIGHEST,
+                                               lowering="shifted")
+    _, _, dw = oracles.conv_all(
+        h.data_to_ncx(h.to_f64(x), "NXC"), h.conv_filter_to_oix(np.zeros(w_shape), "XIO"),
+        h.data_to_ncx(h.to_f64(dy), "NXC"), strides=kw["strides"], dilations=kw["dilations"],
+        pads_begin=(1,) * rank, pads_end=(2,) * rank, groups=c)
+    h.assert_close(got, h.conv_filter_from_oix(dw, "XIO"), jnp.float32)
 
 
 # ---- the override is an argument; "vjp" is JAX's program; "auto" per platform ----------

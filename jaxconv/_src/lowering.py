@@ -539,6 +539,15 @@ def _window(xc: Array, p: ConvProblem, starts: Sequence[int], counts: Sequence[i
 _BLOCK_BYTES = 2 ** 22
 
 
+#: the most kernel taps one variadic reduce of the "shifted" weight gradient accumulates
+_TAPS_PER_REDUCE = 27
+
+
+def _add_each(a: Sequence[Array], b: Sequence[Array]) -> list[Array]:
+    """The reducer of a variadic sum: element-wise sums of two tuples of accumulators."""
+    return [u + v for u, v in zip(a, b)]
+
+
 def _batch_chunk(batch: int, bytes_per_example: int) -> int:
     """The largest divisor of ``batch`` whose examples fit :data:`_BLOCK_BYTES` (at least 1)."""
     fits = [c for c in range(1, batch + 1) if batch % c == 0 and c * bytes_per_example <= _BLOCK_BYTES]
@@ -575,12 +584,20 @@ def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, method: WeightGradM
         dyg = dyg if acc is None else dyg.astype(acc)
 
         def every_tap(xc: Array, dyg: Array) -> Array:  # (G, m, prod(K))
-            taps = []
+            # One variadic reduce per run of taps: a single loop over x and dy that
+            # accumulates every tap of the run, where one reduce per tap would
+            # stream both arrays once per tap (2.5-5x on XLA:CPU, 3x3 depthwise).
+            products = []
             for k in np.ndindex(*p.kernel):
                 start = [kk * dl for kk, dl in zip(k, p.dilations)]
                 xs = split(_window(xc, p, start, p.output_size, p.strides), 1).astype(dyg.dtype)
-                taps.append(jnp.sum(xs * dyg, axis=[b, *sp]).reshape(g, m))
-            return jnp.stack(taps, axis=-1)
+                products.append(xs * dyg)
+            taps = []
+            for i in range(0, len(products), _TAPS_PER_REDUCE):
+                run = products[i:i + _TAPS_PER_REDUCE]
+                zeros = [jnp.zeros((), dyg.dtype)] * len(run)
+                taps += lax.reduce(run, zeros, _add_each, (b, *sp))
+            return jnp.stack([t.reshape(g, m) for t in taps], axis=-1)
 
         nb = x.shape[d.batch_axis]
         chunk = _batch_chunk(nb, (math.prod(xc.shape) + math.prod(dy.shape)) // nb
