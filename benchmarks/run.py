@@ -6,9 +6,9 @@ grouped problems) through
 
 * ``jaxconv``: the public op (its lowering chosen per problem),
 * ``jax.vjp``: the obvious JAX path, ``jax.vjp`` of ``lax.conv_general_dilated``,
-* ``torch``: PyTorch, when installed: on CPU autograd (oneDNN); on GPU the gradient alone,
-  ``torch.ops.aten.convolution_backward`` with the output mask of the one gradient (cuDNN),
-  the faster of NCHW and channels-last,
+* ``torch``: PyTorch, when installed: the gradient alone, ``torch.ops.aten.convolution_backward``
+  with the output mask of that one gradient under ``no_grad`` (oneDNN on CPU, cuDNN on GPU),
+  the faster of NCHW and channels-last, an explicit pad only where pads differ,
 
 and reports medians, ratios, GFLOP/s and compile times, as JSON and a plot.
 
