@@ -1,4 +1,4 @@
-"""The grouped backprop-data case of issue 6 against the OpenVINO runtime and jax.vjp.
+"""A grouped backprop-data problem against the OpenVINO runtime and jax.vjp.
 
 GroupConvolutionBackpropData: data (8, 32, 56, 56), filters [G=4, C_IN=8, C_OUT=4, 3, 3],
 strides 2, pads 1, output_padding 1 -> (8, 16, 112, 112); median of interleaved runs.

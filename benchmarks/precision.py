@@ -24,7 +24,7 @@ import numpy as np
 from jax import lax
 
 import jaxconv
-from benchmarks import benchdnn
+from jaxconv._src.bench import benchdnn
 
 LISTS = ["conv_shapes_resnet_50", "conv_shapes_mobilenet", "conv_shapes_mobilenet_dw",
          "conv_shapes_3d", "conv_shapes_dilated", "deconv_shapes_2d"]

@@ -1,4 +1,4 @@
-"""Render a benchmarks/run.py JSON result as the Markdown tables of docs/performance.md.
+"""Render a benchmark runner (jaxconv bench) JSON result as the Markdown tables of docs/performance.md.
 
 usage: python -m benchmarks.report benchmarks/results/full.json > table.md
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from benchmarks import run
+from jaxconv._src.bench import run
 
 
 def render(result: dict) -> str:

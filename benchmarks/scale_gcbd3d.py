@@ -1,4 +1,4 @@
-"""Scale: the seed's 3D GroupConvolutionBackpropData example, in float32, on this machine.
+"""Scale: the 3D IR example of OpenVINO's GroupConvolutionBackpropData-1 page, float32, here.
 
 data 1x20x224x224x224, filters 4x5x2x3x3x3 (G = 4), strides 2, pads 1 -> output 1x8x447x447x447.
 Reports the compiled program's memory (XLA's own accounting: arguments, output, temporaries)
@@ -57,7 +57,7 @@ def child(size: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.scale_gcbd3d", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", type=int, default=224, help="spatial size of the data (seed: 224)")
+    ap.add_argument("--size", type=int, default=224, help="spatial size of the data (the example's: 224)")
     ap.add_argument("--out", type=pathlib.Path, default=RESULTS / "scale_gcbd3d.json")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -1,6 +1,6 @@
 """One full training step (forward + backward + SGD) of real blocks: lax's convolution vs jaxconv's.
 
-Each block is built from benchdnn shapes (``benchmarks/shapes``) and written once, taking its
+Each block is built from benchdnn shapes (``jaxconv/_src/bench/shapes``) and written once, taking its
 convolution as an argument; the two contenders run the same parameters, data and loss:
 
 * ``lax``: ``jax.lax.conv_general_dilated`` (what ``flax.nnx.Conv`` and ``eqx.nn.Conv`` call),
@@ -35,7 +35,7 @@ import numpy as np
 from jax import lax
 
 import jaxconv
-from benchmarks.run import _time_n, calls_per_sample, geomean
+from jaxconv._src.bench.run import _time_n, calls_per_sample, geomean
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 Conv = Callable[..., jax.Array]

@@ -153,7 +153,7 @@ def filter_layouts(path: pathlib.Path) -> None:
                       GREEN if a == "G" else GREY)
             _cell(ax, 2.2 * j, y, colour, a, w=2.1, fontsize=8)
     ax.text(5.5, -0.9, "axis order of the stored array; IC/OC: the op's input/output channels, "
-            "g: groups; I (ConvTranspose) holds the full count (SEMANTICS.md)", ha="center",
+            "g: groups; I (ConvTranspose) holds the full count (see Semantics)", ha="center",
             fontsize=8)
     ax.set_xlim(-5, 11.5)
     ax.set_ylim(-1.3, len(rows) * 1.2 + 0.1)

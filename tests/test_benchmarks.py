@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks import benchdnn, run
+from jaxconv._src.bench import benchdnn, run
 
 
 def test_parse_lines():
@@ -112,7 +112,7 @@ def test_torch_contender_is_the_gradient_alone(monkeypatch, kind, mask, list_nam
 
 def test_timer_waits_for_every_array_of_every_call():
     """A training step returns a pytree: a sample must wait for all of it, for every call."""
-    from benchmarks.run import _time_n
+    from jaxconv._src.bench.run import _time_n
 
     waited = []
 
@@ -126,7 +126,7 @@ def test_timer_waits_for_every_array_of_every_call():
 
 
 def test_smoke_preset(tmp_path):
-    """`python -m benchmarks.run --preset smoke` (three small problems, seconds): the runner
+    """`jaxconv bench --preset smoke` (three small problems, seconds): the runner
     works end to end, with torch when installed, and jaxconv is not slower than jax.vjp on
     problems where it measured 2-8x faster (a noise margin no run here has come near)."""
     out = tmp_path / "smoke.json"

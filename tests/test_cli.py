@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import pathlib
 import subprocess
 import sys
 
@@ -101,6 +103,36 @@ def test_bench_runs_the_runner(capsys, tmp_path):
                       "--reps", "1", "--no-torch", "--out", str(out))
     assert rc == 0 and out.exists() and "dilated_conv:1" in text
     assert json.loads(out.read_text())["rows"][0]["speedup_vs_vjp"] > 0
+
+
+def test_bench_runs_from_a_built_wheel_outside_the_checkout(tmp_path):
+    """The runner and its shape lists ship in the wheel: `jaxconv bench` works anywhere."""
+    import zipfile
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path / "dist"), str(root)], check=True,
+                   capture_output=True)
+    wheel = next((tmp_path / "dist").glob("jaxconv-*.whl"))
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        z.extractall(site)
+    assert "jaxconv/_src/bench/run.py" in names
+    assert "jaxconv/_src/bench/shapes/conv_shapes_mobilenet_dw.txt" in names
+    assert not [n for n in names if n.startswith(("benchmarks/", "tests/"))]
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(site))
+    proc = subprocess.run(
+        [sys.executable, "-c", "import jaxconv, sys; from jaxconv._src import cli; "
+         "print(jaxconv.__file__); sys.exit(cli.main(sys.argv[1:]))",
+         "bench", "--lists", "conv_shapes_mobilenet_dw", "--per-list", "1", "--reps", "1",
+         "--no-torch"], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith(str(site)), proc.stdout[:200]  # the wheel's copy ran
+    assert (work / "jaxconv-bench-results" / "quick.json").is_file()
+    assert "median time per call in ms" in proc.stdout
 
 
 def test_bench_help_lists_the_runner_options(capsys):

@@ -42,7 +42,7 @@ CASES = [
      ["conv_transpose_backprop_filters: output_delta spatial shape must equal", "got [7, 7]"]),
     ("dy-batch", lambda: ctw(X, jnp.ones((1, 8, 8, 3)), WS, **S2), ValueError,
      ["src and diff_dst must have the same batch size, got 2 and 1"]),
-    ("iox-seed-prose-reading", lambda: ctw(
+    ("iox-per-group-reading", lambda: ctw(
         jnp.ones((1, 4, 1, 1)), jnp.ones((1, 8, 1, 1)), (2, 8, 1, 1), groups=2,
         data_format="NCX", weights_format="IOX"), ValueError,
      ["weights_shape [2, 8, 1, 1] in IOX format holds I=2, O=8",
@@ -85,7 +85,20 @@ CASES = [
     ("not-array", lambda: ctd([1.0], W), TypeError,
      ["conv_transpose_backward_data: output_delta must be a jax.Array"]),
     ("rank", lambda: ct(jnp.ones((2, 4)), W), ValueError, ["input must have rank 3, 4 or 5"]),
-    ("auto-pad", lambda: ct(X, W, auto_pad="same"), ValueError, ["auto_pad must be one of"]),
+    ("auto-pad", lambda: ct(X, W, auto_pad="samelower"), ValueError,
+     ["auto_pad must be one of 'none', 'same_upper'", "got 'samelower'; did you mean "
+      "'same_lower'?"]),
+    # a torch.nn.ConvTranspose2d(16, 8, 3, groups=2) weight, (IC, OC/g, K, K), on NCX data
+    # with data_format given but not filter_format (XOI by default)
+    ("layout-channels-torch-weight", lambda: ct(
+        jnp.ones((1, 16, 7, 7)), jnp.ones((16, 4, 3, 3)), groups=2, data_format="NCX"),
+     ValueError, ["filter [16, 4, 3, 3] in XOI format holds", "these shapes match "
+                  "filter_format='IOX': pass it"]),
+    ("layout-channels-torch-weight-nxc", lambda: ct(
+        jnp.ones((1, 16, 7, 7)), jnp.ones((16, 4, 3, 3)), groups=2), ValueError,
+     ["these shapes match data_format='NCX', filter_format='IOX': pass them"]),
+    ("layout-channels-weights-format", lambda: ctw(X, DY, (4, 3, 3, 3), **S2), ValueError,
+     ["these shapes match weights_format='IOX': pass it"]),
     ("lowering-unknown", lambda: ct(X, W, **S2, lowering="phase"), ValueError,
      ["conv_transpose: lowering must be one of ['auto', 'grid', 'phases', 'dot', 'vjp'], "
       "got 'phase'"]),

@@ -87,8 +87,19 @@ CASES = [
      ["pads_end must have 2 value(s)", "got 1"]),
     ("strides-kind", lambda: bpf(X, DY, FS, strides="2", **P1), TypeError,
      ["strides must be an int or a sequence of ints"]),
-    ("auto-pad-unknown", lambda: bpf(X, DY, FS, auto_pad="same"), ValueError,
-     ["auto_pad must be one of", "got 'same'"]),
+    ("auto-pad-unknown", lambda: bpf(X, DY, FS, auto_pad="same_uper"), ValueError,
+     ["auto_pad must be one of 'none', 'same_upper', 'same_lower', 'valid'",
+      "'same' means 'same_upper'", "got 'same_uper'; did you mean 'same_upper'?"]),
+    ("auto-pad-unknown-typo-of-explicit", lambda: bpf(X, DY, FS, auto_pad="explict"), ValueError,
+     ["got 'explict'; did you mean 'none'?"]),
+    # NCX data passed without data_format: the filter's channels disagree with the
+    # misread data, and the error names the layout that explains it
+    ("layout-channels-ncx-data", lambda: fwd(jnp.ones((2, 4, 9, 9)), W), ValueError,
+     ["filter [3, 3, 4, 6] in XIO format holds O=6, I=4; expected",
+      "these shapes match data_format='NCX': pass it"]),
+    ("layout-channels-ncx-data-and-oix", lambda: bpf(
+        jnp.ones((2, 4, 9, 9)), jnp.ones((2, 6, 9, 9)), (6, 4, 3, 3), **P1), ValueError,
+     ["these shapes match data_format='NCX', filter_format='OIX': pass them"]),
     ("auto-pad-kind", lambda: bpf(X, DY, FS, auto_pad=1), TypeError, ["auto_pad must be a string"]),
     ("data-format", lambda: bpf(X, DY, FS, data_format="NHWC", **P1), ValueError,
      ["data_format must be one of 'NXC', 'NCX', got 'NHWC'"]),

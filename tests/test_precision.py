@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import jaxconv
-from benchmarks import benchdnn, precision
+from benchmarks import precision
+from jaxconv._src.bench import benchdnn
 
 # max |got - ref| / max |ref| per configuration and backend (docs/precision.md)
 CPU_BOUNDS = {

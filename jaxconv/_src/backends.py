@@ -10,7 +10,7 @@ lowered for keeps exactly one, so the compiler never sees the others.
 The rules are tables over the resolved problem, one per backend:
 
 * ``"cpu"``: measured on XLA:CPU (2-core EPYC, jaxlib 0.10.2; the benchdnn
-  lists of ``benchmarks/shapes``).
+  lists of ``jaxconv/_src/bench/shapes``).
 * ``"gpu"`` (CUDA and ROCm): measured on an NVIDIA H100 (jax 0.11.2, CUDA 13)
   on the benchdnn resnet_50 and 3D lists; ROCm was not measured and shares the
   table. Where a rule has no measurement behind it, the GPU table keeps

@@ -3,7 +3,7 @@
 Commands:
   check    every op against jax.vjp on the current backend, as a table
   shapes   an op's output shape and resolved geometry, computing nothing
-  bench    the benchmark runner (benchmarks/run.py of a source checkout)
+  bench    the benchmark runner: jaxconv vs jax.vjp vs PyTorch on benchdnn shapes
   demo     one filter gradient, explained
 
 Each exits 0 on success, 1 when a check fails, 2 on bad arguments.
@@ -196,16 +196,12 @@ def _shapes(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- bench
 
 def _bench(args: argparse.Namespace) -> int:
-    """Runs benchmarks/run.py of the source checkout jaxconv is installed from."""
-    root = pathlib.Path(__file__).resolve().parents[2]
-    if not (root / "benchmarks" / "run.py").is_file():
-        print("jaxconv bench: the benchmarks live in the source checkout (benchmarks/run.py); "
-              f"none beside this installation ({root}). Install with `pip install -e .` from a "
-              "clone of the repository.", file=sys.stderr)
-        return 2
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    from benchmarks import run
+    """Times jaxconv's gradient ops against jax.vjp and PyTorch on oneDNN's benchdnn shapes.
+
+    The runner and its shape lists ship with the package; PyTorch and the plots need the
+    ``bench`` extra (``pip install jaxconv[bench]``).
+    """
+    from jaxconv._src.bench import run
     status: int = run.main(args.bench_args)
     return status
 
@@ -232,12 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
     shapes.set_defaults(func=_shapes)
 
     bench = sub.add_parser(
-        "bench", help="run the benchmark runner (arguments go to benchmarks/run.py)",
-        description=(_bench.__doc__ or "") + " Every argument after `bench` is passed on; "
-        "`jaxconv bench -- --help` lists them (presets: quick, full).",
+        "bench", help="time the gradient ops against jax.vjp and PyTorch (benchdnn shapes)",
+        description=(_bench.__doc__ or "") + " Every argument after `bench` goes to the "
+        "runner; `jaxconv bench -- --help` lists them (presets: smoke, quick, full).",
         epilog="example: jaxconv bench --preset quick")
     bench.add_argument("bench_args", nargs=argparse.REMAINDER,
-                       help="arguments of benchmarks/run.py (default: --preset quick)")
+                       help="the runner's arguments (default: --preset quick)")
     bench.set_defaults(func=_bench)
 
     demo = sub.add_parser("demo", help="compute a filter gradient and check it against jax.vjp",

@@ -1,10 +1,11 @@
 """oneDNN Graph ConvTranspose family: forward, data and weight gradients.
 
-Seeds: ConvTransposeBackwardWeights (oneDNN's current name, default
-weights_format XOI) and ConvTransposeBackpropFilters-1 (the older spec, default
-filter_format XIO). Every op accepts the four weight formats IOX, XOI, OIX and
-XIO, read letter by letter: I carries the full in_channels (the ConvTranspose
-input's channels), O the per-group out_channels (SEMANTICS.md section 2).
+Specifications: oneDNN Graph ConvTransposeBackwardWeights (oneDNN's current
+name, default weights_format XOI) and ConvTransposeBackpropFilters-1 (the oneAPI
+specification's older name, default filter_format XIO). Every op accepts the
+four weight formats IOX, XOI, OIX and XIO, read letter by letter: I carries the
+full in_channels (the ConvTranspose input's channels), O the per-group
+out_channels (docs/semantics.md, "Layouts").
 
 A ConvTranspose is the adjoint of a convolution, so each op here is a kernel
 of ``lowering`` applied to that convolution (``geometry.conv_transpose_problem``):
@@ -12,7 +13,7 @@ of ``lowering`` applied to that convolution (``geometry.conv_transpose_problem``
 * ``conv_transpose``                  = the convolution's data gradient
 * ``conv_transpose_backward_data``    = the convolution's forward
 * ``conv_transpose_backward_weights`` = the convolution's weight gradient with
-  src and diff_dst swapped (SEMANTICS.md section 1): the same kernel as
+  src and diff_dst swapped (docs/semantics.md, "The math every op shares"): the same kernel as
   ``convolution_backprop_filters``.
 
 auto_pad follows the forward ConvTranspose rule (total = max(0, DK - S)) in
@@ -75,9 +76,9 @@ def conv_transpose(
     ``full``. Without ``output_shape``, ``O = S*(I-1) + DK - pb - pe +
     output_padding``. No spatial flip of the stored kernel.
 
-    Lowered as the data gradient of the convolution it transposes: ``x``
-    spread on a grid of step S by an explicit ``lax.pad``, then one exact-fit
-    stride-1 ``lax.conv_general_dilated`` with the flipped kernel.
+    Computed as the data gradient of the convolution it transposes, by the
+    formulation of that kernel each backend takes (``lowering``;
+    docs/performance.md lists them).
 
     Args:
       input: ``x`` in ``data_format``: ``(N, *X, IC)`` (NXC) or ``(N, IC, *X)`` (NCX).
@@ -234,17 +235,18 @@ def conv_transpose_backward_weights(
         dW[g \cdot IC_g + ic, oc, k] = \sum_{n, i} x[n, g \cdot IC_g + ic, i]
         \, dy[n, g \cdot OC_g + oc, i S + k D - p_b]
 
-    (IOX reading, ``dy`` zero outside ``[0, O)``). By the identity of
-    SEMANTICS.md section 1 this is :func:`jaxconv.convolution_backprop_filters`
-    with ``input_forward = diff_dst`` and ``output_delta = src``: one
-    ``lax.conv_general_dilated`` whose output dimension numbers write the
-    result directly in ``weights_format``.
+    (IOX reading, ``dy`` zero outside ``[0, O)``). This is
+    :func:`jaxconv.convolution_backprop_filters` with ``input_forward =
+    diff_dst`` and ``output_delta = src`` (the same weight-gradient kernel; the
+    formulation each backend takes is listed in docs/performance.md), written
+    in ``weights_format``.
 
-    Layout note: seed 001's prose gives IOX as ``(in_channels / groups,
-    out_channels, X)``. oneDNN's code and unit tests (ConvtransposeWithGroups:
-    src C=4, IOX (4, 4, 1, 1), g=2 -> dst C=8) and seed 002 put the full count on
-    I; jaxconv follows the code: IOX is ``(IC, OC/g, *K)`` (SEMANTICS.md
-    section 2). With ``groups=1`` both readings agree.
+    Layout note: the prose of oneDNN's ConvTransposeBackwardWeights page gives
+    IOX as ``(in_channels / groups, out_channels, X)``. oneDNN's code and unit
+    tests (ConvtransposeWithGroups: src C=4, IOX (4, 4, 1, 1), g=2 -> dst C=8)
+    and the ConvTransposeBackpropFilters-1 page put the full count on I; jaxconv
+    follows the code: IOX is ``(IC, OC/g, *K)`` (docs/semantics.md). With
+    ``groups=1`` both readings agree.
 
     auto_pad uses the forward ConvTranspose rule (``total = max(0, DK - S)``),
     so this op is exactly the vjp of :func:`conv_transpose` with the same

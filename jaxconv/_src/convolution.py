@@ -52,10 +52,11 @@ def convolution(
         \, W[g \cdot OC_g + oc, ic, k]
 
     with ``x`` zero outside ``[0, I)`` and ``O = floor((I + pb + pe - DK) / S) + 1``,
-    ``DK = (K - 1) * D + 1``. Under ``jax.grad`` its transposes are the
-    hazard-free kernels of :func:`convolution_backward_data` and
-    :func:`convolution_backprop_filters` (no strided + dilated remainder ever
-    reaches XLA).
+    ``DK = (K - 1) * D + 1``. Under ``jax.grad`` (and ``jax.jvp``, ``jax.vmap``)
+    its derivatives are the kernels of :func:`convolution_backward_data` and
+    :func:`convolution_backprop_filters`, never lax's own transposes
+    (tests/test_autodiff.py), so no strided + dilated remainder reaches XLA
+    (docs/semantics.md, "A toolchain hazard").
 
     Args:
       input: data, ``(N, *X, IC)`` for ``data_format="NXC"`` or ``(N, IC, *X)``
@@ -139,10 +140,9 @@ def convolution_backward_data(
         dx[n, g \cdot IC_g + ic, s] = \sum_{oc, k, t \,:\, tS + kD - p_b = s}
         dy[n, g \cdot OC_g + oc, t] \, W[g \cdot OC_g + oc, ic, k]
 
-    Lowered as a stride-1 convolution of ``dy`` spread on a grid of step S
-    (explicit ``lax.pad`` with interior padding) with the spatially flipped
-    filter, sized to fit exactly: no strided + dilated remainder reaches XLA
-    (jaxlib 0.10.2 CPU aborts on those; see HAZARDS).
+    Each backend gets its own formulation (``lowering``; docs/performance.md
+    lists them); none lets a strided + dilated remainder reach XLA (jaxlib
+    0.10.2 CPU aborts on those: docs/semantics.md, "A toolchain hazard").
 
     Layouts: the data tensors in ``data_format``, NXC ``(N, *X, C)`` (default) or
     NCX ``(N, C, *X)``; the filter in ``filter_format``, XIO ``(*K, IC/g, OC)``
@@ -235,11 +235,9 @@ def convolution_backprop_filters(
         \, dy[n, g \cdot OC_g + oc, t]
 
     ``O`` (the positions t) comes from ``output_delta``; ``pads_end`` never
-    changes the values, it only takes part in the shape check. Lowered as one
-    ``lax.conv_general_dilated`` of ``x`` with ``dy`` as the kernel (channels
-    relabelled as batch, batch as features, ``window_strides = dilations``,
-    ``rhs_dilation = strides``, ``batch_group_count = groups``), whose output
-    dimension numbers write the result directly in ``filter_format``.
+    changes the values, it only takes part in the shape check. Each backend
+    gets its own formulation (``lowering``; docs/performance.md lists them),
+    written directly in ``filter_format``.
 
     The spec's optional third input and its ``filter_shape`` attribute both map
     onto ``filter_shape``; it is required, since the kernel size cannot in

@@ -26,7 +26,8 @@ from jaxconv._src.geometry import Names
 from jaxconv._src.typing import ArrayLike, DTypeLike, ForwardLowering, PrecisionLike
 
 _OP = "conv_general_dilated"
-_NAMES = Names(x="lhs", y="output", w_shape="rhs", w_format="dimension_numbers")
+_NAMES = Names(x="lhs", y="output", w_shape="rhs", w_format="dimension_numbers",
+               layout_arguments=False)
 
 ConvDimensionNumbersLike = (
     lax.ConvDimensionNumbers | tuple[str, str, str] | tuple[Sequence[int], Sequence[int],

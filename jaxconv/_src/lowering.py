@@ -6,7 +6,7 @@ a forward convolution ``y = conv(x, W)``) and nothing else:
 * :func:`forward`      x, W  -> y
 * :func:`data_grad`    dy, W -> dx   (also: the ConvTranspose forward)
 * :func:`weight_grad`  x, dy -> dW   (also: the ConvTranspose weight gradient,
-  with x and dy swapped, SEMANTICS.md section 1)
+  with x and dy swapped: docs/semantics.md)
 
 Each kernel has formulations (``method``, the ops' ``lowering=`` argument):
 one ``lax.conv_general_dilated`` whose operands are relabelled through
@@ -18,7 +18,7 @@ one traced program picks the right one on CPU, GPU and TPU. Except ``"vjp"``
 convolution, and padding stays explicit (``lax.pad``, which also crops with
 negative widths) wherever the transposes JAX derives under ``grad`` would
 otherwise reach the pattern that aborts jaxlib 0.10.2 on CPU (the strided +
-dilated convolution bug, HAZARDS.md section 1, tests/test_hazards.py);
+dilated convolution bug: docs/semantics.md, "A toolchain hazard", tests/test_hazards.py);
 ``"vjp"`` hands problems with both a stride and a dilation to a safe form.
 """
 
@@ -100,7 +100,7 @@ def _fit(a: Array, axes: Sequence[int], pads: Pads,
     is materialized). Negative pads crop ``a``; padding beyond ``cap`` is
     applied explicitly. ``cap`` is the window's dilated extent minus one: the
     transposes JAX derives under ``grad`` then never get a negative pad next to
-    an input dilation, the pattern that aborts jaxlib 0.10.2 (HAZARDS.md).
+    an input dilation, the pattern that aborts jaxlib 0.10.2 (docs/semantics.md).
     """
     config = [(0, 0, 0)] * a.ndim
     conv_pads = []
@@ -184,7 +184,7 @@ def forward(x: Array, w: Array, p: ConvProblem, *, precision: Precision = None,
 def strided_and_dilated(p: ConvProblem) -> bool:
     """A stride and a dilation (on any axes): where JAX's own transposes can abort jaxlib 0.10.2.
 
-    The aborting pattern (HAZARDS.md section 1) needs both; ``"vjp"`` hands such
+    The aborting pattern (docs/semantics.md, "A toolchain hazard") needs both; ``"vjp"`` hands such
     problems to a form that keeps the padding explicit.
     """
     return any(s > 1 for s in p.strides) and any(d > 1 for d in p.dilations)

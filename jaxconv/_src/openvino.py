@@ -1,19 +1,19 @@
 """OpenVINO family: GroupConvolution, ConvolutionBackpropData, GroupConvolutionBackpropData.
 
-Seed: GroupConvolutionBackpropData-1 (OpenVINO opset1). Data is always NCX.
+Specification: OpenVINO opset1 GroupConvolutionBackpropData-1. Data is always NCX.
 Filters reshape (a free merge of the two leading axes, not a transpose) onto
 the layouts the other families already use:
 
 * GroupConvolution filters ``[G, C_OUT, C_IN, *K]`` -> ``(G*C_OUT, C_IN, *K)``:
   a grouped convolution filter in OIX.
 * GroupConvolutionBackpropData filters ``[G, C_IN, C_OUT, *K]`` ->
-  ``(G*C_IN, C_OUT, *K)``: ConvTranspose weights in IOX (SEMANTICS.md section 3).
+  ``(G*C_IN, C_OUT, *K)``: ConvTranspose weights in IOX (docs/semantics.md).
 * ConvolutionBackpropData filters ``[C_IN, C_OUT, *K]``: IOX with one group.
 
 The backprop-data ops are ConvTransposes under OpenVINO's auto_pad rules
 (``geometry.TransposePadRule.OPENVINO``): without ``output_shape`` same_*
 pad nothing; with it, ``total = max(0, S*(I-1) + DK - O + output_padding)``
-is split with the extra element at the end for same_upper (the seed's rule),
+is split with the extra element at the end for same_upper (the specification's rule),
 or at the beginning with ``openvino_runtime_padding=True`` (what the OpenVINO
 runtime does).
 
@@ -42,7 +42,8 @@ from jaxconv._src.typing import (
     ShapeLike,
 )
 
-_NAMES = Names(x="data", y="output", w_shape="filters", w_format="filters layout")
+_NAMES = Names(x="data", y="output", w_shape="filters", w_format="filters layout",
+               explicit_pad="explicit", layout_arguments=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,7 +196,7 @@ def convolution_backprop_data(
     * with ``output_shape``: ``O = output_shape``; pb = pads_begin for explicit
       (pads_end unused), 0 for valid, and for same_*: ``total = max(0, S*(I-1) +
       DK - O + output_padding)`` split as ``pb = total // 2`` for same_upper (the
-      seed: extra padding at the end) and ``pb = total - total // 2`` for
+      specification: extra padding at the end) and ``pb = total - total // 2`` for
       same_lower. ``openvino_runtime_padding=True`` swaps the split of an odd
       total, as the OpenVINO runtime does.
 
@@ -295,7 +296,7 @@ def group_convolution_backprop_data(
         of the wrong length, bad attributes.
       TypeError: non-array or non-numeric inputs, non-integer ``output_shape``.
 
-    Example (the seed's 2D IR, with smaller spatial sizes):
+    Example (the 2D IR example of the GroupConvolutionBackpropData-1 page, with smaller spatial sizes):
       >>> import jax.numpy as jnp, jaxconv
       >>> x = jnp.ones((1, 20, 16, 16)); w = jnp.ones((4, 5, 2, 3, 3))
       >>> jaxconv.group_convolution_backprop_data(x, w, strides=2, pads_begin=1,

@@ -1,6 +1,6 @@
 """Ascend CANN TBE DSL ``conv2d_backprop_filter``: 5HD in, FRACTAL_Z out.
 
-The seed computes the weight gradient of a 2D convolution whose feature map
+The op computes the weight gradient of a 2D convolution whose feature map
 and output gradient are 5HD tensors, writing it in FRACTAL_Z. Here the 5HD
 inputs are unpacked to NCHW with their real channel counts (so padded channel
 slots never reach the result), the shared weight-gradient kernel of
@@ -75,7 +75,7 @@ def conv2d_backprop_filter(
         \ wo\, s_W + kw\, d_W - p_l] \; dy[n, co, ho, wo]
 
     (``co`` in group ``g``), accumulated in float32 and packed to FRACTAL_Z
-    (see :mod:`jaxconv.tbe`). The seed's first sentence ("Computes 2D
+    (see :mod:`jaxconv.tbe`). The CANN page's first sentence ("Computes 2D
     deconvolution") is a translation slip: it is this weight gradient.
     With groups, the DSL's enlarge packing is used and the cross-group blocks
     hold zeros (the DSL's dense multiply would put non-gradient products
@@ -107,7 +107,7 @@ def conv2d_backprop_filter(
       TypeError: non-array inputs, non-floating or mismatched dtypes, para_dict
         not a dict.
 
-    Example (the seed's, with arrays in place of the placeholders):
+    Example (the CANN page's, with arrays in place of the placeholders):
       >>> import jax.numpy as jnp, jaxconv
       >>> fmap = jnp.ones((1, 1, 7, 7, 16), jnp.float16)
       >>> out_backprop = jnp.ones((1, 1, 7, 7, 16), jnp.float16)

@@ -46,7 +46,8 @@ def tbe_problem(
     groups: Any,
 ) -> ConvProblem:
     """Validates a 5HD weight-gradient call; returns the NCHW/OIHW ConvProblem."""
-    names = Names(x="input_x", y="out_backprop", w_shape="filter_sizes", w_format="OIHW")
+    names = Names(x="input_x", y="out_backprop", w_shape="filter_sizes", w_format="OIHW",
+                  layout_arguments=False)
     for name, shape in (("input_x", x5_shape), ("out_backprop", dy5_shape)):
         if len(shape) != 5:
             raise ValueError(f"{op}: {name} must be 5HD (N, C1, H, W, C0), got rank {len(shape)} "

@@ -30,8 +30,8 @@ groups share one enlarged group, laid out block-diagonally::
       channels slot 1 |       0        | w of g=r*mag+1 |
 
 The cross-group blocks are zeros (the DSL's dense multiply would put products
-of one group's input with another group's gradient there; SEMANTICS.md
-section 4). The maps are static index arrays, so both directions are gathers:
+of one group's input with another group's gradient there; docs/semantics.md,
+"Other decisions"). The maps are static index arrays, so both directions are gathers:
 exact inverses on valid data, and jit/vmap/grad friendly.
 """
 

@@ -17,9 +17,11 @@ full (a crop of the conv input, i.e. zeros in the transposed output).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from jaxconv._src.geometry.arguments import int_tuple, static_shape
+from jaxconv._src.geometry.hints import with_layout_hint
 from jaxconv._src.geometry.layouts import CONV_TRANSPOSE_FILTER_FORMATS
 from jaxconv._src.geometry.padding import (
     PadRule,
@@ -148,7 +150,17 @@ def _solve_input_size(
     return pb, pe, tuple(sizes)
 
 
-def conv_transpose_problem(
+def conv_transpose_problem(op: str, names: Names, **kwargs: Any) -> ConvProblem:
+    """Validates and resolves a ConvTranspose (forward or gradient) as a ConvProblem.
+
+    The arguments are those of :func:`_conv_transpose_problem`; an error the
+    shapes would not raise under other layouts names those layouts.
+    """
+    return with_layout_hint(functools.partial(_conv_transpose_problem, op, names), names,
+                            CONV_TRANSPOSE_FILTER_FORMATS, **kwargs)
+
+
+def _conv_transpose_problem(
     op: str,
     names: Names,
     *,
@@ -168,7 +180,7 @@ def conv_transpose_problem(
     pad_rule: TransposePadRule = TransposePadRule.ONEDNN,
     upper_extra_at_end: bool = True,
 ) -> ConvProblem:
-    """Validates and resolves a ConvTranspose (forward or gradient) as a ConvProblem.
+    """The checks and resolution of :func:`conv_transpose_problem`.
 
     ``x_shape`` is the ConvTranspose input, ``y_shape`` its output (the
     gradient ops' ``diff_dst``). The forward gets x, w and optionally

@@ -6,10 +6,12 @@ gradient, which state their problems as this one.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from jaxconv._src.geometry.arguments import static_shape
+from jaxconv._src.geometry.hints import with_layout_hint
 from jaxconv._src.geometry.layouts import CONVOLUTION_FILTER_FORMATS, DataLayout
 from jaxconv._src.geometry.padding import (
     PadRule,
@@ -30,6 +32,23 @@ def convolution_problem(
     op: str,
     names: Names,
     *,
+    filter_formats: Sequence[str] = CONVOLUTION_FILTER_FORMATS,
+    **kwargs: Any,
+) -> ConvProblem:
+    """Validates and resolves a oneDNN-style convolution, forward or gradient.
+
+    The arguments are those of :func:`_convolution_problem`; an error the
+    shapes would not raise under other layouts names those layouts.
+    """
+    return with_layout_hint(functools.partial(_convolution_problem, op, names,
+                                              filter_formats=filter_formats),
+                            names, filter_formats, **kwargs)
+
+
+def _convolution_problem(
+    op: str,
+    names: Names,
+    *,
     x_shape: tuple[int, ...] | None,
     y_shape: tuple[int, ...] | None,
     w_shape: tuple[int, ...],
@@ -43,7 +62,7 @@ def convolution_problem(
     filter_format: Any,
     filter_formats: Sequence[str] = CONVOLUTION_FILTER_FORMATS,
 ) -> ConvProblem:
-    """Validates and resolves a oneDNN-style convolution, forward or gradient.
+    """The checks and resolution of :func:`convolution_problem`.
 
     Exactly the shapes the op has are given: forward gets ``x_shape`` and
     ``w_shape``; the data gradient ``y_shape``, ``w_shape`` and ``x_shape``

@@ -24,6 +24,7 @@ auto_pad (oneDNN ``infer_auto_pad``)::
 
 from __future__ import annotations
 
+import difflib
 import enum
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -33,30 +34,44 @@ from jaxconv._src.geometry.arguments import kind
 AutoPadMode = Literal["explicit", "same_upper", "same_lower", "valid"]
 
 #: Canonical auto_pad names; the keys of ``_AUTO_PAD_ALIASES`` are accepted
-#: case-insensitively.
+#: case-insensitively: every family's word for explicit pads, and lax's and
+#: TensorFlow's "SAME" (which is same_upper in both the convolution and the
+#: ConvTranspose rules).
 AUTO_PAD_MODES: tuple[AutoPadMode, ...] = ("explicit", "same_upper", "same_lower", "valid")
 _AUTO_PAD_ALIASES: dict[str, AutoPadMode] = {
     "none": "explicit",
     "explicit": "explicit",
     "notset": "explicit",
     "same_upper": "same_upper",
+    "same": "same_upper",
     "same_lower": "same_lower",
     "valid": "valid",
 }
 
 
-def canonical_auto_pad(op: str, value: Any) -> AutoPadMode:
-    """The canonical auto_pad mode (see ``AUTO_PAD_MODES``), case-insensitive."""
+def canonical_auto_pad(op: str, value: Any, explicit: str = "none") -> AutoPadMode:
+    """The canonical auto_pad mode (see ``AUTO_PAD_MODES``), case-insensitive.
+
+    ``explicit`` is the op family's word for explicit pads ("none" in oneDNN's,
+    "explicit" in OpenVINO's): the one its errors list.
+    """
     if value is None:
         return "explicit"
     if not isinstance(value, str):
         raise TypeError(f"{op}: auto_pad must be a string, got {kind(value)}")
     mode = _AUTO_PAD_ALIASES.get(value.lower())
     if mode is None:
-        raise ValueError(
-            f"{op}: auto_pad must be one of 'none', 'explicit', 'same_upper', 'same_lower', "
-            f"'valid' (any case), got {value!r}"
+        other = "explicit" if explicit == "none" else "none"
+        message = (
+            f"{op}: auto_pad must be one of {explicit!r}, 'same_upper', 'same_lower', 'valid' "
+            f"(any case; {other!r} and 'notset' mean {explicit!r}, 'same' means 'same_upper'), "
+            f"got {value!r}"
         )
+        close = difflib.get_close_matches(value.lower(), list(_AUTO_PAD_ALIASES), n=1, cutoff=0.6)
+        if close:
+            word = explicit if _AUTO_PAD_ALIASES[close[0]] == "explicit" else close[0]
+            message += f"; did you mean {word!r}?"
+        raise ValueError(message)
     return mode
 
 

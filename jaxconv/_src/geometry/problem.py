@@ -114,6 +114,10 @@ class Names:
     w_shape: str = "filter_shape"
     w_format: str = "filter_format"
     x_shape: str = "input_shape"
+    #: the op's word for "use pads_begin / pads_end" ("explicit" in OpenVINO's ops)
+    explicit_pad: str = "none"
+    #: whether the caller chooses data_format and the filter format (error hints)
+    layout_arguments: bool = True
 
 
 def check_divisible(op: str, names: Names, groups: int, in_channels: int,
@@ -194,7 +198,7 @@ def common_attributes(
         dilations=int_tuple(op, "dilations", dilations, n, default=1, minimum=1),
         pads_begin=int_tuple(op, "pads_begin", pads_begin, n, default=0, minimum=0),
         pads_end=int_tuple(op, "pads_end", pads_end, n, default=0, minimum=0),
-        auto_pad=canonical_auto_pad(op, auto_pad),
+        auto_pad=canonical_auto_pad(op, auto_pad, names.explicit_pad),
     )
 
 
@@ -209,6 +213,16 @@ def recording_problems() -> Iterator[list[ConvProblem]]:
     token = _RECORD.set(log)
     try:
         yield log
+    finally:
+        _RECORD.reset(token)
+
+
+@contextlib.contextmanager
+def not_recording() -> Iterator[None]:
+    """Problems built inside the block are not logged (trial builds of error hints)."""
+    token = _RECORD.set(None)
+    try:
+        yield
     finally:
         _RECORD.reset(token)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import re
+from typing import Any
 
 SHAPES = pathlib.Path(__file__).parent / "shapes"
 _TOKEN = re.compile(r'(mb|ic|oc|id|ih|iw|od|oh|ow|kd|kh|kw|sd|sh|sw|pd|ph|pw|dd|dh|dw|g|n)'
@@ -65,10 +66,21 @@ class Problem:
 
 
 def parse_line(line: str, source: str, batch_cap: int | None = 16) -> Problem | None:
+    """One benchdnn problem line (e.g. ``'g32mb16ic256ih28oc256oh28kh3ph1n"name"'``).
+
+    Args:
+      line: the line; blank lines and ``#`` comments give ``None``.
+      source: the list it comes from; a name starting with ``deconv`` reads it as a
+        transposed convolution (benchdnn's deconv driver).
+      batch_cap: the largest minibatch kept (``None``: the line's own).
+
+    Returns:
+      The :class:`Problem`, or ``None`` for a blank or comment line.
+    """
     line = line.strip()
     if not line or line.startswith("#"):
         return None
-    vals: dict[str, object] = {}
+    vals: dict[str, Any] = {}
     for key, value in _TOKEN.findall(line):
         vals[key] = value.strip('"') if key == "n" else int(value)
     deconv = source.startswith("deconv")

@@ -1,0 +1,1 @@
+"""The benchmark runner of ``jaxconv bench`` and the benchdnn shape lists it reads."""

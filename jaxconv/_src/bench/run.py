@@ -1,0 +1,523 @@
+"""Benchmark jaxconv's gradient ops against the plain jax.vjp path and PyTorch.
+
+For every benchdnn problem of the chosen lists it times, interleaved in one
+process, the weight gradient (and the data gradient for the deconv lists and
+grouped problems) through
+
+* ``jaxconv``: the public op (its lowering chosen per problem),
+* ``jax.vjp``: the obvious JAX path, ``jax.vjp`` of ``lax.conv_general_dilated``,
+* ``torch``: PyTorch, when installed: the gradient alone, ``torch.ops.aten.convolution_backward``
+  with the output mask of that one gradient under ``no_grad`` (oneDNN on CPU, cuDNN on GPU),
+  the faster of NCHW and channels-last, an explicit pad only where pads differ,
+
+and reports medians, ratios, GFLOP/s and compile times, as JSON and a plot.
+
+``--backend gpu`` runs JAX on CUDA (or ROCm) and torch on its GPU; float32 is then computed
+exactly everywhere: ``Precision.HIGHEST`` for jaxconv and jax.vjp, TF32 off in torch.
+
+It ships with the package (``jaxconv bench``, the shape lists as package data) and is also
+``python -m benchmarks.run`` in a source checkout. Results go to ``--out``, by default
+``benchmarks/results/<preset>.json`` under the current directory when it is a source checkout,
+else ``jaxconv-bench-results/<preset>.json``.
+
+usage:
+  jaxconv bench --preset quick            # a few problems per list (~7 minutes on 2 CPU cores)
+  jaxconv bench --preset full             # every problem of the target lists (~45 minutes)
+  jaxconv bench --preset smoke            # three small problems (~10 s)
+  jaxconv bench --backend gpu --preset quick
+  jaxconv bench --lists conv_shapes_resnet_50 --reps 7 --out r50.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import platform
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+import jaxconv
+from jaxconv._src.bench import benchdnn
+
+TARGET_LISTS = ["conv_shapes_resnet_50", "conv_shapes_mobilenet", "conv_shapes_mobilenet_dw",
+                "conv_shapes_3d", "conv_shapes_dilated"]
+DECONV_LISTS = ["deconv_shapes_2d", "deconv_shapes_3d"]
+PRESETS: dict[str, dict[str, Any]] = {
+    "quick": dict(lists=TARGET_LISTS + DECONV_LISTS, per_list=3, reps=3),
+    "full": dict(lists=TARGET_LISTS + DECONV_LISTS, per_list=None, reps=8),
+    # CI's check that the runner works and that jaxconv is not slower than jax.vjp: three
+    # small problems where jaxconv's formulation differs from jax.vjp's (run by the tests)
+    "smoke": dict(lists=["conv_shapes_mobilenet_dw", "conv_shapes_3d", "deconv_shapes_2d"],
+                  per_list=None, reps=3, batch_cap=2,
+                  only=[("mobilenet:conv4_1/dw", "wgrad"), ("3d_gconv_channel-block-16", "wgrad"),
+                        ("alexnet:deconv4", "dgrad")]),
+}
+
+
+def results_dir() -> pathlib.Path:
+    """Where results go by default: the checkout's benchmarks/results, else a folder here."""
+    here = pathlib.Path.cwd()
+    return (here / "benchmarks" / "results" if (here / "benchmarks" / "__init__.py").is_file()
+            else here / "jaxconv-bench-results")
+
+
+def _dn(rank: int) -> tuple[str, str, str]:
+    sp = "DHW"[3 - rank:]
+    return (f"N{sp}C", f"{sp}IO", f"N{sp}C")
+
+
+def build(prob: benchdnn.Problem, kind: str, dtype=jnp.float32,
+          with_torch: bool = True, gpu: bool = False) -> dict[str, Callable]:
+    """Zero-argument callables per implementation, with their inputs bound (NXC/XIO).
+
+    The jitted programs of ``jaxconv`` and ``jax.vjp`` are also attached to each callable
+    as ``.program = (jitted, args)`` so that their compiled HLO can be compared.
+    """
+    rng = np.random.default_rng(0)
+    n, g = prob.batch, prob.groups
+    x = jnp.asarray(rng.standard_normal((n, *prob.input_size, prob.in_channels)), dtype)
+    dy = jnp.asarray(rng.standard_normal((n, *prob.output_size, prob.out_channels)), dtype)
+    w_shape = (*prob.kernel, prob.in_channels // g, prob.out_channels)
+    w = jnp.asarray(rng.standard_normal(w_shape), dtype)
+    pads = list(zip(prob.pads_begin, prob.pads_end))
+    # GPUs compute float32 in TF32 at the default precision: time exact float32 on both sides.
+    precision = lax.Precision.HIGHEST if gpu else None
+    attrs: dict[str, Any] = dict(strides=prob.strides, dilations=prob.dilations, pads_begin=prob.pads_begin,
+                 pads_end=prob.pads_end, groups=g, precision=precision)
+
+    def plain(x, w):
+        return lax.conv_general_dilated(x, w, prob.strides, pads, rhs_dilation=prob.dilations,
+                                        dimension_numbers=_dn(prob.rank), feature_group_count=g,
+                                        precision=precision)
+
+    impls: dict[str, Callable] = {}
+    if kind == "wgrad":
+        if prob.transposed:
+            # ConvTranspose y -> x: src = dy (its input), diff_dst = x (its output); XIO weights
+            # of the convolution read as the ConvTranspose's XOI (I letter = conv O).
+            ours = jax.jit(lambda x, dy: jaxconv.conv_transpose_backward_weights(
+                dy, x, (*prob.kernel, prob.in_channels // g, prob.out_channels), **attrs,
+                output_padding=prob.output_padding, weights_format="XOI"))
+        else:
+            ours = jax.jit(lambda x, dy: jaxconv.convolution_backprop_filters(x, dy, w_shape, **attrs))
+        base = jax.jit(lambda x, dy: jax.vjp(lambda w: plain(x, w), jnp.zeros(w_shape, dtype))[1](dy)[0])
+        args = (x, dy)
+    else:  # dgrad: dx from dy (for a deconv line: the ConvTranspose forward)
+        if prob.transposed:
+            ours = jax.jit(lambda dy, w: jaxconv.conv_transpose(
+                dy, w, **attrs, output_padding=prob.output_padding, filter_format="XOI"))
+        else:
+            ours = jax.jit(lambda dy, w: jaxconv.convolution_backward_data(
+                dy, w, prob.input_size, **attrs))
+        base = jax.jit(lambda dy, w: jax.vjp(lambda x: plain(x, w), jnp.zeros(x.shape, dtype))[1](dy)[0])
+        args = (dy, w)
+    impls["jaxconv"] = _bind(ours, args)
+    if not gpu:
+        impls["jaxconv+opts"] = _bind(
+            jax.jit(ours, compiler_options=jaxconv.xla_cpu_compiler_options()), args)
+    impls["jax.vjp"] = _bind(base, args)
+    torch_fn = _torch_impl(prob, kind, np.asarray(x), np.asarray(dy), np.asarray(w), gpu=gpu) \
+        if with_torch else None
+    if torch_fn is not None:
+        impls["torch"] = torch_fn
+    return impls
+
+
+def _bind(jitted, args) -> Any:
+    """``jitted(*args)`` as a callable without arguments; ``.program`` keeps both (for HLO)."""
+    def call():
+        return jitted(*args)
+    call.program = (jitted, args)  # type: ignore[attr-defined]
+    return call
+
+
+_HLO_NOISE = re.compile(r"(, )?metadata=\{[^}]*\}|\.\d+\b")
+
+
+def hlo_instructions(fn: Any) -> list[str]:
+    """The optimized HLO of a bound jitted callable: instructions only, without names'
+    numeric suffixes, source metadata or the module's debug tables."""
+    jitted, args = fn.program
+    lines = jitted.lower(*args).compile().as_text().splitlines()
+    return [_HLO_NOISE.sub("", ln.strip()) for ln in lines
+            if ln.strip().startswith(("%", "ROOT", "ENTRY", "}"))]
+
+
+def same_program(a: Callable, b: Callable) -> bool:
+    """Whether two bound jitted callables compile to the same optimized HLO."""
+    return hlo_instructions(a) == hlo_instructions(b)
+
+
+class _CudaResult:
+    """What a torch GPU callable returns: the gradient (NCX/OIX) and a way to wait for it."""
+
+    def __init__(self, torch, value):
+        self._torch, self.value = torch, value
+
+    def block_until_ready(self):
+        self._torch.cuda.synchronize()
+        return self
+
+
+def _torch_impl(prob, kind, x, dy, w, gpu=False):
+    """torch doing the same work as jaxconv: the one gradient, and nothing else.
+
+    ``torch.ops.aten.convolution_backward`` with the output mask of that gradient
+    (weight: ``[False, True, False]``, data: ``[True, False, False]``; what
+    ``torch.nn.grad.conv2d_weight`` calls), under ``no_grad``: no forward
+    convolution, no autograd graph. Equal pads go to the library as they are;
+    unequal ones are applied to ``x`` once, outside the timed call (the row then
+    says ``torch_explicit_pad``; the data gradient is then of the padded input, a
+    little more work). CPU: oneDNN with as many threads as XLA (every core). GPU:
+    cuDNN in exact float32 (TF32 off). The faster of NCHW and channels-last
+    (measured once each, best of 3 after a warm-up) is the one timed; the callable
+    carries ``.layout`` and ``.explicit_pad``.
+    """
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    if gpu:
+        if not torch.cuda.is_available():
+            return None
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        dev = torch.device("cuda")
+    else:
+        # torch's CPU convolution may unfold the input (im2col); a kernel as large as the
+        # input (3d_conv_large_shape:2) asks it for 14.5 GB and the OOM killer ends the run.
+        unfold = (prob.batch * prob.in_channels * math.prod(prob.kernel)
+                  * math.prod(prob.output_size))
+        if 4 * unfold > 1e9:
+            return None
+        torch.set_num_threads(os.cpu_count() or 1)
+        dev = torch.device("cpu")
+    perm_in = (0, prob.rank + 1, *range(1, prob.rank + 1))
+    xt = torch.from_numpy(np.array(x.transpose(perm_in), order="C")).to(dev)
+    dyt = torch.from_numpy(np.ascontiguousarray(dy.transpose(perm_in))).to(dev)
+    wt = torch.from_numpy(np.ascontiguousarray(
+        w.transpose(prob.rank + 1, prob.rank, *range(prob.rank)))).to(dev)
+    symmetric = tuple(prob.pads_begin) == tuple(prob.pads_end)
+    padding = list(prob.pads_begin) if symmetric else [0] * prob.rank
+    if not symmetric:
+        pad = []
+        for b, e in zip(reversed(prob.pads_begin), reversed(prob.pads_end)):
+            pad += [b, e]
+        xt = F.pad(xt, pad)
+    mask = [False, True, False] if kind == "wgrad" else [True, False, False]
+    formats = {"NCX": torch.contiguous_format}
+    if prob.rank in (2, 3):
+        formats["channels_last"] = torch.channels_last if prob.rank == 2 else \
+            torch.channels_last_3d
+
+    def make(fmt):
+        xx, dd, ww = (t.contiguous(memory_format=fmt) for t in (xt, dyt, wt))
+
+        def run():
+            with torch.no_grad():
+                dx, dw, _ = torch.ops.aten.convolution_backward(
+                    dd, xx, ww, None, list(prob.strides), padding, list(prob.dilations), False,
+                    [0] * prob.rank, prob.groups, mask)
+            out = dw if kind == "wgrad" else dx
+            return _CudaResult(torch, out) if gpu else out
+        return run
+
+    best: Any = None
+    best_t = math.inf
+    for name, fmt in formats.items():
+        fn = make(fmt)
+        _time(fn)
+        t = min(_time_n(fn, 3) for _ in range(3))
+        if t < best_t:
+            best, best_t = fn, t
+            best.layout = name
+    best.explicit_pad = not symmetric
+    return best
+
+
+def _time(fn: Callable) -> float:
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - t0
+
+
+def _time_n(fn: Callable, n: int) -> float:
+    """n back-to-back calls, then a wait for all of them: throughput, as in a training loop.
+
+    The wait covers every array of every result (a training step returns a pytree): a
+    sample that returned before its work finished would leave it queued, and the next
+    contender's sample would time it.
+    """
+    t0 = time.perf_counter()
+    outs = [fn() for _ in range(n)]
+    jax.block_until_ready(outs)
+    return time.perf_counter() - t0
+
+
+def calls_per_sample(fn: Callable, target_s: float = 0.02, cap: int = 4096) -> int:
+    """Back-to-back calls for a sample of at least ``target_s`` (doubling, as timeit.autorange).
+
+    A count guessed from one call is wrong for tiny problems (one slow wake-up gives a
+    handful of calls, and the sample then times the wake-up, not the program).
+    """
+    n = 1
+    while n < cap and _time_n(fn, n) < target_s:
+        n *= 2
+    return n
+
+
+def measure(prob: benchdnn.Problem, kind: str, reps: int, with_torch: bool = True,
+            gpu: bool = False) -> dict[str, Any]:
+    """Times one problem's gradient through every contender, interleaved in this process.
+
+    Args:
+      prob: a benchdnn problem (:func:`parse_line`, :func:`load`).
+      kind: ``"wgrad"`` (weight gradient) or ``"dgrad"`` (data gradient).
+      reps: samples per contender; each sample runs enough calls to last >= 20 ms.
+      with_torch: also time PyTorch's ``convolution_backward`` (when installed).
+      gpu: run on the GPU (float32 at ``Precision.HIGHEST``, torch with TF32 off).
+
+    Returns:
+      The result row: medians in ms (``median_ms``), ``speedup_vs_vjp`` (jax.vjp's time over
+      jaxconv's), ``jaxconv_over_torch``, GFLOP/s, compile times and the problem.
+    """
+    impls = build(prob, kind, with_torch=with_torch, gpu=gpu)
+    compile_s = {name: _time(fn) for name, fn in impls.items()}  # first call: compile + run
+    calls = {name: calls_per_sample(fn) for name, fn in impls.items()}
+    # Interleaved, in a fresh random order each rep (a fixed rotation keeps the same
+    # neighbours, and a program timed right after another inherits its threads' state:
+    # two copies of one program differed by 15% that way); one untimed call before each
+    # sample lets the previous implementation's threads settle.
+    order = np.random.default_rng(0)
+    names = list(impls)
+    times: dict[str, list[float]] = {name: [] for name in impls}
+    for _ in range(reps):
+        for name in order.permutation(names):
+            fn, n = impls[name], calls[name]
+            _time_n(fn, 1)
+            times[name].append(_time_n(fn, n) / n)
+    med = {name: statistics.median(ts) for name, ts in times.items()}
+    row = {
+        "list": prob.source, "name": prob.name, "kind": kind, "category": prob.category,
+        "problem": {k: v for k, v in prob.__dict__.items() if k not in ("name", "source")},
+        "gflop": prob.flops / 1e9,
+        "median_ms": {k: v * 1e3 for k, v in med.items()},
+        "gflops_per_s": {k: prob.flops / v / 1e9 for k, v in med.items()},
+        "first_call_s": compile_s,
+        "speedup_vs_vjp": med["jax.vjp"] / med["jaxconv"],
+        "same_program_as_vjp": same_program(impls["jaxconv"], impls["jax.vjp"]),
+    }
+    if "jaxconv+opts" in med:
+        row["speedup_vs_vjp_with_opts"] = med["jax.vjp"] / med["jaxconv+opts"]
+    if "torch" in med:
+        row["jaxconv_over_torch"] = med["jaxconv"] / med["torch"]
+        torch_impl: Any = impls["torch"]
+        row["torch_layout"] = torch_impl.layout
+        row["torch_explicit_pad"] = torch_impl.explicit_pad
+    return row
+
+
+def geomean(values) -> float:
+    values = [v for v in values if v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def _key(r: dict) -> str:
+    return f"{r['list']}:{r['name']}:{r['kind']}"
+
+
+def _slower(r: dict) -> bool:
+    return r["speedup_vs_vjp"] < 1 / 1.05
+
+
+def summarize(rows: list[dict]) -> dict:
+    out = {}
+    for lst in sorted({r["list"] for r in rows}):
+        sel = [r for r in rows if r["list"] == lst]
+        out[lst] = {
+            "problems": len(sel),
+            "geomean_speedup_vs_vjp": geomean(r["speedup_vs_vjp"] for r in sel),
+            "min_speedup_vs_vjp": min(r["speedup_vs_vjp"] for r in sel),
+            "geomean_jaxconv_over_torch": geomean(
+                r["jaxconv_over_torch"] for r in sel if "jaxconv_over_torch" in r),
+            "geomean_best_over_torch": geomean(
+                min(r["median_ms"]["jaxconv"], r["median_ms"].get("jaxconv+opts", math.inf))
+                / r["median_ms"]["torch"] for r in sel if "torch" in r["median_ms"]),
+        }
+    for cat in ("grouped", "depthwise"):
+        for kind, label in (("wgrad", "weight gradients"), ("dgrad", "data gradients")):
+            sel = [r for r in rows if r["category"] == cat and r["kind"] == kind]
+            if sel:
+                out[f"category:{cat} ({label})"] = {
+                    "problems": len(sel),
+                    "geomean_speedup_vs_vjp": geomean(r["speedup_vs_vjp"] for r in sel),
+                    "min_speedup_vs_vjp": min(r["speedup_vs_vjp"] for r in sel)}
+    target = [r for r in rows if r["list"] in TARGET_LISTS]
+    if target:
+        out["target_lists"] = {"problems": len(target),
+                               "geomean_speedup_vs_vjp": geomean(r["speedup_vs_vjp"] for r in target),
+                               "slower_than_vjp": [_key(r) for r in target if _slower(r)
+                                                   and not r.get("same_program_as_vjp")],
+                               "slower_same_program": [_key(r) for r in target if _slower(r)
+                                                       and r.get("same_program_as_vjp")],
+                               "same_program_as_vjp": sum(bool(r.get("same_program_as_vjp"))
+                                                          for r in target)}
+    return out
+
+
+def plot(rows: list[dict], path: pathlib.Path, backend: str = "cpu") -> None:
+    """Per list and kind: every row's speed-up over jax.vjp (dots) and over torch (crosses)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot", file=sys.stderr)
+        return
+    groups = sorted({(r["list"], r["kind"]) for r in rows})
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(groups)), 4.2))
+    rng = np.random.default_rng(0)
+    for i, (lst, kind) in enumerate(groups):
+        sel = [r for r in rows if r["list"] == lst and r["kind"] == kind]
+        vjp = [r["speedup_vs_vjp"] for r in sel]
+        jit = rng.uniform(-0.15, 0.15, len(sel))
+        ax.scatter(i - 0.12 + jit, vjp, s=12, color="tab:blue", alpha=0.7,
+                   label="jaxconv vs jax.vjp" if i == 0 else None)
+        ax.plot([i - 0.3, i + 0.06], [geomean(vjp)] * 2, color="tab:blue", lw=2.5)
+        tor = [1 / r["jaxconv_over_torch"] for r in sel if "jaxconv_over_torch" in r]
+        if tor:
+            ax.scatter(i + 0.18 + jit[: len(tor)], tor, s=12, marker="x", color="tab:orange",
+                       alpha=0.7, label="jaxconv vs torch" if i == 0 else None)
+            ax.plot([i + 0.06, i + 0.36], [geomean(tor)] * 2, color="tab:orange", lw=2.5)
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_ylabel("speed-up of jaxconv (>1: jaxconv faster)")
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([f"{lst.replace('deconv_shapes_', 'deconv ').replace('conv_shapes_', '')}"
+                        f"\n{kind}" for lst, kind in groups], fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(f"jaxconv gradient ops ({backend}, f32): each problem a point, "
+                 f"bars the geometric means", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def _progress(items, desc):
+    try:
+        from tqdm import tqdm
+        return tqdm(items, desc=desc, file=sys.stderr)
+    except ImportError:
+        total = len(items)
+
+        def gen():
+            for i, item in enumerate(items):
+                print(f"\r{desc} {i + 1}/{total}", end="", file=sys.stderr, flush=True)
+                yield item
+            print(file=sys.stderr)
+        return gen()
+
+
+def tasks_for(lists, per_list, batch_cap, only=None):
+    """(problem, kind) pairs: the first ``per_list`` problems of each list, or exactly ``only``."""
+    if only is not None:
+        by_name = {p.name: p for lst in lists for p in benchdnn.load(lst, batch_cap)}
+        return [(by_name[name], kind) for name, kind in only]
+    out = []
+    for lst in lists:
+        probs = benchdnn.load(lst, batch_cap)
+        if per_list is not None:
+            probs = probs[:per_list]
+        for prob in probs:
+            out.append((prob, "wgrad"))
+            if prob.transposed or (prob.groups > 1 and not prob.depthwise):
+                out.append((prob, "dgrad"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line of ``jaxconv bench``; ``argv`` as after ``bench`` (e.g. ``["--preset", "smoke"]``).
+
+    Returns:
+      The exit status (0 on success; argparse exits with 2 on bad arguments).
+    """
+    ap = argparse.ArgumentParser(prog="jaxconv bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="quick")
+    ap.add_argument("--backend", choices=["cpu", "gpu"], default="cpu",
+                    help="where JAX (and torch) compute: cpu (default) or gpu (CUDA or ROCm; "
+                         "float32 at Precision.HIGHEST, torch with TF32 off)")
+    ap.add_argument("--lists", nargs="+", help=f"shape lists (file names without .txt in {benchdnn.SHAPES})")
+    ap.add_argument("--per-list", type=int, help="first N problems of each list")
+    ap.add_argument("--reps", type=int)
+    ap.add_argument("--batch-cap", type=int,
+                    help="cap on the minibatch (default 16, smoke 2; the file's own where "
+                         "smaller)")
+    ap.add_argument("--no-torch", action="store_true",
+                    help="leave torch out (its OpenMP threads spin after each call and can "
+                         "disturb the next measurement on a small machine)")
+    ap.add_argument("--out", type=pathlib.Path, help="JSON path (default: benchmarks/results/<preset>.json in a source checkout, else "
+                         "jaxconv-bench-results/<preset>.json)")
+    args = ap.parse_args(argv)
+    preset = PRESETS[args.preset]
+    lists = args.lists or preset["lists"]
+    per_list = args.per_list if args.per_list is not None else preset["per_list"]
+    reps = args.reps or preset["reps"]
+    for lst in lists:
+        if not (benchdnn.SHAPES / f"{lst}.txt").exists():
+            ap.error(f"unknown list {lst!r}; see {benchdnn.SHAPES}")
+    gpu = args.backend == "gpu"
+    try:
+        device = jax.devices(args.backend)[0]
+    except RuntimeError as e:
+        ap.error(f"--backend {args.backend}: JAX has no {args.backend} backend here ({e})")
+    if args.batch_cap is None:
+        args.batch_cap = preset.get("batch_cap", 16)
+    tasks = tasks_for(lists, per_list, args.batch_cap,
+                      None if args.lists or args.per_list is not None else preset.get("only"))
+    rows = []
+    with jax.default_device(device):
+        for prob, kind in _progress(tasks, "benchmarks"):
+            rows.append(measure(prob, kind, reps, with_torch=not args.no_torch, gpu=gpu))
+    out = args.out or results_dir() / f"{args.preset}{'-gpu' if gpu else ''}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {
+        "meta": {"jax": jax.__version__, "backend": device.platform,
+                 "precision": "HIGHEST (torch: TF32 off)" if gpu else "default",
+                 "devices": [str(device)], "cpu_count": os.cpu_count(),
+                 "platform": platform.platform(), "reps": reps, "batch_cap": args.batch_cap,
+                 "command": " ".join(["jaxconv bench", *(argv if argv is not None else sys.argv[1:])])},
+        "summary": summarize(rows),
+        "rows": rows,
+    }
+    out.write_text(json.dumps(result, indent=1))
+    plot(rows, out.with_suffix(".png"), device.platform)
+    print("median time per call in ms; x vjp = jax.vjp's time / jaxconv's; /torch = jaxconv's "
+          "time / torch's")
+    print(f"{'list':26s} {'problem':28s} {'kind':5s} {'jaxconv':>9s} {'jax.vjp':>9s} "
+          f"{'torch':>9s} {'x vjp':>7s} {'/torch':>7s}")
+    for r in rows:
+        m = r["median_ms"]
+        print(f"{r['list'][:26]:26s} {r['name'][:28]:28s} {r['kind']:5s} {m['jaxconv']:9.2f} "
+              f"{m['jax.vjp']:9.2f} {m.get('torch', float('nan')):9.2f} "
+              f"{r['speedup_vs_vjp']:7.2f} {r.get('jaxconv_over_torch', float('nan')):7.2f}")
+    print(json.dumps(result["summary"], indent=1))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
