@@ -29,7 +29,8 @@ def render(result: dict) -> str:
     for key, s in summary.items():
         if key.startswith("category:"):
             out.append(f"| {key} | {s['problems']} | {s['geomean_speedup_vs_vjp']:.2f}x | "
-                       f"{s['min_speedup_vs_vjp']:.2f}x | | |")
+                       f"{s['min_speedup_vs_vjp']:.2f}x | "
+                       f"{s.get('geomean_jaxconv_over_torch', float('nan')):.2f} | |")
     t = summary.get("target_lists")
     if t:
         out += ["", f"Target lists together: {t['problems']} problems, geometric-mean speed-up "

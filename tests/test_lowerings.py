@@ -360,16 +360,20 @@ def test_dot_for_a_window_covering_the_input(rank, df, ff, groups, dilation, pad
     h.assert_close(got, h.conv_filter_from_oix(dw, ff), jnp.float32)
 
 
+@pytest.mark.parametrize("variadic", [True, False])
 @pytest.mark.parametrize("kernel,multiplier", [((7, 7), 1), ((3, 3, 2), 2)])
-def test_shifted_weight_gradient_over_batch_blocks_and_tap_runs(monkeypatch, kernel, multiplier):
-    """The "shifted" weight gradient's two loops: batch blocks (a lax.scan) and runs of taps.
+def test_shifted_weight_gradient_over_batch_blocks_and_tap_runs(monkeypatch, kernel, multiplier,
+                                                                variadic):
+    """The "shifted" weight gradient's loops: batch blocks (a lax.scan), runs of taps.
 
-    A small block size makes every example a block of its own, and a 7x7 kernel (49 taps)
-    needs two variadic reduces: the paths a small problem never takes.
+    A small block size makes every example a block of its own; with the variadic
+    reduce forced on, a 7x7 kernel (49 taps) needs two of them; forced off, one
+    reduce per tap: the paths a small problem never takes.
     """
     from jaxconv._src import lowering
     rank, c = len(kernel), 3
     monkeypatch.setattr(lowering, "_BLOCK_BYTES", 1)
+    monkeypatch.setattr(lowering, "_VARIADIC_MIN_BYTES", 0 if variadic else 2 ** 62)
     assert lowering._TAPS_PER_REDUCE < math.prod(kernel) or multiplier > 1
     spatial = (9, 14, 5)[:rank]
     rng = np.random.default_rng(4)
@@ -385,6 +389,10 @@ def test_shifted_weight_gradient_over_batch_blocks_and_tap_runs(monkeypatch, ker
         h.data_to_ncx(h.to_f64(dy), "NXC"), strides=kw["strides"], dilations=kw["dilations"],
         pads_begin=(1,) * rank, pads_end=(2,) * rank, groups=c)
     h.assert_close(got, h.conv_filter_from_oix(dw, "XIO"), jnp.float32)
+    # under vmap (per-example weight gradients) the reduce is batched, not unrolled
+    per_example = jax.vmap(lambda x, dy: jaxconv.convolution_backprop_filters(
+        x[None], dy[None], w_shape, **kw, precision=HIGHEST, lowering="shifted"))(x, dy)
+    h.assert_close(jnp.sum(per_example, axis=0), got, jnp.float32)
 
 
 # ---- the override is an argument; "vjp" is JAX's program; "auto" per platform ----------

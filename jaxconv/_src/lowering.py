@@ -541,6 +541,8 @@ _BLOCK_BYTES = 2 ** 22
 
 #: the most kernel taps one variadic reduce of the "shifted" weight gradient accumulates
 _TAPS_PER_REDUCE = 27
+#: the bytes of x and dy (one batch block) above which those taps share one variadic reduce
+_VARIADIC_MIN_BYTES = 2 ** 20
 
 
 def _add_each(a: Sequence[Array], b: Sequence[Array]) -> list[Array]:
@@ -587,14 +589,19 @@ def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, method: WeightGradM
             # One variadic reduce per run of taps: a single loop over x and dy that
             # accumulates every tap of the run, where one reduce per tap would
             # stream both arrays once per tap (2.5-5x on XLA:CPU, 3x3 depthwise).
+            # XLA:CPU does not vectorize a variadic reduce, though: when x and dy fit
+            # the cache anyway, the vectorized reduce per tap is faster (14x14 C512:
+            # 0.4 vs 0.86 ms).
+            block = (math.prod(xc.shape) + math.prod(dyg.shape)) * np.dtype(dyg.dtype).itemsize
+            per_reduce = _TAPS_PER_REDUCE if block > _VARIADIC_MIN_BYTES else 1
             products = []
             for k in np.ndindex(*p.kernel):
                 start = [kk * dl for kk, dl in zip(k, p.dilations)]
                 xs = split(_window(xc, p, start, p.output_size, p.strides), 1).astype(dyg.dtype)
                 products.append(xs * dyg)
             taps = []
-            for i in range(0, len(products), _TAPS_PER_REDUCE):
-                run = products[i:i + _TAPS_PER_REDUCE]
+            for i in range(0, len(products), per_reduce):
+                run = products[i:i + per_reduce]
                 zeros = [jnp.zeros((), dyg.dtype)] * len(run)
                 taps += lax.reduce(run, zeros, _add_each, (b, *sp))
             return jnp.stack([t.reshape(g, m) for t in taps], axis=-1)

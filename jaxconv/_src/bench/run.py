@@ -364,7 +364,9 @@ def summarize(rows: list[dict]) -> dict:
                 out[f"category:{cat} ({label})"] = {
                     "problems": len(sel),
                     "geomean_speedup_vs_vjp": geomean(r["speedup_vs_vjp"] for r in sel),
-                    "min_speedup_vs_vjp": min(r["speedup_vs_vjp"] for r in sel)}
+                    "min_speedup_vs_vjp": min(r["speedup_vs_vjp"] for r in sel),
+                    "geomean_jaxconv_over_torch": geomean(
+                        r["jaxconv_over_torch"] for r in sel if "jaxconv_over_torch" in r)}
     target = [r for r in rows if r["list"] in TARGET_LISTS]
     if target:
         out["target_lists"] = {"problems": len(target),
