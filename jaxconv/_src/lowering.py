@@ -615,15 +615,15 @@ def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, method: WeightGradM
             # Every tap re-reads x and dy: over the whole batch that is memory-bound (each
             # pass streams both arrays). A loop over batch blocks that fit the cache does
             # all taps of one block while it is there (1.4x on 56x56 C144 N8, 3x3).
-            def blocks(a: Array, ax: int) -> Array:
-                a = jnp.moveaxis(a, ax, 0)
-                return jnp.moveaxis(a.reshape(nb // chunk, chunk, *a.shape[1:]), 1, ax + 1)
-
-            def body(total: Array, block: tuple[Array, Array]) -> tuple[Array, None]:
-                return total + every_tap(*block), None
+            # The blocks are sliced in place (a dynamic slice that XLA fuses into the
+            # reduction), not stacked by a reshape: that would copy x and dy first.
+            def body(i: Array, total: Array) -> Array:
+                start = i * chunk
+                return total + every_tap(lax.dynamic_slice_in_dim(xc, start, chunk, d.batch_axis),
+                                         lax.dynamic_slice_in_dim(dyg, start, chunk, b))
 
             zero = jnp.zeros((g, m, math.prod(p.kernel)), dyg.dtype)
-            dw, _ = lax.scan(body, zero, (blocks(xc, d.batch_axis), blocks(dyg, b)))
+            dw = lax.fori_loop(0, nb // chunk, body, zero)
         return dw.reshape(g, m, *p.kernel)[:, None]  # (G, 1, m, *K)
     if any(o != 1 for o in p.output_size):  # dot: per kernel tap, contract batch and positions
         taps = []
