@@ -208,3 +208,28 @@ def test_int_tuple_broadcasts_and_defaults():
     assert geo.int_tuple("t", "strides", 2, 3, default=1, minimum=1) == (2, 2, 2)
     assert geo.int_tuple("t", "strides", None, 2, default=1, minimum=1) == (1, 1)
     assert geo.int_tuple("t", "pads_end", np.array([0, 2]), 2, default=0, minimum=0) == (0, 2)
+
+
+@pytest.mark.parametrize("value,mode", [
+    ("SAME", "same_upper"), ("same", "same_upper"), ("Same_Lower", "same_lower"),
+    ("VALID", "valid"), ("none", "explicit"), ("explicit", "explicit"), ("NOTSET", "explicit"),
+    (None, "explicit")])
+def test_auto_pad_aliases(value, mode):
+    """lax's and TensorFlow's spellings are accepted; every family's word for explicit pads."""
+    from jaxconv._src.geometry.padding import canonical_auto_pad
+    assert canonical_auto_pad("op", value) == mode
+    assert canonical_auto_pad("op", value, "explicit") == mode
+
+
+@pytest.mark.parametrize("value,explicit,suggestion", [
+    ("same_uper", "none", "'same_upper'"), ("samelower", "none", "'same_lower'"),
+    ("nnone", "none", "'none'"), ("explicitt", "explicit", "'explicit'"),
+    ("explict", "none", "'none'"), ("valdi", "explicit", "'valid'")])
+def test_auto_pad_typos_get_the_closest_value_in_the_family_vocabulary(value, explicit, suggestion):
+    from jaxconv._src.geometry.padding import canonical_auto_pad
+    with pytest.raises(ValueError, match=f"^op: auto_pad must be one of '{explicit}', .*got "
+                                         f"'{value}'; did you mean {suggestion}\\?$"):
+        canonical_auto_pad("op", value, explicit)
+    with pytest.raises(ValueError) as e:
+        canonical_auto_pad("op", "zzz", explicit)
+    assert "did you mean" not in str(e.value)

@@ -38,8 +38,8 @@ ShapeLike: TypeAlias = Sequence[int] | np.ndarray | jax.Array
 IntOrSeq: TypeAlias = int | Sequence[int] | None
 
 AutoPad: TypeAlias = Literal[
-    "none", "explicit", "same_upper", "same_lower", "valid", "notset",
-    "NONE", "EXPLICIT", "SAME_UPPER", "SAME_LOWER", "VALID", "NOTSET",
+    "none", "explicit", "same_upper", "same_lower", "valid", "notset", "same",
+    "NONE", "EXPLICIT", "SAME_UPPER", "SAME_LOWER", "VALID", "NOTSET", "SAME",
 ]
 DataFormat: TypeAlias = Literal["NXC", "NCX", "nxc", "ncx"]
 ConvolutionFilterFormat: TypeAlias = Literal["XIO", "OIX", "xio", "oix"]
