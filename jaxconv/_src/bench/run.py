@@ -21,9 +21,9 @@ It ships with the package (``jaxconv bench``, the shape lists as package data) a
 else ``jaxconv-bench-results/<preset>.json``.
 
 usage:
-  jaxconv bench --preset quick            # a few problems per list (~7 minutes on 2 CPU cores)
-  jaxconv bench --preset full             # every problem of the target lists (~45 minutes)
-  jaxconv bench --preset smoke            # three small problems (~10 s)
+  jaxconv bench --preset quick            # 3 problems per list (78 s on 2 CPU cores)
+  jaxconv bench --preset full             # every problem of the lists (13 minutes on 2 cores)
+  jaxconv bench --preset smoke            # three small problems (about 10 s)
   jaxconv bench --backend gpu --preset quick
   jaxconv bench --lists conv_shapes_resnet_50 --reps 7 --out r50.json
 """
