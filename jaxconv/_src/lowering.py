@@ -584,6 +584,11 @@ def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, method: WeightGradM
             dyg, b, sp = dy, d.batch_axis, list(d.spatial_axes)
             split = lambda a, per: a  # noqa: E731
         dyg = dyg if acc is None else dyg.astype(acc)
+        # The sums over batch and positions run in float32 at least: a variadic reduce adds
+        # one element at a time, and 16-bit sums of ~10^4 terms lose 1e-2 (the result is
+        # rounded to the accumulation dtype once, at the end).
+        narrow = jnp.issubdtype(dyg.dtype, jnp.floating) and jnp.dtype(dyg.dtype).itemsize < 4
+        total_dtype = jnp.dtype(jnp.float32) if narrow else jnp.dtype(dyg.dtype)
 
         def every_tap(xc: Array, dyg: Array) -> Array:  # (G, m, prod(K))
             # One variadic reduce per run of taps: a single loop over x and dy that
@@ -601,8 +606,8 @@ def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, method: WeightGradM
                 products.append(xs * dyg)
             taps = []
             for i in range(0, len(products), per_reduce):
-                run = products[i:i + per_reduce]
-                zeros = [jnp.zeros((), dyg.dtype)] * len(run)
+                run = [t.astype(total_dtype) for t in products[i:i + per_reduce]]
+                zeros = [jnp.zeros((), total_dtype)] * len(run)
                 taps += lax.reduce(run, zeros, _add_each, (b, *sp))
             return jnp.stack([t.reshape(g, m) for t in taps], axis=-1)
 
@@ -622,9 +627,9 @@ def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, method: WeightGradM
                 return total + every_tap(lax.dynamic_slice_in_dim(xc, start, chunk, d.batch_axis),
                                          lax.dynamic_slice_in_dim(dyg, start, chunk, b))
 
-            zero = jnp.zeros((g, m, math.prod(p.kernel)), dyg.dtype)
+            zero = jnp.zeros((g, m, math.prod(p.kernel)), total_dtype)
             dw = lax.fori_loop(0, nb // chunk, body, zero)
-        return dw.reshape(g, m, *p.kernel)[:, None]  # (G, 1, m, *K)
+        return dw.astype(dyg.dtype).reshape(g, m, *p.kernel)[:, None]  # (G, 1, m, *K)
     if any(o != 1 for o in p.output_size):  # dot: per kernel tap, contract batch and positions
         taps = []
         for k in np.ndindex(*p.kernel):
