@@ -46,7 +46,7 @@ def test_shapes_resolves_auto_pad(capsys):
     assert "output shape (3, 3, 8, 32)" in out
     rows = {ln[:38].strip(): ln[38:].strip() for ln in out.splitlines()[2:]}
     assert rows["pads_begin"] == "[0, 0]" and rows["pads_end"] == "[1, 1]"  # same_upper
-    assert "cpu: feature_group, gpu: vjp, default: vjp" in out
+    assert "cpu: per_group, gpu: vjp, default: vjp" in out
 
 
 def test_shapes_of_the_seed_3d_example_computes_nothing(capsys):

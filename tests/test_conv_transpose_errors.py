@@ -100,8 +100,8 @@ CASES = [
     ("layout-channels-weights-format", lambda: ctw(X, DY, (4, 3, 3, 3), **S2), ValueError,
      ["these shapes match weights_format='IOX': pass it"]),
     ("lowering-unknown", lambda: ct(X, W, **S2, lowering="phase"), ValueError,
-     ["conv_transpose: lowering must be one of ['auto', 'grid', 'phases', 'dot', 'vjp'], "
-      "got 'phase'"]),
+     ["conv_transpose: lowering must be one of ['auto', 'grid', 'phases', 'dot', 'vjp', "
+      "'per_group'], got 'phase'"]),
     ("lowering-inapplicable", lambda: ctw(X, DY, WS, **S2, lowering="shifted"), ValueError,
      ["conv_transpose_backward_weights: lowering='shifted' does not apply to this problem"]),
 ]

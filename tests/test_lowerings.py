@@ -25,13 +25,13 @@ from tests.cases import CONV_TRANSPOSE_MATRIX, pack_fractal_z_loop
 from tests.cases import ConvCase as Case
 
 HIGHEST = lax.Precision.HIGHEST
-ALL = ("conv", "feature_group", "shifted", "dot", "vjp")
+ALL = ("conv", "feature_group", "shifted", "dot", "vjp", "per_group")
 
 
 def _applies(method, case: Case, kernel) -> bool:
     if method == "shifted":
         return case.groups_name == "depthwise"
-    if method == "feature_group":
+    if method in ("feature_group", "per_group"):
         return case.groups_name != "g1"
     return True
 
@@ -99,10 +99,11 @@ def test_every_lowering_against_torch(case, kernel, method):
 
 
 # "conv" is what tests/test_convolution.py checks against torch on its own matrix
-FORWARD = ("dot", "shifted")
+FORWARD = ("dot", "shifted", "per_group")
 FORWARD_PARAMS = [
     pytest.param(c, k, m, id=f"{m}-{c.id}-k{'x'.join(map(str, k))}", marks=_marks(m))
-    for c, k in CASES for m in FORWARD if m != "shifted" or c.groups_name == "depthwise"]
+    for c, k in CASES for m in FORWARD if m != "shifted" or c.groups_name == "depthwise"
+    if m != "per_group" or c.groups_name != "g1"]
 
 
 @pytest.mark.parametrize("case,kernel,method", FORWARD_PARAMS)
@@ -148,7 +149,7 @@ def test_forward_auto_choice():
     def problem(groups, ic, kernel, strides=1):
         return geometry.convolution_problem(
             "t", geometry.Names(), x_shape=(2, *[9] * len(kernel), ic), y_shape=None,
-            w_shape=(*kernel, ic // groups, 8), strides=strides, pads_begin=None,
+            w_shape=(*kernel, ic // groups, max(8, ic)), strides=strides, pads_begin=None,
             pads_end=None, dilations=None, auto_pad="valid", groups=groups,
             data_format="NXC", filter_format="XIO")
 
@@ -157,7 +158,8 @@ def test_forward_auto_choice():
 
     assert cpu(4, 4, (3, 3)) == "shifted"  # depthwise: a multiply-add per tap
     assert cpu(4, 4, (3, 3), strides=2) == "dot"
-    assert cpu(2, 8, (3, 3)) == "dot"  # grouped: products batched over groups
+    assert cpu(2, 8, (3, 3)) == "per_group"  # grouped: one dense problem per group
+    assert cpu(128, 256, (3, 3)) == "dot"  # ... up to 64 groups; past them products per tap
     assert cpu(1, 8, (1, 1)) == "dot"  # 1x1: one product
     assert cpu(1, 2, (1, 1)) == "conv"  # ... but not with < 4 channels
     assert cpu(1, 8, (3, 3, 3)) == "dot"  # 3D, stride 1
@@ -172,7 +174,7 @@ def test_auto_choice():
     def problem(groups, ic, kernel):
         return geometry.convolution_problem(
             "t", geometry.Names(), x_shape=(2, *[9] * len(kernel), ic), y_shape=None,
-            w_shape=(*kernel, ic // groups, 8), strides=None, pads_begin=None, pads_end=None,
+            w_shape=(*kernel, ic // groups, max(8, ic)), strides=None, pads_begin=None, pads_end=None,
             dilations=None, auto_pad="valid", groups=groups, data_format="NXC",
             filter_format="XIO")
 
@@ -180,13 +182,15 @@ def test_auto_choice():
         return backends.weight_grad_method(problem(*args), "cpu")
 
     assert cpu(1, 4, (3, 3)) == "conv"
-    assert cpu(2, 4, (3, 3)) == "feature_group"
+    assert cpu(2, 4, (3, 3)) == "per_group"  # one dense problem per group
+    assert cpu(128, 256, (3, 3)) == "feature_group"  # past 64 groups
     assert cpu(4, 4, (3, 3)) == "shifted"
     assert cpu(2, 4, (1, 1)) == "dot"
     # 3D: per-tap products, except with fewer than 4 channels per group.
     assert cpu(1, 4, (3, 3, 3)) == "dot"
-    assert cpu(2, 8, (3, 3, 3)) == "dot"
-    assert cpu(4, 8, (3, 3, 3)) == "conv"
+    assert cpu(2, 8, (3, 3, 3)) == "per_group"
+    assert cpu(4, 8, (3, 3, 3)) == "per_group"
+    assert cpu(128, 256, (3, 3, 3)) == "conv"
     assert cpu(4, 4, (3, 3, 3)) == "shifted"
     # GPU (H100 measurements): per-tap products for dense 3D only, jax.vjp's program elsewhere.
     gpu = {args: backends.weight_grad_method(problem(*args), "gpu") for args in [
@@ -207,7 +211,7 @@ def test_kernels_reject_an_unknown_method():
     p = _problem_strided(2)
     dy, w = jnp.ones(p.y_shape), jnp.ones(p.filter_shape)
     with pytest.raises(ValueError, match=r"lowering: method must be 'auto' or one of \['grid', "
-                                         r"'phases', 'dot', 'vjp'\], got 'fft'"):
+                                         r"'phases', 'dot', 'vjp', 'per_group'\], got 'fft'"):
         lowering.data_grad(dy, w, p, method="fft")
     with pytest.raises(ValueError, match="got 'grid'"):
         lowering.weight_grad(jnp.ones(p.x_shape), dy, p, method="grid")
@@ -217,7 +221,7 @@ def test_inapplicable_or_unknown_method():
     x, dy = jnp.ones((1, 6, 6, 4)), jnp.ones((1, 4, 4, 4))
     with pytest.raises(ValueError, match=r"^convolution_backprop_filters: lowering must be one of "
                                          r"\['auto', 'conv', 'feature_group', 'shifted', 'dot', "
-                                         r"'vjp'\], got 'fast'"):
+                                         r"'vjp', 'per_group'\], got 'fast'"):
         jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering="fast")
     with pytest.raises(ValueError, match=r"lowering='shifted' does not apply to this problem: "
                                          r"'shifted' needs one input channel per group"):
@@ -225,10 +229,15 @@ def test_inapplicable_or_unknown_method():
     with pytest.raises(ValueError, match=r"'feature_group' regroups a grouped problem, got "
                                          r"groups=1; use one of \['auto', 'conv', 'dot', 'vjp'\]"):
         jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering="feature_group")
+    with pytest.raises(ValueError, match=r"'per_group' splits a grouped problem, got groups=1"):
+        jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering="per_group")
+    with pytest.raises(ValueError, match=r"'per_group' splits a grouped problem, got groups=1"):
+        jaxconv.convolution_backward_data(dy, jnp.ones((3, 3, 4, 4)), (6, 6), lowering="per_group")
     with pytest.raises(TypeError, match="convolution_backprop_filters: lowering must be a string"):
         jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering=None)
     with pytest.raises(ValueError, match="^convolution_backward_data: lowering must be one of "
-                                         r"\['auto', 'grid', 'phases', 'dot', 'vjp'\], got 'fft'"):
+                                         r"\['auto', 'grid', 'phases', 'dot', 'vjp', 'per_group'\], "
+                                         r"got 'fft'"):
         jaxconv.convolution_backward_data(dy, jnp.ones((3, 3, 4, 4)), (6, 6), lowering="fft")
 
 
@@ -265,8 +274,14 @@ def test_conv_transpose_and_tbe_follow_the_override(method):
 
 
 
-@pytest.mark.parametrize("method", ["grid", "phases", pytest.param("dot", marks=ISOLATED), "vjp"])
-@pytest.mark.parametrize("case", CONV_TRANSPOSE_MATRIX[::4], ids=lambda c: c.id)
+DATA = ["grid", "phases", pytest.param("dot", marks=ISOLATED), "vjp"]
+
+
+@pytest.mark.parametrize("case,method", [
+    pytest.param(c, m, id=f"{m}-{c.id}", marks=_marks(m))
+    for c in CONV_TRANSPOSE_MATRIX[::4] for m in ("grid", "phases", "dot", "vjp")]
+    + [pytest.param(c, "per_group", id=f"per_group-{c.id}") for c in CONV_TRANSPOSE_MATRIX
+       if c.attrs.get("groups", 1) > 1][::3])
 def test_data_gradient_lowerings_against_torch(case, method):
     """conv_transpose (the data-gradient kernel) and its backward data, both forced."""
     x, w, dy = case.make(seed=9)
@@ -276,7 +291,7 @@ def test_data_gradient_lowerings_against_torch(case, method):
     h.assert_close(y, y_t, jnp.float32)
 
 
-@pytest.mark.parametrize("method", ["grid", "phases", pytest.param("dot", marks=ISOLATED), "vjp"])
+@pytest.mark.parametrize("method", [*DATA, "per_group"])
 def test_data_gradient_lowerings_convolution_backward_data(method):
     rng = np.random.default_rng(2)
     x = h.random(rng, (2, 9, 8, 4))
@@ -300,14 +315,15 @@ def test_data_gradient_auto_choice_and_unknown():
     assert cpu(_problem_strided(2)) == "phases"
     assert cpu(_problem_strided(1)) == "grid"
     assert cpu(_problem_strided(2, channels=3)) == "grid"  # image layer
-    assert cpu(_problem_strided(2, groups=2)) == "dot"
+    assert cpu(_problem_strided(2, groups=2)) == "per_group"
+    assert cpu(_problem_strided(2, channels=256, groups=128)) == "dot"
     for p in (_problem_strided(2), _problem_strided(1), _problem_strided(2, groups=2)):
         assert backends.data_grad_method(p, "gpu") == "vjp"
         assert backends.data_grad_method(p, "default") == "vjp"
     # GPU: non-overlapping 3D windows of <= 32 result channels take per-tap products.
     assert backends.data_grad_method(_problem_3d(16), "gpu") == "dot"
     assert backends.data_grad_method(_problem_3d(64), "gpu") == "vjp"
-    # the seed's 3D example: "dot" would keep ~8x its 2.7 GiB result in temporaries
+    # OpenVINO's 3D example: "dot" would keep ~8x its 2.7 GiB result in temporaries
     big = geometry.conv_transpose_problem(
         "t", geometry.Names(), x_shape=(1, 20, 224, 224, 224), y_shape=None,
         w_shape=(20, 2, 3, 3, 3), strides=2, pads_begin=1, pads_end=1, dilations=None,
@@ -420,20 +436,22 @@ def test_forced_lowering_after_jit_changes_the_compiled_program():
                  static_argnames=("filter_shape", "groups", "lowering"))
     ref = op(x, dy, (3, 3, 4, 8), groups=2)  # traced and compiled with "auto"
     programs = {}
-    for method in ("auto", "conv", "feature_group", "dot", "vjp"):
+    for method in ("auto", "conv", "feature_group", "dot", "vjp", "per_group"):
         got = op(x, dy, (3, 3, 4, 8), groups=2, lowering=method)
         h.assert_close(got, ref, jnp.float32)
         programs[method] = "\n".join(_compiled(op, x, dy, (3, 3, 4, 8), groups=2,
                                                 lowering=method))
-    assert programs["auto"] == programs["feature_group"]  # the CPU rule for grouped 2D
+    assert programs["auto"] == programs["per_group"]  # the CPU rule for grouped 2D
     assert "feature_group_count=2" in programs["feature_group"]
+    assert programs["per_group"].count("convolution(") == 2  # one dense one per group
+    assert "group_count" not in programs["per_group"]
     # batch_group_count=2, which XLA:CPU expands into a base-dilated convolution
     assert "convolution-base-dilated" in programs["conv"]
     assert "feature_group_count" not in programs["conv"]
     assert "dot(" in programs["dot"] and "convolution(" not in programs["dot"]
     # "conv" and "vjp" differ only in how padding beyond the windows is kept: none here
     assert programs["vjp"] == programs["conv"]
-    assert len(set(programs.values())) == 3
+    assert len(set(programs.values())) == 4
 
 
 VJP_CASES = [  # (data_format, filter_format, groups, strides, dilations, pads_begin, pads_end)
@@ -484,12 +502,13 @@ def _convs(text: str) -> list[str]:
 
 def test_auto_lowering_reaches_the_program_of_each_platform():
     """One traced op, lowered for CPU, CUDA, ROCm and TPU, carries each backend's rule."""
-    # Grouped 2D weight gradient: CPU "feature_group"; GPU and TPU jax.vjp's batch_group conv.
+    # Grouped 2D weight gradient: CPU one dense convolution per group ("per_group"); GPU and
+    # TPU jax.vjp's batch_group conv.
     x, dy = jnp.ones((2, 9, 9, 8)), jnp.ones((2, 7, 7, 8))
     fn = functools.partial(jaxconv.convolution_backprop_filters, filter_shape=(3, 3, 4, 8),
                            groups=2)
     text = {plat: _exported(fn, plat, x, dy) for plat in ("cpu", "cuda", "rocm", "tpu")}
-    assert "feature_group_count = 2" in text["cpu"] and "batch_group_count = 2" not in text["cpu"]
+    assert len(_convs(text["cpu"])) == 2 and "group_count = 2" not in text["cpu"]
     for plat in ("cuda", "rocm", "tpu"):
         assert "batch_group_count = 2" in text[plat], plat
         assert "dot_general" not in text[plat] and len(_convs(text[plat])) == 1, plat
@@ -571,7 +590,7 @@ GRAD_PROBLEMS = {  # small problems: (x shape NXC, groups, attributes)
 @pytest.mark.parametrize("problem,method", [
     pytest.param(pid, m, marks=_marks(m)) for pid in sorted(GRAD_PROBLEMS) for m in ALL
     if not (m == "shifted" and GRAD_PROBLEMS[pid][1] != 4)  # needs depthwise
-    and not (m == "feature_group" and GRAD_PROBLEMS[pid][1] == 1)])  # needs groups
+    and not (m in ("feature_group", "per_group") and GRAD_PROBLEMS[pid][1] == 1)])  # needs groups
 def test_check_grads_order_2_of_each_weight_lowering(problem, method):
     x_shape, g, attrs = GRAD_PROBLEMS[problem]
     w_shape = (3, 2, 4 // g, 4)
@@ -585,8 +604,10 @@ def test_check_grads_order_2_of_each_weight_lowering(problem, method):
                     (x, dy), order=2, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6, eps=1e-4)
 
 
-@pytest.mark.parametrize("method", ["grid", "phases", pytest.param("dot", marks=ISOLATED), "vjp"])
-@pytest.mark.parametrize("problem", sorted(GRAD_PROBLEMS))
+@pytest.mark.parametrize("problem,method", [
+    pytest.param(pid, m, marks=_marks(m)) for pid in sorted(GRAD_PROBLEMS)
+    for m in ("grid", "phases", "dot", "vjp", "per_group")
+    if not (m == "per_group" and GRAD_PROBLEMS[pid][1] == 1)])
 def test_check_grads_order_2_of_each_data_lowering(problem, method):
     x_shape, g, attrs = GRAD_PROBLEMS[problem]
     w_shape = (3, 2, 4 // g, 4)

@@ -103,7 +103,8 @@ def conv_transpose(
       precision, preferred_element_type: as in :func:`jaxconv.convolution`.
       lowering: the data-gradient formulation: ``"auto"`` (default: chosen per
         problem and per backend, see docs/performance.md), ``"grid"``,
-        ``"phases"``, ``"dot"`` or ``"vjp"`` (the program ``jax.vjp`` emits). A
+        ``"phases"``, ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits) or
+        ``"per_group"`` (groups > 1: one problem per group). A
         static argument: it changes the compiled program.
 
     Returns:
@@ -266,7 +267,8 @@ def conv_transpose_backward_weights(
       lowering: the weight-gradient formulation: ``"auto"`` (default: chosen per
         problem and per backend, see docs/performance.md), ``"conv"``,
         ``"feature_group"`` (groups > 1), ``"shifted"`` (one input channel per
-        group), ``"dot"`` or ``"vjp"`` (the program ``jax.vjp`` emits). A static
+        group), ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits) or
+        ``"per_group"`` (groups > 1: one problem per group). A static
         argument: it changes the compiled program.
       weights_format: ``"XOI"`` (default), ``"IOX"``, ``"OIX"`` or ``"XIO"``.
 
@@ -346,7 +348,8 @@ def conv_transpose_backprop_filters(
       lowering: the weight-gradient formulation: ``"auto"`` (default: chosen per
         problem and per backend, see docs/performance.md), ``"conv"``,
         ``"feature_group"`` (groups > 1), ``"shifted"`` (one input channel per
-        group), ``"dot"`` or ``"vjp"`` (the program ``jax.vjp`` emits). A static
+        group), ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits) or
+        ``"per_group"`` (groups > 1: one problem per group). A static
         argument: it changes the compiled program.
       filter_format: ``"XIO"`` (default), ``"OIX"``, ``"IOX"`` or ``"XOI"``.
 

@@ -81,7 +81,8 @@ def convolution(
       lowering: the forward formulation: ``"auto"`` (default: chosen per problem
         and per backend, see docs/performance.md), ``"conv"`` (one
         ``lax.conv_general_dilated``), ``"dot"`` (one matrix product per kernel
-        tap) or ``"shifted"`` (depthwise only: one multiply-add per tap). A
+        tap), ``"shifted"`` (depthwise only: one multiply-add per tap) or
+        ``"per_group"`` (groups > 1: one convolution per group). A
         static argument: it changes the compiled program.
 
     Returns:
@@ -162,7 +163,8 @@ def convolution_backward_data(
       precision, preferred_element_type: as in :func:`convolution`.
       lowering: the data-gradient formulation: ``"auto"`` (default: chosen per
         problem and per backend, see docs/performance.md), ``"grid"``,
-        ``"phases"``, ``"dot"`` or ``"vjp"`` (the program ``jax.vjp`` emits). A
+        ``"phases"``, ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits) or
+        ``"per_group"`` (groups > 1: one problem per group). A
         static argument: it changes the compiled program.
 
     Returns:
@@ -261,7 +263,8 @@ def convolution_backprop_filters(
       lowering: the weight-gradient formulation: ``"auto"`` (default: chosen per
         problem and per backend, see docs/performance.md), ``"conv"``,
         ``"feature_group"`` (groups > 1), ``"shifted"`` (one input channel per
-        group), ``"dot"`` or ``"vjp"`` (the program ``jax.vjp`` emits). A static
+        group), ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits) or
+        ``"per_group"`` (groups > 1: one problem per group). A static
         argument: it changes the compiled program.
 
     Returns:
@@ -338,7 +341,8 @@ def convolution_backward_weights(
       lowering: the weight-gradient formulation: ``"auto"`` (default: chosen per
         problem and per backend, see docs/performance.md), ``"conv"``,
         ``"feature_group"`` (groups > 1), ``"shifted"`` (one input channel per
-        group), ``"dot"`` or ``"vjp"`` (the program ``jax.vjp`` emits). A static
+        group), ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits) or
+        ``"per_group"`` (groups > 1: one problem per group). A static
         argument: it changes the compiled program.
       weights_format: ``"XIO"`` (default) or ``"OIX"``.
 

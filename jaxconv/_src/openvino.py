@@ -219,7 +219,8 @@ def convolution_backprop_data(
       precision, preferred_element_type: as in :func:`jaxconv.convolution`.
       lowering: the data-gradient formulation: ``"auto"`` (default: chosen per
         problem and per backend, see docs/performance.md), ``"grid"``,
-        ``"phases"``, ``"dot"`` or ``"vjp"`` (the program ``jax.vjp`` emits). A
+        ``"phases"``, ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits) or
+        ``"per_group"`` (groups > 1: one problem per group). A
         static argument: it changes the compiled program.
 
     Returns:
@@ -285,7 +286,8 @@ def group_convolution_backprop_data(
       precision, preferred_element_type: as in :func:`convolution_backprop_data`.
       lowering: the data-gradient formulation: ``"auto"`` (default: chosen per
         problem and per backend, see docs/performance.md), ``"grid"``,
-        ``"phases"``, ``"dot"`` or ``"vjp"`` (the program ``jax.vjp`` emits). A
+        ``"phases"``, ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits) or
+        ``"per_group"`` (groups > 1: one problem per group). A
         static argument: it changes the compiled program.
 
     Returns:

@@ -83,7 +83,7 @@ def check_lowering(op: str, kind: str, lowering_value: Any, p: Any) -> str:
     elif kind == "weight":
         methods, inapplicable = lowering.WEIGHT_GRAD_METHODS, lowering.weight_grad_inapplicable
     elif kind == "data":
-        methods, inapplicable = lowering.DATA_GRAD_METHODS, None
+        methods, inapplicable = lowering.DATA_GRAD_METHODS, lowering.data_grad_inapplicable
     else:
         raise ValueError(f"check_lowering: kind must be 'forward', 'weight' or 'data', got {kind!r}")
     allowed = ["auto", *methods]

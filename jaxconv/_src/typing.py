@@ -45,6 +45,7 @@ DataFormat: TypeAlias = Literal["NXC", "NCX", "nxc", "ncx"]
 ConvolutionFilterFormat: TypeAlias = Literal["XIO", "OIX", "xio", "oix"]
 ConvTransposeFilterFormat: TypeAlias = Literal[
     "IOX", "XOI", "OIX", "XIO", "iox", "xoi", "oix", "xio"]
-ForwardLowering: TypeAlias = Literal["auto", "conv", "dot", "shifted"]
-WeightGradLowering: TypeAlias = Literal["auto", "conv", "feature_group", "shifted", "dot", "vjp"]
-DataGradLowering: TypeAlias = Literal["auto", "grid", "phases", "dot", "vjp"]
+ForwardLowering: TypeAlias = Literal["auto", "conv", "dot", "shifted", "per_group"]
+WeightGradLowering: TypeAlias = Literal[
+    "auto", "conv", "feature_group", "shifted", "dot", "vjp", "per_group"]
+DataGradLowering: TypeAlias = Literal["auto", "grid", "phases", "dot", "vjp", "per_group"]
