@@ -39,14 +39,17 @@ PER_GROUP_MAX_GROUPS = 64
 
 
 def _per_group_pays(p: ConvProblem) -> bool:
-    """XLA:CPU: a grouped (not depthwise) problem of at most 2^27 elements runs as g dense ones.
+    """XLA:CPU: a grouped (not depthwise) 1D/2D problem of at most 2^27 elements runs as g dense ones.
 
     XLA:CPU runs a grouped convolution far below the dense speed: g dense problems were
     2.3-4.3x faster forward, 1.4-8.7x on weight gradients and 1.6-4.2x on data gradients
-    (N16, 2D, g = 2..32; alexnet deconv2's 5x5 g2: 168/199/197 -> 39/43/78 ms), 1.0-1.6x in 3D.
+    (N16, 2D, g = 2..32; alexnet deconv2's 5x5 g2: 168/199/197 -> 39/43/78 ms). In 3D the
+    per-tap products already avoid the grouped convolution, and g 3D problems were mixed
+    against them on benchdnn's 3d_gconv rows (0.5-2x), so 3D keeps its rules.
     """
     small = max(math.prod(p.x_shape), math.prod(p.y_shape)) <= DOT_MAX_RESULT_ELEMENTS
-    return small and 1 < p.groups <= PER_GROUP_MAX_GROUPS and p.in_channels > p.groups
+    return (small and p.rank <= 2 and 1 < p.groups <= PER_GROUP_MAX_GROUPS
+            and p.in_channels > p.groups)
 
 
 def _check_backend(backend: str) -> None:
