@@ -31,8 +31,10 @@ ALL = ("conv", "feature_group", "shifted", "dot", "vjp", "per_group")
 def _applies(method, case: Case, kernel) -> bool:
     if method == "shifted":
         return case.groups_name == "depthwise"
-    if method in ("feature_group", "per_group"):
+    if method == "feature_group":
         return case.groups_name != "g1"
+    if method == "per_group":  # where CPU picks it: grouped, not depthwise, k > 1
+        return case.groups_name == "g2" and any(k > 1 for k in kernel)
     return True
 
 
@@ -103,7 +105,7 @@ FORWARD = ("dot", "shifted", "per_group")
 FORWARD_PARAMS = [
     pytest.param(c, k, m, id=f"{m}-{c.id}-k{'x'.join(map(str, k))}", marks=_marks(m))
     for c, k in CASES for m in FORWARD if m != "shifted" or c.groups_name == "depthwise"
-    if m != "per_group" or c.groups_name != "g1"]
+    if m != "per_group" or _applies(m, c, k)]
 
 
 @pytest.mark.parametrize("case,kernel,method", FORWARD_PARAMS)
