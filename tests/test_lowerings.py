@@ -586,10 +586,17 @@ GRAD_PROBLEMS = {  # small problems: (x shape NXC, groups, attributes)
     "g1-dilated": ((2, 7, 6, 4), 1, dict(dilations=(2, 1), pads_begin=1, pads_end=1)),
     "g4-strided-dilated": ((2, 8, 7, 4), 4, dict(strides=2, dilations=2, pads_begin=1)),
 }
+#: the problem every lowering is checked on in the default run (a stride, a dilation and
+#: groups: every method applies); the other two run with ``-m slow`` (about 6 s each)
+DEFAULT_GRAD_PROBLEM = "g4-strided-dilated"
+
+
+def _grad_marks(problem, method):
+    return _marks(method) + ([] if problem == DEFAULT_GRAD_PROBLEM else [pytest.mark.slow])
 
 
 @pytest.mark.parametrize("problem,method", [
-    pytest.param(pid, m, marks=_marks(m)) for pid in sorted(GRAD_PROBLEMS) for m in ALL
+    pytest.param(pid, m, marks=_grad_marks(pid, m)) for pid in sorted(GRAD_PROBLEMS) for m in ALL
     if not (m == "shifted" and GRAD_PROBLEMS[pid][1] != 4)  # needs depthwise
     and not (m in ("feature_group", "per_group") and GRAD_PROBLEMS[pid][1] == 1)])  # needs groups
 def test_check_grads_order_2_of_each_weight_lowering(problem, method):
@@ -606,7 +613,7 @@ def test_check_grads_order_2_of_each_weight_lowering(problem, method):
 
 
 @pytest.mark.parametrize("problem,method", [
-    pytest.param(pid, m, marks=_marks(m)) for pid in sorted(GRAD_PROBLEMS)
+    pytest.param(pid, m, marks=_grad_marks(pid, m)) for pid in sorted(GRAD_PROBLEMS)
     for m in ("grid", "phases", "dot", "vjp", "per_group")
     if not (m == "per_group" and GRAD_PROBLEMS[pid][1] == 1)])
 def test_check_grads_order_2_of_each_data_lowering(problem, method):
