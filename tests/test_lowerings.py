@@ -18,7 +18,7 @@ from jax import lax
 from jax.test_util import check_grads
 
 import jaxconv
-from jaxconv._src import backends, geometry
+from jaxconv._src import backends, geometry, lowering
 from tests import helpers as h
 from tests import oracles
 from tests.cases import CONV_TRANSPOSE_MATRIX, pack_fractal_z_loop
@@ -207,7 +207,6 @@ def test_auto_choice():
 
 def test_kernels_reject_an_unknown_method():
     """The kernels' own dispatch is exhaustive: nothing falls through to a default form."""
-    from jaxconv._src import lowering
 
     p = _problem_strided(2)
     dy, w = jnp.ones(p.y_shape), jnp.ones(p.filter_shape)
@@ -351,12 +350,15 @@ def _problem_strided(s, channels=8, groups=1):
 @pytest.mark.parametrize("rank,df,ff,groups,dilation,pad", [
     (1, "NCX", "OIX", 1, 1, 0), (2, "NXC", "XIO", 2, 2, 1), (3, "NCX", "XIO", 1, 1, 1),
     (2, "NCX", "OIX", 4, 1, 0)])
-def test_dot_for_a_window_covering_the_input(rank, df, ff, groups, dilation, pad):
-    """Every output extent 1 (benchdnn's 3d_conv_large_shape): an outer product over the batch."""
+@pytest.mark.parametrize("oc", [8, 40], ids=["outer-sum", "dot_general"])
+def test_dot_for_a_window_covering_the_input(rank, df, ff, groups, dilation, pad, oc):
+    """Every output extent 1 (benchdnn's 3d_conv_large_shape): an outer product over the batch,
+    summed element-wise (at most 8 output channels per group) or by one dot_general."""
     spatial = (5, 4, 3)[:rank]
     kernel = tuple((i + 2 * pad - 1) // dilation + 1 for i in spatial)
     pads_end = tuple((k - 1) * dilation + 1 - i - pad for k, i in zip(kernel, spatial))
-    ic, oc = 4, 8
+    ic = 4
+    assert (oc // groups <= lowering._OUTER_SUM_MAX_OC) == (oc == 8)
     rng = np.random.default_rng(3)
     x = h.random(rng, h.data_shape(df, 2, ic, spatial))
     dy = h.random(rng, h.data_shape(df, 2, oc, (1,) * rank))
@@ -387,7 +389,6 @@ def test_shifted_weight_gradient_over_batch_blocks_and_tap_runs(monkeypatch, ker
     reduce forced on, a 7x7 kernel (49 taps) needs two of them; forced off, one
     reduce per tap: the paths a small problem never takes.
     """
-    from jaxconv._src import lowering
     rank, c = len(kernel), 3
     monkeypatch.setattr(lowering, "_BLOCK_BYTES", 1)
     monkeypatch.setattr(lowering, "_VARIADIC_MIN_BYTES", 0 if variadic else 2 ** 62)
