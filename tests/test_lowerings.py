@@ -25,7 +25,7 @@ from tests.cases import CONV_TRANSPOSE_MATRIX, pack_fractal_z_loop
 from tests.cases import ConvCase as Case
 
 HIGHEST = lax.Precision.HIGHEST
-ALL = ("conv", "feature_group", "shifted", "dot", "vjp", "per_group")
+ALL = ("conv", "feature_group", "shifted", "dot", "vjp", "per_group", "block_diagonal")
 
 
 def _applies(method, case: Case, kernel) -> bool:
@@ -35,6 +35,8 @@ def _applies(method, case: Case, kernel) -> bool:
         return case.groups_name != "g1"
     if method == "per_group":  # where CPU picks it: grouped, not depthwise, k > 1
         return case.groups_name == "g2" and any(k > 1 for k in kernel)
+    if method == "block_diagonal":  # grouped, not depthwise (where CPU picks it)
+        return case.groups_name == "g2"
     return True
 
 
@@ -101,11 +103,11 @@ def test_every_lowering_against_torch(case, kernel, method):
 
 
 # "conv" is what tests/test_convolution.py checks against torch on its own matrix
-FORWARD = ("dot", "shifted", "per_group")
+FORWARD = ("dot", "shifted", "per_group", "block_diagonal")
 FORWARD_PARAMS = [
     pytest.param(c, k, m, id=f"{m}-{c.id}-k{'x'.join(map(str, k))}", marks=_marks(m))
     for c, k in CASES for m in FORWARD if m != "shifted" or c.groups_name == "depthwise"
-    if m != "per_group" or _applies(m, c, k)]
+    if m not in ("per_group", "block_diagonal") or _applies(m, c, k)]
 
 
 @pytest.mark.parametrize("case,kernel,method", FORWARD_PARAMS)
@@ -167,6 +169,9 @@ def test_forward_auto_choice():
     assert cpu(1, 8, (3, 3, 3)) == "dot"  # 3D, stride 1
     assert cpu(1, 8, (2, 2, 2), strides=2) == "conv"
     assert cpu(1, 8, (3, 3)) == "conv"  # 2D dense: XLA's convolution
+    assert cpu(2, 8, (3, 3, 3)) == "block_diagonal"  # 3D, few channels per group: one dense problem
+    assert cpu(2, 8, (3, 3, 3), strides=2) == "dot"  # ... at stride 1
+    assert cpu(2, 128, (3, 3, 3)) == "dot"  # ... and at most 64 channels
     for args in [(4, 4, (3, 3)), (2, 8, (3, 3)), (1, 8, (3, 3, 3))]:
         assert backends.forward_method(problem(*args), "gpu") == "conv"
         assert backends.forward_method(problem(*args), "default") == "conv"
@@ -190,8 +195,10 @@ def test_auto_choice():
     assert cpu(2, 4, (1, 1)) == "dot"
     # 3D: per-tap products, except with fewer than 4 channels per group.
     assert cpu(1, 4, (3, 3, 3)) == "dot"
-    assert cpu(2, 8, (3, 3, 3)) == "dot"  # 3D grouped: per-tap products, not per_group
-    assert cpu(4, 8, (3, 3, 3)) == "conv"
+    assert cpu(2, 8, (3, 3, 3)) == "block_diagonal"  # 3D, <= 5 channels per group: one dense problem
+    assert cpu(2, 16, (3, 3, 3)) == "dot"  # 3D grouped: per-tap products, not per_group
+    assert cpu(4, 8, (3, 3, 3)) == "block_diagonal"
+    assert cpu(4, 256, (3, 3, 3)) == "dot"  # 64 channels per group, over 64 in all
     assert cpu(4, 4, (3, 3, 3)) == "shifted"
     # GPU (H100 measurements): per-tap products for dense 3D only, jax.vjp's program elsewhere.
     gpu = {args: backends.weight_grad_method(problem(*args), "gpu") for args in [
@@ -211,7 +218,7 @@ def test_kernels_reject_an_unknown_method():
     p = _problem_strided(2)
     dy, w = jnp.ones(p.y_shape), jnp.ones(p.filter_shape)
     with pytest.raises(ValueError, match=r"lowering: method must be 'auto' or one of \['grid', "
-                                         r"'phases', 'dot', 'vjp', 'per_group'\], got 'fft'"):
+                                         r"'phases', 'dot', 'vjp', 'per_group', 'block_diagonal'\], got 'fft'"):
         lowering.data_grad(dy, w, p, method="fft")
     with pytest.raises(ValueError, match="got 'grid'"):
         lowering.weight_grad(jnp.ones(p.x_shape), dy, p, method="grid")
@@ -221,7 +228,7 @@ def test_inapplicable_or_unknown_method():
     x, dy = jnp.ones((1, 6, 6, 4)), jnp.ones((1, 4, 4, 4))
     with pytest.raises(ValueError, match=r"^convolution_backprop_filters: lowering must be one of "
                                          r"\['auto', 'conv', 'feature_group', 'shifted', 'dot', "
-                                         r"'vjp', 'per_group'\], got 'fast'"):
+                                         r"'vjp', 'per_group', 'block_diagonal'\], got 'fast'"):
         jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering="fast")
     with pytest.raises(ValueError, match=r"lowering='shifted' does not apply to this problem: "
                                          r"'shifted' needs one input channel per group"):
@@ -236,7 +243,7 @@ def test_inapplicable_or_unknown_method():
     with pytest.raises(TypeError, match="convolution_backprop_filters: lowering must be a string"):
         jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering=None)
     with pytest.raises(ValueError, match="^convolution_backward_data: lowering must be one of "
-                                         r"\['auto', 'grid', 'phases', 'dot', 'vjp', 'per_group'\], "
+                                         r"\['auto', 'grid', 'phases', 'dot', 'vjp', 'per_group', 'block_diagonal'\], "
                                          r"got 'fft'"):
         jaxconv.convolution_backward_data(dy, jnp.ones((3, 3, 4, 4)), (6, 6), lowering="fft")
 
@@ -280,8 +287,8 @@ DATA = ["grid", "phases", pytest.param("dot", marks=ISOLATED), "vjp"]
 @pytest.mark.parametrize("case,method", [
     pytest.param(c, m, id=f"{m}-{c.id}", marks=_marks(m))
     for c in CONV_TRANSPOSE_MATRIX[::4] for m in ("grid", "phases", "dot", "vjp")]
-    + [pytest.param(c, "per_group", id=f"per_group-{c.id}") for c in CONV_TRANSPOSE_MATRIX
-       if c.attrs.get("groups", 1) > 1][::3])
+    + [pytest.param(c, m, id=f"{m}-{c.id}") for c in CONV_TRANSPOSE_MATRIX
+       if c.attrs.get("groups", 1) > 1 for m in ("per_group", "block_diagonal")][::3])
 def test_data_gradient_lowerings_against_torch(case, method):
     """conv_transpose (the data-gradient kernel) and its backward data, both forced."""
     x, w, dy = case.make(seed=9)
@@ -291,7 +298,7 @@ def test_data_gradient_lowerings_against_torch(case, method):
     h.assert_close(y, y_t, jnp.float32)
 
 
-@pytest.mark.parametrize("method", [*DATA, "per_group"])
+@pytest.mark.parametrize("method", [*DATA, "per_group", "block_diagonal"])
 def test_data_gradient_lowerings_convolution_backward_data(method):
     rng = np.random.default_rng(2)
     x = h.random(rng, (2, 9, 8, 4))
@@ -315,7 +322,8 @@ def test_data_gradient_auto_choice_and_unknown():
     assert cpu(_problem_strided(2)) == "phases"
     assert cpu(_problem_strided(1)) == "grid"
     assert cpu(_problem_strided(2, channels=3)) == "grid"  # image layer
-    assert cpu(_problem_strided(2, groups=2)) == "per_group"
+    assert cpu(_problem_strided(2, groups=2)) == "block_diagonal"  # <= 64 channels
+    assert cpu(_problem_strided(2, channels=128, groups=2)) == "per_group"
     assert cpu(_problem_strided(2, channels=256, groups=128)) == "dot"
     for p in (_problem_strided(2), _problem_strided(1), _problem_strided(2, groups=2)):
         assert backends.data_grad_method(p, "gpu") == "vjp"
@@ -599,7 +607,8 @@ def _grad_marks(problem, method):
 @pytest.mark.parametrize("problem,method", [
     pytest.param(pid, m, marks=_grad_marks(pid, m)) for pid in sorted(GRAD_PROBLEMS) for m in ALL
     if not (m == "shifted" and GRAD_PROBLEMS[pid][1] != 4)  # needs depthwise
-    and not (m in ("feature_group", "per_group") and GRAD_PROBLEMS[pid][1] == 1)])  # needs groups
+    and not (m in ("feature_group", "per_group", "block_diagonal")
+             and GRAD_PROBLEMS[pid][1] == 1)])  # needs groups
 def test_check_grads_order_2_of_each_weight_lowering(problem, method):
     x_shape, g, attrs = GRAD_PROBLEMS[problem]
     w_shape = (3, 2, 4 // g, 4)
@@ -615,8 +624,8 @@ def test_check_grads_order_2_of_each_weight_lowering(problem, method):
 
 @pytest.mark.parametrize("problem,method", [
     pytest.param(pid, m, marks=_grad_marks(pid, m)) for pid in sorted(GRAD_PROBLEMS)
-    for m in ("grid", "phases", "dot", "vjp", "per_group")
-    if not (m == "per_group" and GRAD_PROBLEMS[pid][1] == 1)])
+    for m in ("grid", "phases", "dot", "vjp", "per_group", "block_diagonal")
+    if not (m in ("per_group", "block_diagonal") and GRAD_PROBLEMS[pid][1] == 1)])
 def test_check_grads_order_2_of_each_data_lowering(problem, method):
     x_shape, g, attrs = GRAD_PROBLEMS[problem]
     w_shape = (3, 2, 4 // g, 4)

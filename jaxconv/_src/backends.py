@@ -52,6 +52,33 @@ def _per_group_pays(p: ConvProblem) -> bool:
             and p.in_channels > p.groups)
 
 
+#: The most channels (input or output, all groups) "block_diagonal" expands into one dense problem.
+BLOCK_DIAGONAL_MAX_CHANNELS = 64
+
+
+def _block_diagonal_pays(p: ConvProblem, kind: str) -> bool:
+    """XLA:CPU: a grouped problem of few channels per group as one dense, block-diagonal one.
+
+    g times the arithmetic, but XLA:CPU's products of 2-8 channels per group run far below
+    the dense speed. Measured (2 cores, float32, ms, the CPU choice before -> block_diagonal):
+    benchdnn's 3d_gconv rows (N2, 24-64 channels, 2-8 per group) forward 1.5-3.4x, data
+    gradients 1.3-3.7x, weight gradients 1.4-1.9x at up to 5 channels per group (0.9-1.0x at
+    6-8, 0.8x strided); C64 g32 16^3: 2.3/3.2/2.7x. At 128-256 channels it lost (0.7-0.9x).
+    In 2D only the data gradient gained (N8 56x56 C64 g32: 43 -> 11; C24 g4: 8.6 -> 2.8),
+    against 0.06-0.9x for the 2D forward and weight gradient (the dense 2D convolution).
+    """
+    icg = p.in_channels // p.groups
+    if not (p.groups > 1 and icg > 1 and max(p.in_channels, p.out_channels) <= BLOCK_DIAGONAL_MAX_CHANNELS
+            and max(math.prod(p.x_shape), math.prod(p.y_shape)) <= DOT_MAX_RESULT_ELEMENTS):
+        return False
+    unstrided = all(s == 1 for s in p.strides)
+    if kind == "data":
+        return p.rank >= 2 and icg <= 8
+    if kind == "forward":
+        return p.rank == 3 and icg <= 8 and unstrided
+    return p.rank == 3 and icg <= 5 and unstrided
+
+
 def _check_backend(backend: str) -> None:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
@@ -106,6 +133,8 @@ def _forward_cpu(p: ConvProblem) -> str:
         return "conv"
     if p.groups > 1 and icg == 1:
         return "shifted" if unstrided else "dot"
+    if _block_diagonal_pays(p, "forward"):
+        return "block_diagonal"
     if _per_group_pays(p):
         return "per_group"
     if p.groups > 1:
@@ -116,7 +145,11 @@ def _forward_cpu(p: ConvProblem) -> str:
 
 
 def _weight_grad_cpu(p: ConvProblem) -> str:
-    if all(k == 1 for k in p.kernel) or all(o == 1 for o in p.output_size):
+    if all(o == 1 for o in p.output_size):
+        return "dot"
+    if _block_diagonal_pays(p, "weight"):
+        return "block_diagonal"
+    if all(k == 1 for k in p.kernel):
         return "dot"
     if _per_group_pays(p):
         return "per_group"
@@ -161,6 +194,8 @@ def _data_grad_cpu(p: ConvProblem) -> str:
     # * "phases" when a stride is > 1 (at most 64 phases), else "grid".
     undilated = all(d == 1 for d in p.dilations)
     small = math.prod(p.x_shape) <= DOT_MAX_RESULT_ELEMENTS
+    if _block_diagonal_pays(p, "data"):
+        return "block_diagonal"
     if small and all(k == 1 for k in p.kernel):
         return "dot"  # one product (per stride phase): 1.1-2.8x (N8 56x56 1x1 24 <- 144: 2.2 vs 6.2 ms)
     if _per_group_pays(p):

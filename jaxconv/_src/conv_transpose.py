@@ -103,8 +103,9 @@ def conv_transpose(
       precision, preferred_element_type: as in :func:`jaxconv.convolution`.
       lowering: the data-gradient formulation: ``"auto"`` (default: chosen per
         problem and per backend, see docs/performance.md), ``"grid"``,
-        ``"phases"``, ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits) or
-        ``"per_group"`` (groups > 1: one problem per group). A
+        ``"phases"``, ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits),
+        ``"per_group"`` (groups > 1: one problem per group) or
+        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A
         static argument: it changes the compiled program.
 
     Returns:
@@ -267,8 +268,9 @@ def conv_transpose_backward_weights(
       lowering: the weight-gradient formulation: ``"auto"`` (default: chosen per
         problem and per backend, see docs/performance.md), ``"conv"``,
         ``"feature_group"`` (groups > 1), ``"shifted"`` (one input channel per
-        group), ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits) or
-        ``"per_group"`` (groups > 1: one problem per group). A static
+        group), ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits),
+        ``"per_group"`` (groups > 1: one problem per group) or
+        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A static
         argument: it changes the compiled program.
       weights_format: ``"XOI"`` (default), ``"IOX"``, ``"OIX"`` or ``"XIO"``.
 
@@ -348,8 +350,9 @@ def conv_transpose_backprop_filters(
       lowering: the weight-gradient formulation: ``"auto"`` (default: chosen per
         problem and per backend, see docs/performance.md), ``"conv"``,
         ``"feature_group"`` (groups > 1), ``"shifted"`` (one input channel per
-        group), ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits) or
-        ``"per_group"`` (groups > 1: one problem per group). A static
+        group), ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits),
+        ``"per_group"`` (groups > 1: one problem per group) or
+        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A static
         argument: it changes the compiled program.
       filter_format: ``"XIO"`` (default), ``"OIX"``, ``"IOX"`` or ``"XOI"``.
 

@@ -81,8 +81,9 @@ def convolution(
       lowering: the forward formulation: ``"auto"`` (default: chosen per problem
         and per backend, see docs/performance.md), ``"conv"`` (one
         ``lax.conv_general_dilated``), ``"dot"`` (one matrix product per kernel
-        tap), ``"shifted"`` (depthwise only: one multiply-add per tap) or
-        ``"per_group"`` (groups > 1: one convolution per group). A
+        tap), ``"shifted"`` (depthwise only: one multiply-add per tap),
+        ``"per_group"`` (groups > 1: one convolution per group) or
+        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A
         static argument: it changes the compiled program.
 
     Returns:
@@ -163,8 +164,9 @@ def convolution_backward_data(
       precision, preferred_element_type: as in :func:`convolution`.
       lowering: the data-gradient formulation: ``"auto"`` (default: chosen per
         problem and per backend, see docs/performance.md), ``"grid"``,
-        ``"phases"``, ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits) or
-        ``"per_group"`` (groups > 1: one problem per group). A
+        ``"phases"``, ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits),
+        ``"per_group"`` (groups > 1: one problem per group) or
+        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A
         static argument: it changes the compiled program.
 
     Returns:
@@ -263,8 +265,9 @@ def convolution_backprop_filters(
       lowering: the weight-gradient formulation: ``"auto"`` (default: chosen per
         problem and per backend, see docs/performance.md), ``"conv"``,
         ``"feature_group"`` (groups > 1), ``"shifted"`` (one input channel per
-        group), ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits) or
-        ``"per_group"`` (groups > 1: one problem per group). A static
+        group), ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits),
+        ``"per_group"`` (groups > 1: one problem per group) or
+        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A static
         argument: it changes the compiled program.
 
     Returns:
@@ -341,8 +344,9 @@ def convolution_backward_weights(
       lowering: the weight-gradient formulation: ``"auto"`` (default: chosen per
         problem and per backend, see docs/performance.md), ``"conv"``,
         ``"feature_group"`` (groups > 1), ``"shifted"`` (one input channel per
-        group), ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits) or
-        ``"per_group"`` (groups > 1: one problem per group). A static
+        group), ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits),
+        ``"per_group"`` (groups > 1: one problem per group) or
+        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A static
         argument: it changes the compiled program.
       weights_format: ``"XIO"`` (default) or ``"OIX"``.
 

@@ -45,8 +45,9 @@ Precision = Any
 #: a numpy dtype, or None for "the input dtype"
 DType = Any
 Pads = Sequence[tuple[int, int]]
-WeightGradMethod = Literal["conv", "feature_group", "shifted", "dot", "vjp", "per_group"]
-DataGradMethod = Literal["grid", "phases", "dot", "vjp", "per_group"]
+WeightGradMethod = Literal["conv", "feature_group", "shifted", "dot", "vjp", "per_group",
+                           "block_diagonal"]
+DataGradMethod = Literal["grid", "phases", "dot", "vjp", "per_group", "block_diagonal"]
 
 _LOW_PRECISION = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
 
@@ -164,6 +165,7 @@ _FORWARD: dict[str, Callable[..., Array]] = {
     "dot": _forward_taps,
     "shifted": functools.partial(_forward_taps, elementwise=True),
     "per_group": lambda x, w, p, **kw: _per_group("forward", x, w, p, **kw),
+    "block_diagonal": lambda x, w, p, **kw: _block_diagonal("forward", x, w, p, **kw),
 }
 FORWARD_METHODS = tuple(_FORWARD)
 
@@ -175,6 +177,8 @@ def forward_inapplicable(method: str, p: ConvProblem) -> str | None:
                 f"{p.in_channels} input channels in {p.groups} group(s)")
     if method == "per_group":
         return per_group_inapplicable(p)
+    if method == "block_diagonal":
+        return block_diagonal_inapplicable(p)
     return None
 
 
@@ -248,6 +252,54 @@ def _per_group(kind: Literal["forward", "data", "weight"], a: Array, b: Array, p
     parts = [kernel(ai, bi, sub, precision=precision, preferred_element_type=preferred_element_type)
              for ai, bi in zip(jnp.split(a, g, axis=c), jnp.split(b, g, axis=b_ax))]
     return jnp.concatenate(parts, axis=out_ax)
+
+
+# ---------------------------------------------------------------------------
+# "block_diagonal" (groups > 1): a grouped convolution is the dense one whose
+# filter is zero outside the g diagonal blocks,
+#     W_dense[g*OCg + oc, h*ICg + ic, k] = W[g*OCg + oc, ic, k] if g == h else 0,
+# so the forward and data gradient run the dense problem (its own kernel, as the
+# backend's table picks it) on that filter, and the weight gradient is the
+# dense one's diagonal blocks. g times the arithmetic, but one dense problem
+# of g*ICg channels: XLA:CPU's 3D products of 2-16 channels per group run far
+# below the dense speed (docs/performance.md). The off-diagonal blocks are
+# selected zeros (not products with 0), so an inf in one group stays there.
+# ---------------------------------------------------------------------------
+def block_diagonal_inapplicable(p: ConvProblem) -> str | None:
+    if p.groups == 1:
+        return "'block_diagonal' expands a grouped problem, got groups=1"
+    return None
+
+
+def _filter_to_oik(w: Array, p: ConvProblem) -> tuple[Array, list[int]]:
+    """The filter as (O, I, *K), and the permutation that puts it back."""
+    spec = list(p.filter_layout.spec(swap=p.filter_swap))
+    return jnp.transpose(w, spec), [spec.index(ax) for ax in range(w.ndim)]
+
+
+def _block_diagonal_filter(w: Array, p: ConvProblem) -> Array:
+    g = p.groups
+    w_oik, back = _filter_to_oik(w, p)
+    o, icg, *k = w_oik.shape
+    wg = w_oik.reshape(g, o // g, 1, icg, *k)
+    blocks = (jnp.arange(g)[:, None] == jnp.arange(g)[None, :]).reshape(g, 1, g, 1, *[1] * len(k))
+    dense = jnp.where(blocks, wg, jnp.zeros((), w.dtype)).reshape(o, g * icg, *k)
+    return jnp.transpose(dense, back)
+
+
+def _block_diagonal(kind: Literal["forward", "data", "weight"], a: Array, b: Array, p: ConvProblem,
+                    precision: Precision, preferred_element_type: DType) -> Array:
+    dense = dataclasses.replace(p, groups=1)
+    kw = dict(precision=precision, preferred_element_type=preferred_element_type)
+    if kind == "forward":
+        return forward(a, _block_diagonal_filter(b, p), dense, **kw)
+    if kind == "data":
+        return data_grad(a, _block_diagonal_filter(b, p), dense, **kw)
+    g = p.groups
+    dw_oik, back = _filter_to_oik(weight_grad(a, b, dense, **kw), dense)
+    o, i, *k = dw_oik.shape
+    d = dw_oik.reshape(g, o // g, g, i // g, *k)
+    return jnp.transpose(jnp.concatenate([d[j, :, j] for j in range(g)], axis=0), back)
 
 
 # ---------------------------------------------------------------------------
@@ -503,13 +555,18 @@ _DATA_GRAD: dict[str, Callable[..., Array]] = {
     "dot": functools.partial(_data_grad_phases, dot=True),
     "vjp": _data_grad_vjp,
     "per_group": lambda dy, w, p, **kw: _per_group("data", dy, w, p, **kw),
+    "block_diagonal": lambda dy, w, p, **kw: _block_diagonal("data", dy, w, p, **kw),
 }
 DATA_GRAD_METHODS = tuple(_DATA_GRAD)
 
 
 def data_grad_inapplicable(method: str, p: ConvProblem) -> str | None:
     """Why a forced data-gradient method does not apply to ``p`` (None if it does)."""
-    return per_group_inapplicable(p) if method == "per_group" else None
+    if method == "per_group":
+        return per_group_inapplicable(p)
+    if method == "block_diagonal":
+        return block_diagonal_inapplicable(p)
+    return None
 
 
 def data_grad(dy: Array, w: Array, p: ConvProblem, *, precision: Precision = None,
@@ -804,6 +861,7 @@ _WEIGHT_GRAD: dict[str, Callable[..., Array]] = {
     "dot": _weight_grad_dot,
     "vjp": functools.partial(_weight_grad_conv, method="vjp"),
     "per_group": lambda x, dy, p, **kw: _per_group("weight", x, dy, p, **kw),
+    "block_diagonal": lambda x, dy, p, **kw: _block_diagonal("weight", x, dy, p, **kw),
 }
 WEIGHT_GRAD_METHODS = tuple(_WEIGHT_GRAD)
 
@@ -817,6 +875,8 @@ def weight_grad_inapplicable(method: str, p: ConvProblem) -> str | None:
         return "'feature_group' regroups a grouped problem, got groups=1"
     if method == "per_group":
         return per_group_inapplicable(p)
+    if method == "block_diagonal":
+        return block_diagonal_inapplicable(p)
     return None
 
 

@@ -219,8 +219,9 @@ def convolution_backprop_data(
       precision, preferred_element_type: as in :func:`jaxconv.convolution`.
       lowering: the data-gradient formulation: ``"auto"`` (default: chosen per
         problem and per backend, see docs/performance.md), ``"grid"``,
-        ``"phases"``, ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits) or
-        ``"per_group"`` (groups > 1: one problem per group). A
+        ``"phases"``, ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits),
+        ``"per_group"`` (groups > 1: one problem per group) or
+        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A
         static argument: it changes the compiled program.
 
     Returns:
@@ -286,8 +287,9 @@ def group_convolution_backprop_data(
       precision, preferred_element_type: as in :func:`convolution_backprop_data`.
       lowering: the data-gradient formulation: ``"auto"`` (default: chosen per
         problem and per backend, see docs/performance.md), ``"grid"``,
-        ``"phases"``, ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits) or
-        ``"per_group"`` (groups > 1: one problem per group). A
+        ``"phases"``, ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits),
+        ``"per_group"`` (groups > 1: one problem per group) or
+        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A
         static argument: it changes the compiled program.
 
     Returns:
