@@ -609,7 +609,8 @@ def data_grad(dy: Array, w: Array, p: ConvProblem, *, precision: Precision = Non
 # the strided slice of padded x: a dot_general contracting batch and spatial
 # axes (batched over the groups when there are several). (Every O = 1: the
 # window covers the padded input once, dW[oc, ic, k] = sum_n x[n, ic, k*D - pb]
-# dy[n, oc]: a dot_general contracting the batch only.)
+# dy[n, oc]: a dot_general contracting the batch only, or, for a few output
+# channels, those N outer products summed element-wise: one fused pass over x.)
 # ---------------------------------------------------------------------------
 def _weight_out(dw_gio: Array, p: ConvProblem) -> Array:
     """(G, ICg, OCg, *K) -> the filter layout (O = G*OCg, I = ICg)."""
