@@ -150,8 +150,15 @@ def test_vmap_other_axes_and_unbatched_arguments():
 
 
 # Second derivatives through every kernel (the 3D "dot" path once aborted XLA:GPU): isolated.
+# The default run checks one problem per family and the 3D one (12-25 s each: every op of
+# the family to order 2); the others run with ``-m slow``.
+ORDER_2_DEFAULT = ("conv-2d-NXC-XIO-g2-stride-dil", "conv-3d-NCX-XIO-valid",
+                   "convT-2d-NXC-XOI-g2-outpad", "ov-2d-G2-same_upper-oshape")
+
+
 @pytest.mark.isolated
-@pytest.mark.parametrize("pid", IDS)
+@pytest.mark.parametrize("pid", [pytest.param(i, marks=[] if i in ORDER_2_DEFAULT else [pytest.mark.slow])
+                                 for i in IDS])
 def test_check_grads_order_2(pid):
     with jax.enable_x64(True):
         for name, (f, args) in PROBLEMS[pid](dtype=jnp.float64, batch=1).items():
