@@ -298,6 +298,34 @@ def test_data_gradient_lowerings_against_torch(case, method):
     h.assert_close(y, y_t, jnp.float32)
 
 
+@pytest.mark.parametrize("kind", ["forward", "data", "weight"])
+def test_block_diagonal_keeps_a_non_finite_value_in_its_group(kind):
+    """The dense filter's off-diagonal blocks are selected zeros, not products with 0: an inf
+    in one group's weights (or data) gives the grouped convolution's inf/NaN pattern exactly."""
+    rng = np.random.default_rng(4)
+    x = h.random(rng, (2, 5, 6, 4, 6))
+    w = h.random(rng, (2, 3, 2, 2, 9))
+    kw = dict(groups=3, strides=(2, 1, 1), pads_begin=1)
+    y = jaxconv.convolution(x, w, **kw)
+    dy = h.random(rng, y.shape)
+    if kind == "forward":
+        w = w.at[0, 0, 0, 0, 0].set(jnp.inf)
+        run = lambda m: jaxconv.convolution(x, w, **kw, lowering=m)  # noqa: E731
+    elif kind == "data":
+        w = w.at[0, 0, 0, 0, 0].set(jnp.inf)
+        run = lambda m: jaxconv.convolution_backward_data(dy, w, x.shape, **kw, lowering=m)  # noqa: E731
+    else:
+        x = x.at[0, 1, 1, 1, 0].set(jnp.inf)
+        run = lambda m: jaxconv.convolution_backprop_filters(x, dy, w.shape, **kw, lowering=m)  # noqa: E731
+    ref = run("per_group" if kind == "forward" else "phases" if kind == "data" else "conv")
+    got = run("block_diagonal")
+    assert bool(jnp.isinf(ref).any()) and not bool(jnp.isnan(ref).all())
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(ref))
+    finite = np.isfinite(np.asarray(ref))
+    np.testing.assert_allclose(np.asarray(got)[finite], np.asarray(ref)[finite], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("method", [*DATA, "per_group", "block_diagonal"])
 def test_data_gradient_lowerings_convolution_backward_data(method):
     rng = np.random.default_rng(2)
