@@ -62,8 +62,9 @@ def _block_diagonal_pays(p: ConvProblem, kind: str) -> bool:
     g times the arithmetic, but XLA:CPU's products of 2-8 channels per group run far below
     the dense speed. Measured (2 cores, float32, ms, the CPU choice before -> block_diagonal):
     benchdnn's 3d_gconv rows (N2, 24-64 channels, 2-8 per group) forward 1.5-3.4x, data
-    gradients 1.3-3.7x, weight gradients 1.4-1.9x at up to 5 channels per group (0.9-1.0x at
-    6-8, 0.8x strided); C64 g32 16^3: 2.3/3.2/2.7x. At 128-256 channels it lost (0.7-0.9x).
+    gradients 1.4-4.5x; weight gradients 2x on 1x1, 3.2x at 2 channels per group (C64 g32
+    16^3, against ``conv``), level with ``dot`` at 4-5 (1.03x) and behind it at 8 (0.97x) or
+    strided (0.8x). At 128-256 channels it lost (0.7-0.9x).
     In 2D only the data gradient gained (N8 56x56 C64 g32: 43 -> 11; C24 g4: 8.6 -> 2.8),
     against 0.06-0.9x for the 2D forward and weight gradient (the dense 2D convolution).
     """
