@@ -9,8 +9,9 @@ lowered for keeps exactly one, so the compiler never sees the others.
 
 The rules are tables over the resolved problem, one per backend:
 
-* ``"cpu"``: measured on XLA:CPU (2-core EPYC, jaxlib 0.10.2; the benchdnn
-  lists of ``jaxconv/_src/bench/shapes``).
+* ``"cpu"``: measured on XLA:CPU (2-core AMD EPYC, jaxlib 0.10.2; the benchdnn
+  lists of ``jaxconv/_src/bench/shapes``); the ``block_diagonal`` rule and the
+  element-wise outer product on a 2-core Intel Xeon (AVX-512).
 * ``"gpu"`` (CUDA and ROCm): measured on an NVIDIA H100 (jax 0.11.2, CUDA 13)
   on the benchdnn resnet_50 and 3D lists; ROCm was not measured and shares the
   table. Where a rule has no measurement behind it, the GPU table keeps
