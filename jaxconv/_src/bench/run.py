@@ -22,7 +22,7 @@ else ``jaxconv-bench-results/<preset>.json``.
 
 usage:
   jaxconv bench --preset quick            # 3 problems per list (78 s on 2 CPU cores)
-  jaxconv bench --preset full             # every problem of the lists (13 minutes on 2 cores)
+  jaxconv bench --preset full             # every problem of the lists (13-16 minutes on 2 cores)
   jaxconv bench --preset smoke            # three small problems (about 10 s)
   jaxconv bench --backend gpu --preset quick
   jaxconv bench --lists conv_shapes_resnet_50 --reps 7 --out r50.json
