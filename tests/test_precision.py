@@ -81,6 +81,15 @@ def test_zero_size_gives_correctly_shaped_zeros(what, x_shape, w_shape):
         assert not np.any(np.asarray(r))  # all zeros (empty sums)
 
 
+@pytest.mark.parametrize("oc", [2, 16], ids=["outer-sum", "dot_general"])
+def test_zero_batch_with_a_window_covering_the_input(oc):
+    """Every output extent 1 and no examples: the outer product over the batch is all zeros."""
+    dw = jaxconv.convolution_backprop_filters(jnp.ones((0, 5, 5, 4)), jnp.ones((0, 1, 1, oc)),
+                                              (5, 5, 4, oc))
+    assert dw.shape == (5, 5, 4, oc)
+    assert not np.any(np.asarray(dw))
+
+
 def test_no_nan_or_inf_from_finite_extremes():
     """Inputs at the edge of the range: float16's max stays finite with f32 accumulation only
     where the true result fits; here the true results fit (alternating signs cancel)."""

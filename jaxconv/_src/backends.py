@@ -23,6 +23,7 @@ The rules are tables over the resolved problem, one per backend:
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from jaxconv._src.geometry import ConvProblem
 
@@ -35,6 +36,11 @@ PLATFORMS = {"cpu": ("cpu",), "gpu": ("cuda", "rocm"), "default": ()}
 # example at half size), "phases" about 2.4x: past 2^27 result elements (0.5 GiB in float32)
 # no rule picks "dot".
 DOT_MAX_RESULT_ELEMENTS = 2 ** 27
+
+
+def _operands_fit(p: ConvProblem) -> bool:
+    """Whether x and y both have at most :data:`DOT_MAX_RESULT_ELEMENTS` elements."""
+    return max(math.prod(p.x_shape), math.prod(p.y_shape)) <= DOT_MAX_RESULT_ELEMENTS
 #: The most groups "per_group" unrolls into separate problems (one convolution each).
 PER_GROUP_MAX_GROUPS = 64
 
@@ -48,8 +54,7 @@ def _per_group_pays(p: ConvProblem) -> bool:
     per-tap products already avoid the grouped convolution, and g 3D problems were mixed
     against them on benchdnn's 3d_gconv rows (0.5-2x), so 3D keeps its rules.
     """
-    small = max(math.prod(p.x_shape), math.prod(p.y_shape)) <= DOT_MAX_RESULT_ELEMENTS
-    return (small and p.rank <= 2 and 1 < p.groups <= PER_GROUP_MAX_GROUPS
+    return (_operands_fit(p) and p.rank <= 2 and 1 < p.groups <= PER_GROUP_MAX_GROUPS
             and p.in_channels > p.groups)
 
 
@@ -57,7 +62,7 @@ def _per_group_pays(p: ConvProblem) -> bool:
 BLOCK_DIAGONAL_MAX_CHANNELS = 64
 
 
-def _block_diagonal_pays(p: ConvProblem, kind: str) -> bool:
+def _block_diagonal_pays(p: ConvProblem, kind: Literal["forward", "data", "weight"]) -> bool:
     """XLA:CPU: a grouped problem of few channels per group as one dense, block-diagonal one.
 
     g times the arithmetic, but XLA:CPU's products of 2-8 channels per group run far below
@@ -71,7 +76,7 @@ def _block_diagonal_pays(p: ConvProblem, kind: str) -> bool:
     """
     icg = p.in_channels // p.groups
     if not (p.groups > 1 and icg > 1 and max(p.in_channels, p.out_channels) <= BLOCK_DIAGONAL_MAX_CHANNELS
-            and max(math.prod(p.x_shape), math.prod(p.y_shape)) <= DOT_MAX_RESULT_ELEMENTS):
+            and _operands_fit(p)):
         return False
     unstrided = all(s == 1 for s in p.strides)
     if kind == "data":
@@ -128,7 +133,7 @@ def _forward_cpu(p: ConvProblem) -> str:
     # * 2D dense kxk: the convolution (res2a_branch2b 44 vs 92 ms; 3-channel 7x7
     #   resnet_50:conv1 112 vs 1475 ms).
     # Past 2^27 elements in x or y no rule picks a per-tap form (its slices are copies).
-    small = max(math.prod(p.x_shape), math.prod(p.y_shape)) <= DOT_MAX_RESULT_ELEMENTS
+    small = _operands_fit(p)
     icg = p.in_channels // p.groups
     unstrided = all(s == 1 for s in p.strides)
     if not small:

@@ -170,18 +170,6 @@ _FORWARD: dict[str, Callable[..., Array]] = {
 FORWARD_METHODS = tuple(_FORWARD)
 
 
-def forward_inapplicable(method: str, p: ConvProblem) -> str | None:
-    """Why a forced forward method does not apply to ``p`` (None if it does)."""
-    if method == "shifted" and p.in_channels != p.groups:
-        return (f"'shifted' needs one input channel per group (depthwise), got "
-                f"{p.in_channels} input channels in {p.groups} group(s)")
-    if method == "per_group":
-        return per_group_inapplicable(p)
-    if method == "block_diagonal":
-        return block_diagonal_inapplicable(p)
-    return None
-
-
 def forward(x: Array, w: Array, p: ConvProblem, *, precision: Precision = None,
             preferred_element_type: DType = None, method: str = "auto") -> Array:
     """y from x and W; ``method`` one of :data:`FORWARD_METHODS` or ``"auto"``."""
@@ -235,9 +223,18 @@ def _dispatch(kernels: dict[str, Callable[..., Array]], choose: Callable[[ConvPr
 # weight gradients were 3.5-9x faster than one grouped convolution on
 # N16 28x28-56x56 problems with g = 2..32 (docs/performance.md).
 # ---------------------------------------------------------------------------
-def per_group_inapplicable(p: ConvProblem) -> str | None:
-    if p.groups == 1:
-        return "'per_group' splits a grouped problem, got groups=1"
+#: the methods that rework a grouped problem, and what each does to it (for messages)
+_NEEDS_GROUPS = {"feature_group": "regroups", "per_group": "splits", "block_diagonal": "expands"}
+
+
+def method_inapplicable(method: str, p: ConvProblem) -> str | None:
+    """Why a forced method (of any kernel: a name means the same in each) does not apply to
+    ``p``, or None if it does."""
+    if method == "shifted" and p.in_channels != p.groups:
+        return (f"'shifted' needs one input channel per group (depthwise), got "
+                f"{p.in_channels} input channels in {p.groups} group(s)")
+    if method in _NEEDS_GROUPS and p.groups == 1:
+        return f"'{method}' {_NEEDS_GROUPS[method]} a grouped problem, got groups=1"
     return None
 
 
@@ -261,16 +258,10 @@ def _per_group(kind: Literal["forward", "data", "weight"], a: Array, b: Array, p
 # so the forward and data gradient run the dense problem (its own kernel, as the
 # backend's table picks it) on that filter, and the weight gradient is the
 # dense one's diagonal blocks. g times the arithmetic, but one dense problem
-# of g*ICg channels: XLA:CPU's 3D products of 2-16 channels per group run far
+# of g*ICg channels: XLA:CPU's 3D products of 2-8 channels per group run far
 # below the dense speed (docs/performance.md). The off-diagonal blocks are
 # selected zeros (not products with 0), so an inf in one group stays there.
 # ---------------------------------------------------------------------------
-def block_diagonal_inapplicable(p: ConvProblem) -> str | None:
-    if p.groups == 1:
-        return "'block_diagonal' expands a grouped problem, got groups=1"
-    return None
-
-
 def _filter_to_oik(w: Array, p: ConvProblem) -> tuple[Array, list[int]]:
     """The filter as (O, I, *K), and the permutation that puts it back."""
     spec = list(p.filter_layout.spec(swap=p.filter_swap))
@@ -560,15 +551,6 @@ _DATA_GRAD: dict[str, Callable[..., Array]] = {
 DATA_GRAD_METHODS = tuple(_DATA_GRAD)
 
 
-def data_grad_inapplicable(method: str, p: ConvProblem) -> str | None:
-    """Why a forced data-gradient method does not apply to ``p`` (None if it does)."""
-    if method == "per_group":
-        return per_group_inapplicable(p)
-    if method == "block_diagonal":
-        return block_diagonal_inapplicable(p)
-    return None
-
-
 def data_grad(dy: Array, w: Array, p: ConvProblem, *, precision: Precision = None,
               preferred_element_type: DType = None, method: str = "auto") -> Array:
     """dx from dy and W; ``method`` one of :data:`DATA_GRAD_METHODS` or ``"auto"``."""
@@ -741,7 +723,7 @@ def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, method: WeightGradM
     dyg = dyg.reshape([n for a, n in enumerate(dyg.shape) if a not in sp])  # drop the 1s
     b_dy = b - sum(a < b for a in sp)
     nb, ocg = x.shape[d.batch_axis], p.out_channels // g
-    if ocg <= _OUTER_SUM_MAX_OC and nb <= _OUTER_SUM_MAX_BATCH:
+    if ocg <= _OUTER_SUM_MAX_OC and 0 < nb <= _OUTER_SUM_MAX_BATCH:
         dw = _outer_sum(xs, jnp.moveaxis(dyg, b_dy, 0), b, c if grouped else None, acc)
     else:
         dims = (((b,), (b_dy,)), ((c,), (c - sum(a < c for a in sp),)) if grouped else ((), ()))
@@ -767,7 +749,8 @@ def _outer_sum(xs: Array, dyn: Array, b: int, g_axis: int | None, acc: DType) ->
     ``dyn`` is (N, [G,] OCg). The dot_general contracting a batch of a few examples
     (XLA:CPU: an (elements x N) by (N x OCg) matrix product) ran 3-6x slower than
     this unrolled sum, which XLA fuses into one pass over x (3d_conv_large_shape:2,
-    2 x 192^3 x 32: 0.4 s against 2.1-2.5 s for the product and jax.vjp).
+    2 x 192^3 x 32: 0.4 s against 2.1-2.5 s for the product and jax.vjp). Measured on
+    XLA:CPU only; the GPU table's "dot" (dense 3D) reaches it too, unmeasured there.
     """
     rest = xs.ndim - 1  # x's axes without the batch
     g_rest = None if g_axis is None else g_axis - (b < g_axis)
@@ -865,20 +848,6 @@ _WEIGHT_GRAD: dict[str, Callable[..., Array]] = {
     "block_diagonal": lambda x, dy, p, **kw: _block_diagonal("weight", x, dy, p, **kw),
 }
 WEIGHT_GRAD_METHODS = tuple(_WEIGHT_GRAD)
-
-
-def weight_grad_inapplicable(method: str, p: ConvProblem) -> str | None:
-    """Why a forced weight-gradient method does not apply to ``p`` (None if it does)."""
-    if method == "shifted" and p.in_channels != p.groups:
-        return (f"'shifted' needs one input channel per group (depthwise), got "
-                f"{p.in_channels} input channels in {p.groups} group(s)")
-    if method == "feature_group" and p.groups == 1:
-        return "'feature_group' regroups a grouped problem, got groups=1"
-    if method == "per_group":
-        return per_group_inapplicable(p)
-    if method == "block_diagonal":
-        return block_diagonal_inapplicable(p)
-    return None
 
 
 def weight_grad(x: Array, dy: Array, p: ConvProblem, *, precision: Precision = None,

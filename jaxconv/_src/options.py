@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
@@ -77,13 +76,12 @@ def check_lowering(op: str, kind: str, lowering_value: Any, p: Any) -> str:
     ``kind`` is ``"forward"``, ``"weight"`` or ``"data"`` (which kernel the op runs).
     Returns the method (``"auto"`` or one of the kernel's methods).
     """
-    inapplicable: Callable[[str, Any], str | None] | None
     if kind == "forward":
-        methods, inapplicable = lowering.FORWARD_METHODS, lowering.forward_inapplicable
+        methods = lowering.FORWARD_METHODS
     elif kind == "weight":
-        methods, inapplicable = lowering.WEIGHT_GRAD_METHODS, lowering.weight_grad_inapplicable
+        methods = lowering.WEIGHT_GRAD_METHODS
     elif kind == "data":
-        methods, inapplicable = lowering.DATA_GRAD_METHODS, lowering.data_grad_inapplicable
+        methods = lowering.DATA_GRAD_METHODS
     else:
         raise ValueError(f"check_lowering: kind must be 'forward', 'weight' or 'data', got {kind!r}")
     allowed = ["auto", *methods]
@@ -92,10 +90,9 @@ def check_lowering(op: str, kind: str, lowering_value: Any, p: Any) -> str:
                         f"{lowering_value!r}")
     if lowering_value not in allowed:
         raise ValueError(f"{op}: lowering must be one of {allowed}, got {lowering_value!r}")
-    if inapplicable is not None:
-        why = inapplicable(lowering_value, p)
-        if why is not None:
-            usable = [m for m in allowed if inapplicable(m, p) is None]
-            raise ValueError(f"{op}: lowering={lowering_value!r} does not apply to this problem: "
-                             f"{why}; use one of {usable}")
+    why = lowering.method_inapplicable(lowering_value, p)
+    if why is not None:
+        usable = [m for m in allowed if lowering.method_inapplicable(m, p) is None]
+        raise ValueError(f"{op}: lowering={lowering_value!r} does not apply to this problem: "
+                         f"{why}; use one of {usable}")
     return lowering_value
