@@ -415,19 +415,33 @@ def test_dot_for_a_window_covering_the_input(rank, df, ff, groups, dilation, pad
     h.assert_close(got, h.conv_filter_from_oix(dw, ff), jnp.float32)
 
 
-@pytest.mark.parametrize("variadic", [True, False])
+@pytest.mark.parametrize("shape,summed,spatial,plan", [
+    # NXC 12x10: rows into 12 blocks (the divisor nearest 32), columns into 5 (nearest 4)
+    ((2, 12, 10, 3), (0, 1, 2), (1, 2), ((2, 12, 1, 5, 2, 3), (0, 2, 4), (0, 1))),
+    # NCX 7x7: rows into 7 blocks, columns not cut (1 and 7 are as near 4: the smaller)
+    ((1, 8, 7, 7), (0, 2, 3), (2, 3), ((1, 8, 7, 1, 7), (0, 3, 4), (1,))),
+    # 3D: the third spatial axis is never cut; extents of 1 are not either
+    ((2, 1, 8, 6, 4), (0, 1, 2, 3), (1, 2, 3), ((2, 1, 4, 2, 6, 4), (0, 1, 3, 4), (0,))),
+])
+def test_partial_sum_plan(shape, summed, spatial, plan):
+    assert lowering._PARTIAL_BLOCKS == (32, 4)
+    assert lowering._partial_sum_plan(shape, summed, spatial) == plan
+
+
+@pytest.mark.parametrize("partial_blocks", [(32, 4), (3, 5), (1, 1)])
 @pytest.mark.parametrize("kernel,multiplier", [((7, 7), 1), ((3, 3, 2), 2)])
 def test_shifted_weight_gradient_over_batch_blocks_and_tap_runs(monkeypatch, kernel, multiplier,
-                                                                variadic):
-    """The "shifted" weight gradient's loops: batch blocks (a lax.scan), runs of taps.
+                                                                partial_blocks):
+    """The "shifted" weight gradient's loops: batch blocks (a lax.scan), runs of taps, partial sums.
 
-    A small block size makes every example a block of its own; with the variadic
-    reduce forced on, a 7x7 kernel (49 taps) needs two of them; forced off, one
-    reduce per tap: the paths a small problem never takes.
+    A small block size makes every example a block of its own; a 7x7 kernel (49
+    taps) needs two variadic reduces; the positions are summed in blocks (the
+    rows and columns cut as ``partial_blocks`` says, or not at all): the paths a
+    small problem never takes.
     """
     rank, c = len(kernel), 3
     monkeypatch.setattr(lowering, "_BLOCK_BYTES", 1)
-    monkeypatch.setattr(lowering, "_VARIADIC_MIN_BYTES", 0 if variadic else 2 ** 62)
+    monkeypatch.setattr(lowering, "_PARTIAL_BLOCKS", partial_blocks)
     assert lowering._TAPS_PER_REDUCE < math.prod(kernel) or multiplier > 1
     spatial = (9, 14, 5)[:rank]
     rng = np.random.default_rng(4)
@@ -443,6 +457,9 @@ def test_shifted_weight_gradient_over_batch_blocks_and_tap_runs(monkeypatch, ker
         h.data_to_ncx(h.to_f64(dy), "NXC"), strides=kw["strides"], dilations=kw["dilations"],
         pads_begin=(1,) * rank, pads_end=(2,) * rank, groups=c)
     h.assert_close(got, h.conv_filter_from_oix(dw, "XIO"), jnp.float32)
+    spatial_axes = tuple(range(1, rank + 1))
+    _, _, blocks = lowering._partial_sum_plan(dy.shape, (0, *spatial_axes), spatial_axes)
+    assert bool(blocks) == (partial_blocks != (1, 1))  # the cut ones are cut
     # under vmap (per-example weight gradients) the reduce is batched, not unrolled
     per_example = jax.vmap(lambda x, dy: jaxconv.convolution_backprop_filters(
         x[None], dy[None], w_shape, **kw, precision=HIGHEST, lowering="shifted"))(x, dy)

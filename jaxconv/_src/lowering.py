@@ -620,8 +620,46 @@ _BLOCK_BYTES = 2 ** 22
 
 #: the most kernel taps one variadic reduce of the "shifted" weight gradient accumulates
 _TAPS_PER_REDUCE = 27
-#: the bytes of x and dy (one batch block) above which those taps share one variadic reduce
-_VARIADIC_MIN_BYTES = 2 ** 20
+#: the "shifted" weight gradient's partial sums: its first and second spatial axes are cut
+#: into about this many blocks each, and every block is summed on its own before the blocks
+#: are added up (see _partial_sum_plan)
+_PARTIAL_BLOCKS = (32, 4)
+
+
+def _near_divisor(n: int, target: int) -> int:
+    """The divisor of ``n`` nearest to ``target`` (the smaller one on a tie)."""
+    return min((r for r in range(1, n + 1) if n % r == 0), key=lambda r: (abs(r - target), r))
+
+
+def _partial_sum_plan(shape: Sequence[int], summed: Sequence[int],
+                      spatial: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """How to sum ``summed`` axes of an array of ``shape`` in blocks of positions.
+
+    Each of the first ``len(_PARTIAL_BLOCKS)`` ``spatial`` axes of extent n is cut
+    into ``r`` blocks (the divisor of n nearest the target) by a free reshape
+    n -> (r, n/r). Returns the reshaped shape, the axes the first sum runs over
+    (in it), and the block axes of that sum's result, summed second.
+    """
+    new: list[int] = []
+    first: list[int] = []
+    blocks: list[int] = []  # positions among the axes the first sum keeps
+    kept = 0
+    for ax, n in enumerate(shape):
+        j = list(spatial).index(ax) if ax in spatial else len(_PARTIAL_BLOCKS)
+        r = _near_divisor(n, _PARTIAL_BLOCKS[j]) if j < len(_PARTIAL_BLOCKS) else 1
+        if r > 1:
+            blocks.append(kept)
+            kept += 1
+            new.append(r)
+            first.append(len(new))
+            new.append(n // r)
+        elif ax in summed:
+            first.append(len(new))
+            new.append(n)
+        else:
+            kept += 1
+            new.append(n)
+    return tuple(new), tuple(first), tuple(blocks)
 
 
 def _add_each(a: Sequence[Array], b: Sequence[Array]) -> list[Array]:
@@ -673,22 +711,26 @@ def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, method: WeightGradM
             # One variadic reduce per run of taps: a single loop over x and dy that
             # accumulates every tap of the run, where one reduce per tap would
             # stream both arrays once per tap (2.5-5x on XLA:CPU, 3x3 depthwise).
-            # XLA:CPU does not vectorize a variadic reduce, though: when x and dy fit
-            # the cache anyway, the vectorized reduce per tap is faster (14x14 C512:
-            # 0.4 vs 0.86 ms).
-            block = (math.prod(xc.shape) + math.prod(dyg.shape)) * np.dtype(dyg.dtype).itemsize
-            per_reduce = _TAPS_PER_REDUCE if block > _VARIADIC_MIN_BYTES else 1
+            # Partial sums: XLA:CPU emits the reduce as a loop over its outputs with
+            # an inner loop over what they sum, so with only the channels kept
+            # every channel's loop walks all of x and dy, one element per cache
+            # line. Cut into blocks of positions (the rows into ~32 blocks, the
+            # columns into ~4), each output sums one block, the channels of a
+            # block read the same cache lines, and a second, small sum adds the
+            # blocks: 1.5-3.4x on benchdnn's mobilenet_dw rows (N1), 1.3-2.4x on
+            # N4-N16 depthwise gradients (docs/performance.md).
             products = []
             for k in np.ndindex(*p.kernel):
                 start = [kk * dl for kk, dl in zip(k, p.dilations)]
                 xs = split(_window(xc, p, start, p.output_size, p.strides), 1).astype(dyg.dtype)
                 products.append(xs * dyg)
+            shape, first, blocks = _partial_sum_plan(products[0].shape, (b, *sp), sp)
             taps = []
-            for i in range(0, len(products), per_reduce):
-                run = [t.astype(total_dtype) for t in products[i:i + per_reduce]]
+            for i in range(0, len(products), _TAPS_PER_REDUCE):
+                run = [t.astype(total_dtype).reshape(shape) for t in products[i:i + _TAPS_PER_REDUCE]]
                 zeros = [jnp.zeros((), total_dtype)] * len(run)
-                taps += lax.reduce(run, zeros, _add_each, (b, *sp))
-            return jnp.stack([t.reshape(g, m) for t in taps], axis=-1)
+                taps += lax.reduce(run, zeros, _add_each, first)
+            return jnp.sum(jnp.stack(taps, axis=-1), axis=blocks).reshape(g, m, len(taps))
 
         nb = x.shape[d.batch_axis]
         chunk = _batch_chunk(nb, (math.prod(xc.shape) + math.prod(dy.shape)) // nb
