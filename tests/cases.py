@@ -105,14 +105,24 @@ CONV_MATRIX = [
 ]
 
 
-# forward and data gradient: every (rank, groups, geometry), the four layout
-# pairs rotating through them, so that every layout meets every rank and geometry.
+def _rotated(shift: int) -> list[ConvCase]:
+    """Every (rank, groups, geometry), each with one of the four layout pairs.
+
+    The pair is number (rank + groups + geometry + shift) mod 4 (their indices): with
+    3, 3 and 6 values, every layout pair meets every rank, every groups value and
+    every geometry (all pairs of factors are covered, a quarter of CONV_MATRIX).
+    """
+    return [ConvCase(rank, *CONV_LAYOUTS[(r + gi + gj + shift) % 4], gname, geo)
+            for (r, rank), (gi, gname), (gj, geo) in itertools.product(
+                enumerate((1, 2, 3)), enumerate(CONV_GROUPS), enumerate(CONV_GEOMETRIES))]
+
+
 CONV_LAYOUTS = list(itertools.product(("NXC", "NCX"), ("XIO", "OIX")))
-CONV_ROTATED = [
-    ConvCase(rank, *CONV_LAYOUTS[j % 4], gname, geo)
-    for j, (rank, gname, geo) in enumerate(
-        itertools.product((1, 2, 3), tuple(CONV_GROUPS), tuple(CONV_GEOMETRIES)))
-]
+# forward and data gradient: every (rank, groups, geometry), the layout pairs rotating.
+CONV_ROTATED = _rotated(0)
+# the weight gradient's default run: the other half of the layout assignments (shifted
+# by 2); the rest of CONV_MATRIX runs with -m slow
+CONV_WEIGHT_DEFAULT = {c.id for c in _rotated(2)}
 
 
 # ---- ConvTranspose family --------------------------------------------------

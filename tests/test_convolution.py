@@ -25,6 +25,7 @@ import jaxconv
 from tests import helpers as h
 from tests.cases import CONV_MATRIX as MATRIX
 from tests.cases import CONV_ROTATED as ROTATED
+from tests.cases import CONV_WEIGHT_DEFAULT as WEIGHT_DEFAULT
 from tests.cases import ConvCase as Case
 
 HIGHEST = lax.Precision.HIGHEST
@@ -49,9 +50,15 @@ def _vjp_reference(case: Case, x, w, dy, **extra):
     return run(x, w, dy)
 
 
-@pytest.mark.parametrize("case", MATRIX, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", [
+    pytest.param(c, id=c.id, marks=[] if c.id in WEIGHT_DEFAULT else [pytest.mark.slow])
+    for c in MATRIX])
 def test_backprop_filters_matrix(case: Case):
-    """The seed op on the full matrix: against jax.vjp and against torch."""
+    """The seed op on the full matrix: against jax.vjp and against torch.
+
+    By default a quarter of it, in which every layout pair meets every rank, groups
+    value and geometry (tests/cases.py); the whole matrix with ``-m slow``.
+    """
     x, w, dy = case.make()
     dw = jaxconv.convolution_backprop_filters(x, dy, w.shape, **case.attrs, precision=HIGHEST)
     assert dw.shape == w.shape and dw.dtype == jnp.float32
@@ -59,6 +66,17 @@ def test_backprop_filters_matrix(case: Case):
         lambda w: jaxconv.convolution(x, w, **case.attrs, precision=HIGHEST), w)
     h.assert_close(dw, jax.jit(vjp)(dy)[0], jnp.float32)
     h.assert_close(dw, case.torch_reference(x, w, dy)[2], jnp.float32)
+
+
+@pytest.mark.parametrize("ids", [{c.id for c in ROTATED}, WEIGHT_DEFAULT],
+                         ids=["forward-and-data", "weight-default"])
+def test_the_default_matrices_cover_every_pair_of_factors(ids):
+    """Every layout pair meets every rank, groups value and geometry in each default run."""
+    cases = [c for c in MATRIX if c.id in ids]
+    for factor in ("rank", "groups_name", "geometry"):
+        values = {getattr(c, factor) for c in MATRIX}
+        met = {(c.data_format, c.filter_format, getattr(c, factor)) for c in cases}
+        assert len(met) == 4 * len(values), factor
 
 
 @pytest.mark.parametrize("case", ROTATED, ids=lambda c: c.id)
