@@ -105,6 +105,9 @@ CONV_MATRIX = [
 ]
 
 
+CONV_LAYOUTS = list(itertools.product(("NXC", "NCX"), ("XIO", "OIX")))
+
+
 def _rotated(shift: int) -> list[ConvCase]:
     """Every (rank, groups, geometry), each with one of the four layout pairs.
 
@@ -117,7 +120,6 @@ def _rotated(shift: int) -> list[ConvCase]:
                 enumerate((1, 2, 3)), enumerate(CONV_GROUPS), enumerate(CONV_GEOMETRIES))]
 
 
-CONV_LAYOUTS = list(itertools.product(("NXC", "NCX"), ("XIO", "OIX")))
 # forward and data gradient: every (rank, groups, geometry), the layout pairs rotating.
 CONV_ROTATED = _rotated(0)
 # the weight gradient's default run: the other half of the layout assignments (shifted

@@ -41,6 +41,8 @@ DOT_MAX_RESULT_ELEMENTS = 2 ** 27
 def _operands_fit(p: ConvProblem) -> bool:
     """Whether x and y both have at most :data:`DOT_MAX_RESULT_ELEMENTS` elements."""
     return max(math.prod(p.x_shape), math.prod(p.y_shape)) <= DOT_MAX_RESULT_ELEMENTS
+
+
 #: The most groups "per_group" unrolls into separate problems (one convolution each).
 PER_GROUP_MAX_GROUPS = 64
 

@@ -640,13 +640,13 @@ def _partial_sum_plan(shape: Sequence[int], summed: Sequence[int],
     n -> (r, n/r). Returns the reshaped shape, the axes the first sum runs over
     (in it), and the block axes of that sum's result, summed second.
     """
+    targets = dict(zip(spatial, _PARTIAL_BLOCKS))
     new: list[int] = []
     first: list[int] = []
     blocks: list[int] = []  # positions among the axes the first sum keeps
     kept = 0
     for ax, n in enumerate(shape):
-        j = list(spatial).index(ax) if ax in spatial else len(_PARTIAL_BLOCKS)
-        r = _near_divisor(n, _PARTIAL_BLOCKS[j]) if j < len(_PARTIAL_BLOCKS) else 1
+        r = _near_divisor(n, targets[ax]) if ax in targets else 1
         if r > 1:
             blocks.append(kept)
             kept += 1
@@ -712,13 +712,15 @@ def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, method: WeightGradM
             # accumulates every tap of the run, where one reduce per tap would
             # stream both arrays once per tap (2.5-5x on XLA:CPU, 3x3 depthwise).
             # Partial sums: XLA:CPU emits the reduce as a loop over its outputs with
-            # an inner loop over what they sum, so with only the channels kept
-            # every channel's loop walks all of x and dy, one element per cache
-            # line. Cut into blocks of positions (the rows into ~32 blocks, the
-            # columns into ~4), each output sums one block, the channels of a
-            # block read the same cache lines, and a second, small sum adds the
-            # blocks: 1.5-3.4x on benchdnn's mobilenet_dw rows (N1), 1.3-2.4x on
-            # N4-N16 depthwise gradients (docs/performance.md).
+            # an inner loop over what they sum (our reading of its optimized HLO and
+            # of the timings), so with only the channels kept every channel's loop
+            # walks all of x and dy, one element per cache line. Cut into blocks of
+            # positions (the rows into ~32 blocks, the columns into ~4), each output
+            # sums one block, the channels of a block read the same cache lines, and
+            # a second, small sum adds the blocks. Measured on XLA:CPU only (2-core
+            # Intel Xeon): 1.1-3.3x on benchdnn's mobilenet_dw rows (N1), up to 2.4x
+            # on N4-N16 depthwise gradients, level on N8 56x56 C144
+            # (docs/performance.md); only the CPU table picks "shifted".
             products = []
             for k in np.ndindex(*p.kernel):
                 start = [kk * dl for kk, dl in zip(k, p.dilations)]
