@@ -6,12 +6,17 @@ convolution as an argument; the two contenders run the same parameters, data and
 * ``lax``: ``jax.lax.conv_general_dilated`` (what ``flax.nnx.Conv`` and ``eqx.nn.Conv`` call),
   and for the decoder's transposed convolution ``jax.lax.conv_transpose``;
 * ``jaxconv``: ``jaxconv.conv_general_dilated`` (what ``jaxconv.flax.Conv`` calls), and
-  ``jaxconv.conv_transpose`` (what the ConvTranspose layers call).
+  ``jaxconv.conv_transpose`` (what the ConvTranspose layers call);
+* ``jaxconv_vmap``: the same convolutions in equinox's style: the block is written for one
+  example and the loss maps it over the batch with ``jax.vmap`` inside the gradient (the
+  batching rule folds the mapped axis back into the convolutions' batch, so the step should
+  cost what ``jaxconv``'s does).
 
 The step is ``jax.jit(value_and_grad(loss))`` plus an SGD update, timed interleaved in one
 process (a fresh random order each repetition, calls per sample autoranged to >= 20 ms,
 medians). Writes JSON and a plot; the ratio is lax's step time over jaxconv's (> 1: jaxconv
-faster).
+faster), and ``vmap_ratio`` is jaxconv's batched step time over its equinox-style one (1: as
+fast).
 
 usage: python -m benchmarks.train_step [--reps 5] [--batch 8] [--out benchmarks/results/train_step.json]
 """
@@ -129,13 +134,22 @@ def _jaxconv_convt(x: jax.Array, w_xoi: jax.Array) -> jax.Array:
 
 BLOCKS = {"mobilenet_v2": mobilenet_v2_inverted_residual, "resnext": resnext_bottleneck,
           "resnet50": resnet50_bottleneck, "unet3d": unet3d_level, "decoder": deconv_decoder}
-CONTENDERS = {"lax": (lax.conv_general_dilated, _lax_convt),
-              "jaxconv": (jaxconv.conv_general_dilated, _jaxconv_convt)}
+#: name -> (convolution, transposed convolution, whether the block runs per example under vmap)
+CONTENDERS = {"lax": (lax.conv_general_dilated, _lax_convt, False),
+              "jaxconv": (jaxconv.conv_general_dilated, _jaxconv_convt, False),
+              "jaxconv_vmap": (jaxconv.conv_general_dilated, _jaxconv_convt, True)}
 
 
-def make_step(fwd: Callable, conv: Conv, convt: Conv, lr: float = 1e-3) -> Callable:
+def make_step(fwd: Callable, conv: Conv, convt: Conv, per_example: bool = False,
+              lr: float = 1e-3) -> Callable:
+    def model(p: dict[str, jax.Array], x: jax.Array) -> jax.Array:
+        if not per_example:
+            return fwd(conv, convt, p, x)
+        # equinox's idiom: the block sees one example (a batch of one), vmapped over the batch
+        return jax.vmap(lambda xi: fwd(conv, convt, p, xi[None])[0])(x)
+
     def loss(p: dict[str, jax.Array], x: jax.Array, target: jax.Array) -> jax.Array:
-        return jnp.mean((fwd(conv, convt, p, x) - target) ** 2)
+        return jnp.mean((model(p, x) - target) ** 2)
 
     @jax.jit
     def step(p: dict[str, jax.Array], x: jax.Array,
@@ -151,13 +165,13 @@ def measure(name: str, batch: int, reps: int) -> dict[str, Any]:
     params = _init(rng, shapes)
     x = jnp.asarray(rng.standard_normal(x_shape), jnp.float32)
     target = jnp.asarray(rng.standard_normal(jax.eval_shape(
-        lambda p, x: fwd(*CONTENDERS["lax"], p, x), params, x).shape), jnp.float32)
+        lambda p, x: fwd(*CONTENDERS["lax"][:2], p, x), params, x).shape), jnp.float32)
     steps = {k: make_step(fwd, *c) for k, c in CONTENDERS.items()}
     # same parameters, same loss: one step of each must agree
     out = {k: s(params, x, target) for k, s in steps.items()}
-    loss_gap = abs(float(out["lax"][1]) - float(out["jaxconv"][1]))
-    param_gap = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(
-        jax.tree.leaves(out["lax"][0]), jax.tree.leaves(out["jaxconv"][0])))
+    loss_gap = max(abs(float(out["lax"][1]) - float(out[k][1])) for k in steps)
+    param_gap = max(float(jnp.max(jnp.abs(a - b))) for k in steps for a, b in zip(
+        jax.tree.leaves(out["lax"][0]), jax.tree.leaves(out[k][0])))
     calls = {k: calls_per_sample(lambda s=s: s(params, x, target)) for k, s in steps.items()}
     order = np.random.default_rng(0)
     times: dict[str, list[float]] = {k: [] for k in steps}
@@ -169,7 +183,8 @@ def measure(name: str, batch: int, reps: int) -> dict[str, Any]:
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"block": name, "description": desc, "input": list(x_shape),
             "median_ms": {k: v * 1e3 for k, v in med.items()},
-            "speedup": med["lax"] / med["jaxconv"], "loss_gap": loss_gap, "param_gap": param_gap}
+            "speedup": med["lax"] / med["jaxconv"], "vmap_ratio": med["jaxconv"] / med["jaxconv_vmap"],
+            "loss_gap": loss_gap, "param_gap": param_gap}
 
 
 def plot(rows: list[dict[str, Any]], path: pathlib.Path, backend: str) -> None:
@@ -208,11 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     plot(rows, args.out.with_suffix(".png"), jax.default_backend())
-    print(f"{'block':14s} {'lax ms':>9s} {'jaxconv ms':>11s} {'speed-up':>9s} {'loss gap':>9s}")
+    print(f"{'block':14s} {'lax ms':>9s} {'jaxconv ms':>11s} {'vmap ms':>9s} {'speed-up':>9s} "
+          f"{'vmap ratio':>10s} {'loss gap':>9s}")
     for r in rows:
         m = r["median_ms"]
-        print(f"{r['block']:14s} {m['lax']:9.2f} {m['jaxconv']:11.2f} {r['speedup']:9.2f} "
-              f"{r['loss_gap']:9.1e}")
+        print(f"{r['block']:14s} {m['lax']:9.2f} {m['jaxconv']:11.2f} {m['jaxconv_vmap']:9.2f} "
+              f"{r['speedup']:9.2f} {r['vmap_ratio']:10.2f} {r['loss_gap']:9.1e}")
     print(f"geomean speed-up {result['geomean_speedup']:.2f}; wrote {args.out}")
     return 0
 

@@ -19,13 +19,16 @@ from jax.test_util import check_grads
 
 import jaxconv
 from jaxconv._src import backends, geometry, lowering
+from jaxconv._src.kernel import Kernel
+from jaxconv._src.lowering import shifted, taps
 from tests import helpers as h
 from tests import oracles
 from tests.cases import CONV_TRANSPOSE_MATRIX, pack_fractal_z_loop
 from tests.cases import ConvCase as Case
 
 HIGHEST = lax.Precision.HIGHEST
-ALL = ("conv", "feature_group", "shifted", "dot", "vjp", "per_group", "block_diagonal")
+#: every weight-gradient method of the registry (what the matrix below runs, where it applies)
+ALL = lowering.methods(Kernel.WEIGHT)
 
 
 def _applies(method, case: Case, kernel) -> bool:
@@ -394,7 +397,7 @@ def test_dot_for_a_window_covering_the_input(rank, df, ff, groups, dilation, pad
     kernel = tuple((i + 2 * pad - 1) // dilation + 1 for i in spatial)
     pads_end = tuple((k - 1) * dilation + 1 - i - pad for k, i in zip(kernel, spatial))
     ic = 4
-    assert (oc // groups <= lowering._OUTER_SUM_MAX_OC) == (oc == 8)
+    assert (oc // groups <= taps._OUTER_SUM_MAX_OC) == (oc == 8)
     rng = np.random.default_rng(3)
     x = h.random(rng, h.data_shape(df, 2, ic, spatial))
     dy = h.random(rng, h.data_shape(df, 2, oc, (1,) * rank))
@@ -424,8 +427,8 @@ def test_dot_for_a_window_covering_the_input(rank, df, ff, groups, dilation, pad
     ((2, 1, 8, 6, 4), (0, 1, 2, 3), (1, 2, 3), ((2, 1, 4, 2, 6, 4), (0, 1, 3, 4), (0,))),
 ])
 def test_partial_sum_plan(shape, summed, spatial, plan):
-    assert lowering._PARTIAL_BLOCKS == (32, 4)
-    assert lowering._partial_sum_plan(shape, summed, spatial) == plan
+    assert shifted._PARTIAL_BLOCKS == (32, 4)
+    assert shifted._partial_sum_plan(shape, summed, spatial) == plan
 
 
 @pytest.mark.parametrize("partial_blocks", [(32, 4), (3, 5), (1, 1)])
@@ -440,9 +443,9 @@ def test_shifted_weight_gradient_over_batch_blocks_and_tap_runs(monkeypatch, ker
     small problem never takes.
     """
     rank, c = len(kernel), 3
-    monkeypatch.setattr(lowering, "_BLOCK_BYTES", 1)
-    monkeypatch.setattr(lowering, "_PARTIAL_BLOCKS", partial_blocks)
-    assert lowering._TAPS_PER_REDUCE < math.prod(kernel) or multiplier > 1
+    monkeypatch.setattr(shifted, "_BLOCK_BYTES", 1)
+    monkeypatch.setattr(shifted, "_PARTIAL_BLOCKS", partial_blocks)
+    assert shifted._TAPS_PER_REDUCE < math.prod(kernel) or multiplier > 1
     spatial = (9, 14, 5)[:rank]
     rng = np.random.default_rng(4)
     x = h.random(rng, h.data_shape("NXC", 3, c, spatial))
@@ -458,7 +461,7 @@ def test_shifted_weight_gradient_over_batch_blocks_and_tap_runs(monkeypatch, ker
         pads_begin=(1,) * rank, pads_end=(2,) * rank, groups=c)
     h.assert_close(got, h.conv_filter_from_oix(dw, "XIO"), jnp.float32)
     spatial_axes = tuple(range(1, rank + 1))
-    _, _, blocks = lowering._partial_sum_plan(dy.shape, (0, *spatial_axes), spatial_axes)
+    _, _, blocks = shifted._partial_sum_plan(dy.shape, (0, *spatial_axes), spatial_axes)
     assert bool(blocks) == (partial_blocks != (1, 1))  # the cut ones are cut
     # under vmap (per-example weight gradients) the reduce is batched, not unrolled
     per_example = jax.vmap(lambda x, dy: jaxconv.convolution_backprop_filters(

@@ -1,6 +1,6 @@
 """Derivatives of every op through jaxconv's own kernels: one bilinear primitive.
 
-Each kernel of ``lowering.py`` is bilinear in its two array operands, and its
+Each kernel (``lowering/``) is bilinear in its two array operands, and its
 transpose in either operand is again one of the three (``ct`` is the
 cotangent of the kernel's result; every kernel reads the same ConvProblem)::
 
@@ -12,13 +12,19 @@ Why a primitive. ``jax.custom_vjp`` would give reverse mode only (no ``jvp``,
 ``jacfwd`` or forward-over-reverse hessians), and a ``jax.custom_jvp`` alone
 is transposed by JAX through ``lax.conv_general_dilated``'s own rules, which
 are what we replace. A primitive with a bilinear JVP (``ad.defbilinear``: the
-tangent is the kernel applied to one tangent at a time) and the transpose
-rules above gives both modes, and derivatives of any order, since every rule
-binds the primitive again. Its lowering is the kernel's JAX program
-(``mlir.lower_fun``), so the per-backend choice of formulation
-(``lax.platform_dependent``) happens where it always did, and JAX never
-derives a transpose of a kernel (the stride + dilation hazard of jaxlib 0.10.2
-stays unreachable). Under ``vmap`` the kernel is vectorized as a JAX function.
+tangent is the kernel applied to one tangent at a time), the transpose rules
+above and a batching rule that folds a batched operand into the problem
+(``batching.py``) gives both modes, derivatives of any order and ``vmap`` at
+any depth, since every rule binds the primitive again: under any stack of
+transforms the program holds ``jaxconv_conv`` equations, never lax's
+transposes. JAX never derives a transpose of a kernel, so the stride +
+dilation hazard of jaxlib 0.10.2 stays unreachable.
+
+Lowering: one rule per platform (``mlir.register_lowering(..., platform=)``),
+each the kernel's JAX program for its backend's table (``backends.py``), so the
+method ``"auto"`` stands for is chosen once per kernel call, for the platform
+the program is lowered for. Evaluated eagerly, the primitive runs as one
+``jax.jit`` of itself (the only jit layer: the ops call :func:`apply`).
 
 Dtypes follow JAX's rule for ``conv_general_dilated``: a cotangent wider than
 the other operand (``preferred_element_type``) widens that operand, the
@@ -36,60 +42,64 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from jaxconv._src import lowering as kernels
+from jaxconv._src import backends, lowering
+from jaxconv._src import batching as folds
 from jaxconv._src.geometry import ConvProblem
-from jaxconv._src.registry import Kernel
+from jaxconv._src.kernel import Array, DType, Kernel, Precision
 
 conv_p = Primitive("jaxconv_conv")
 
-
-def _run(a: jax.Array, b: jax.Array, *, kernel: Kernel, p: ConvProblem, precision: Any,
-         preferred_element_type: Any, method: str) -> jax.Array:
-    """The kernel itself: the primitive's implementation and lowering."""
-    kw = dict(precision=precision, preferred_element_type=preferred_element_type)
-    if kernel == "forward":
-        return kernels.forward(a, b, p, method=method, **kw)
-    if kernel == "data":
-        return kernels.data_grad(a, b, p, method=method, **kw)
-    if kernel == "weight":
-        return kernels.weight_grad(a, b, p, method=method, **kw)
-    raise ValueError(f"jaxconv_conv: kernel must be 'forward', 'data' or 'weight', got {kernel!r}")
+#: the primitive's parameters: all static (hashable)
+_PARAMS = ("kernel", "p", "precision", "preferred_element_type", "method")
 
 
-def _shape(kernel: Kernel, p: ConvProblem) -> tuple[int, ...]:
-    return {"forward": p.y_shape, "data": p.x_shape, "weight": p.filter_shape}[kernel]
-
-
-def _abstract_eval(a: Any, b: Any, *, kernel: Kernel, p: ConvProblem, precision: Any,
-                   preferred_element_type: Any, method: str) -> jax.core.ShapedArray:
+def _abstract_eval(a: Any, b: Any, *, kernel: Kernel, p: ConvProblem, precision: Precision,
+                   preferred_element_type: DType, method: str) -> jax.core.ShapedArray:
     dtype = preferred_element_type if preferred_element_type is not None else a.dtype
-    return jax.core.ShapedArray(_shape(kernel, p), np.dtype(dtype))
+    return jax.core.ShapedArray(kernel.out_shape(p), np.dtype(dtype))
 
 
-_STATIC = ("kernel", "p", "precision", "preferred_element_type", "method")
-conv_p.def_impl(jax.jit(_run, static_argnames=_STATIC))
+def _program(backend: str) -> Callable[..., Array]:
+    """The kernel's JAX program on ``backend`` (its table resolves ``method="auto"``)."""
+    def program(a: Array, b: Array, *, kernel: Kernel, p: ConvProblem, precision: Precision,
+                preferred_element_type: DType, method: str) -> Array:
+        return lowering.run(kernel, a, b, p, method=method, backend=backend, precision=precision,
+                            preferred_element_type=preferred_element_type)
+    return program
+
+
+@functools.partial(jax.jit, static_argnames=_PARAMS)
+def _eager(a: Array, b: Array, **params: Any) -> Array:
+    out: Array = conv_p.bind(a, b, **params)
+    return out
+
+
+conv_p.def_impl(_eager)
 conv_p.def_abstract_eval(_abstract_eval)
-mlir.register_lowering(conv_p, mlir.lower_fun(_run, multiple_results=False))
+for _backend in backends.BACKENDS:
+    _rule = mlir.lower_fun(_program(_backend), multiple_results=False)
+    for _platform in backends.PLATFORMS[_backend] or (None,):  # "default": every other platform
+        mlir.register_lowering(conv_p, _rule, platform=_platform)
 
 
-def apply(a: jax.Array, b: jax.Array, *, kernel: Kernel, p: ConvProblem, precision: Any = None,
-          preferred_element_type: Any = None, method: str = "auto") -> jax.Array:
-    """The kernel ``kernel`` on (a, b), differentiable through jaxconv's kernels."""
-    out: jax.Array = conv_p.bind(a, b, kernel=kernel, p=p, precision=precision,
-                                 preferred_element_type=preferred_element_type, method=method)
+def apply(a: Array, b: Array, *, kernel: Kernel, p: ConvProblem, precision: Precision = None,
+          preferred_element_type: DType = None, method: str = "auto") -> Array:
+    """The kernel ``kernel`` on (a, b), differentiable and batchable through jaxconv's kernels."""
+    out: Array = conv_p.bind(a, b, kernel=kernel, p=p, precision=precision,
+                             preferred_element_type=preferred_element_type, method=method)
     return out
 
 
 # The transpose of each kernel in its first (lhs) and second (rhs) operand: (kernel, swap),
 # where the adjoint is kernel(ct, other) or, with swap, kernel(other, ct).
-_LHS: dict[str, tuple[Kernel, bool]] = {"forward": ("data", False), "data": ("forward", False),
-                                        "weight": ("data", True)}
-_RHS: dict[str, tuple[Kernel, bool]] = {"forward": ("weight", True), "data": ("weight", False),
-                                        "weight": ("forward", True)}
+_LHS = {Kernel.FORWARD: (Kernel.DATA, False), Kernel.DATA: (Kernel.FORWARD, False),
+        Kernel.WEIGHT: (Kernel.DATA, True)}
+_RHS = {Kernel.FORWARD: (Kernel.WEIGHT, True), Kernel.DATA: (Kernel.WEIGHT, False),
+        Kernel.WEIGHT: (Kernel.FORWARD, True)}
 
 
-def _adjoint(table: dict[str, tuple[Kernel, bool]], ct: Any, other: jax.Array, undefined: Any,
-             *, kernel: Kernel, p: ConvProblem, precision: Any, **_: Any) -> Any:
+def _adjoint(table: dict[Kernel, tuple[Kernel, bool]], ct: Any, other: Array, undefined: Any,
+             *, kernel: Kernel, p: ConvProblem, precision: Precision, **_: Any) -> Any:
     if type(ct) is ad.Zero:
         return ad.Zero(undefined.aval)
     target, swap = table[kernel]
@@ -110,40 +120,25 @@ def _rhs_rule(ct: Any, a: Any, b: Any, **params: Any) -> Any:
 
 
 ad.defbilinear(conv_p, _lhs_rule, _rhs_rule)
+batching.primitive_batchers[conv_p] = functools.partial(folds.rule, conv_p.bind)
 
 
-def _batch(args: tuple[jax.Array, jax.Array], dims: tuple[Any, Any],
-           **params: Any) -> tuple[jax.Array, int]:
-    a, b = args
-    da, db = dims
-    fn: Callable[..., jax.Array] = functools.partial(_run, **params)
-    out = jax.vmap(fn, in_axes=(da, db))(a, b)
-    return out, 0
-
-
-batching.primitive_batchers[conv_p] = _batch
-
-
-# Jitted entry points for the ops: the problem and the options are static (hashable).
-def forward(x: jax.Array, w: jax.Array, *, p: ConvProblem, precision: Any = None,
-            preferred_element_type: Any = None, method: str = "auto") -> jax.Array:
-    return apply(x, w, kernel="forward", p=p, precision=precision,
+def forward(x: Array, w: Array, *, p: ConvProblem, precision: Precision = None,
+            preferred_element_type: DType = None, method: str = "auto") -> Array:
+    """y from x and W: :func:`apply` of ``Kernel.FORWARD``."""
+    return apply(x, w, kernel=Kernel.FORWARD, p=p, precision=precision,
                  preferred_element_type=preferred_element_type, method=method)
 
 
-def data_grad(dy: jax.Array, w: jax.Array, *, p: ConvProblem, precision: Any = None,
-              preferred_element_type: Any = None, method: str = "auto") -> jax.Array:
-    return apply(dy, w, kernel="data", p=p, precision=precision,
+def data_grad(dy: Array, w: Array, *, p: ConvProblem, precision: Precision = None,
+              preferred_element_type: DType = None, method: str = "auto") -> Array:
+    """dx from dy and W: :func:`apply` of ``Kernel.DATA``."""
+    return apply(dy, w, kernel=Kernel.DATA, p=p, precision=precision,
                  preferred_element_type=preferred_element_type, method=method)
 
 
-def weight_grad(x: jax.Array, dy: jax.Array, *, p: ConvProblem, precision: Any = None,
-                preferred_element_type: Any = None, method: str = "auto") -> jax.Array:
-    return apply(x, dy, kernel="weight", p=p, precision=precision,
+def weight_grad(x: Array, dy: Array, *, p: ConvProblem, precision: Precision = None,
+                preferred_element_type: DType = None, method: str = "auto") -> Array:
+    """dW from x and dy: :func:`apply` of ``Kernel.WEIGHT``."""
+    return apply(x, dy, kernel=Kernel.WEIGHT, p=p, precision=precision,
                  preferred_element_type=preferred_element_type, method=method)
-
-
-_OPTIONS = ("p", "precision", "preferred_element_type")
-jit_forward: Callable[..., jax.Array] = jax.jit(forward, static_argnames=(*_OPTIONS, "method"))
-jit_data_grad: Callable[..., jax.Array] = jax.jit(data_grad, static_argnames=(*_OPTIONS, "method"))
-jit_weight_grad: Callable[..., jax.Array] = jax.jit(weight_grad, static_argnames=(*_OPTIONS, "method"))

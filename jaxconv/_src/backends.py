@@ -3,9 +3,10 @@
 ``lowering="auto"`` (the default of every op that has a choice) does not look at
 ``jax.default_backend()``: a jitted op is traced once and may be lowered for
 another platform (``jax.export``, or arrays placed on another device). The
-per-backend choices are staged with ``lax.platform_dependent`` (in
-``lowering.py``): every branch is traced, and the platform the program is
-lowered for keeps exactly one, so the compiler never sees the others.
+primitive registers one lowering per platform (``autodiff.py``): the program
+lowered for a platform runs that backend's table, once per kernel call, and the
+compiler never sees the other backends' choices. Every name a table returns is a
+method of ``lowering/registry.py`` (tests/test_lowerings.py checks it).
 
 The rules are tables over the resolved problem, one per backend:
 
@@ -26,6 +27,7 @@ import math
 from typing import Literal
 
 from jaxconv._src.geometry import ConvProblem
+from jaxconv._src.kernel import Kernel
 
 #: The backends with a rule table, and the platforms each one covers.
 BACKENDS = ("cpu", "gpu", "default")
@@ -231,5 +233,6 @@ def _data_grad_gpu(p: ConvProblem) -> str:
     return "vjp"
 
 
-#: The chooser of each kernel kind ("forward", "data", "weight").
-METHOD = {"forward": forward_method, "data": data_grad_method, "weight": weight_grad_method}
+#: The chooser of each kernel.
+METHOD = {Kernel.FORWARD: forward_method, Kernel.DATA: data_grad_method,
+          Kernel.WEIGHT: weight_grad_method}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import pathlib
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -136,7 +135,8 @@ def _shapes(args: argparse.Namespace) -> int:
     import jax
     import jax.numpy as jnp
 
-    from jaxconv._src import backends, geometry
+    from jaxconv._src import backends
+    from jaxconv._src.kernel import Kernel
 
     ops = _ops()
     if args.op not in ops:
@@ -163,13 +163,14 @@ def _shapes(args: argparse.Namespace) -> int:
         if not isinstance(shape, tuple) or not all(isinstance(d, int) and d >= 0 for d in shape):
             raise UsageError(f"{a} must be a shape like 1,3,8,8, got {shape!r}")
         structs.append(jax.ShapeDtypeStruct(shape, dtype))  # type: ignore[no-untyped-call]
-    with geometry.recording_problems() as log:
-        out = jax.eval_shape(lambda *xs: fn(*xs, **kwargs), *structs)
+    closed = jax.make_jaxpr(lambda *xs: fn(*xs, **kwargs))(*structs)
+    out = closed.out_avals[0]
     print(f"{args.op}: output shape {tuple(out.shape)}, dtype {out.dtype}")
-    if not log:  # conv_general_dilated where jaxconv has no kernel: lax computes it
+    problems = [e.params["p"] for e in closed.jaxpr.eqns if e.primitive.name == "jaxconv_conv"]
+    if not problems:  # conv_general_dilated where jaxconv has no kernel: lax computes it
         print("  no jaxconv kernel: computed by lax.conv_general_dilated itself")
         return 0
-    p = log[-1]  # every other call builds one problem
+    p = problems[-1]  # every op binds one kernel
     transposed = p.filter_swap
     role = "the convolution it transposes" if transposed else "the forward convolution"
     print(f"  geometry ({role}, {p.rank}D, data {p.data.format}, filter {p.filter_layout.format})")
@@ -182,8 +183,8 @@ def _shapes(args: argparse.Namespace) -> int:
         print(f"    {k:34s} {list(v) if isinstance(v, tuple) else v}")
     kind = registry.ARRAY_OPS[args.op].kernel
     forced = kwargs.get("lowering", "auto")
-    for k in ("forward", "data", "weight"):  # the op's kernel, then the others (under jax.grad)
-        name = "forward" if k == "forward" else k + " gradient"
+    for k in Kernel:  # the op's kernel, then the others (under jax.grad)
+        name = "forward" if k is Kernel.FORWARD else f"{k} gradient"
         label = f"lowering ({name})" if k == kind else f"under grad ({name})"
         if k == kind and forced != "auto":
             chosen = f"{forced} (forced)"

@@ -26,6 +26,8 @@ import jax
 
 from jaxconv._src import autodiff, geometry, options
 from jaxconv._src.geometry import Names
+from jaxconv._src.kernel import Kernel
+from jaxconv._src.lowering import document_lowering
 from jaxconv._src.typing import (
     ArrayLike,
     AutoPad,
@@ -45,6 +47,7 @@ _FORWARD_NAMES = Names(x="input", y="output", w_shape="filter",
                        w_format="filter_format")
 
 
+@document_lowering(Kernel.DATA)
 def conv_transpose(
     input: ArrayLike,  # noqa: A002 - the spec's name
     filter: ArrayLike,  # noqa: A002
@@ -101,12 +104,7 @@ def conv_transpose(
       data_format: ``"NXC"`` (default) or ``"NCX"``.
       filter_format: ``"XOI"`` (default), ``"IOX"``, ``"OIX"`` or ``"XIO"``.
       precision, preferred_element_type: as in :func:`jaxconv.convolution`.
-      lowering: the data-gradient formulation: ``"auto"`` (default: chosen per
-        problem and per backend, see docs/performance.md), ``"grid"``,
-        ``"phases"``, ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits),
-        ``"per_group"`` (groups > 1: one problem per group) or
-        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A
-        static argument: it changes the compiled program.
+      lowering: {LOWERING}
 
     Returns:
       ``y`` in ``data_format`` with ``OC`` channels.
@@ -131,9 +129,9 @@ def conv_transpose(
         output_shape=output_shape, strides=strides, pads_begin=pads_begin, pads_end=pads_end,
         dilations=dilations, auto_pad=auto_pad, output_padding=output_padding, groups=groups,
         data_format=data_format, filter_format=filter_format)
-    return autodiff.jit_data_grad(x, w, p=p, precision=precision,
+    return autodiff.data_grad(x, w, p=p, precision=precision,
                                   preferred_element_type=preferred_element_type,
-        method=options.check_lowering(op, "data", lowering, p))
+        method=options.check_lowering(op, Kernel.DATA, lowering, p))
 
 
 _DATA_NAMES = Names(x="input", y="output_delta", w_shape="filter",
@@ -204,15 +202,16 @@ def conv_transpose_backward_data(
         pads_begin=pads_begin, pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
         output_padding=output_padding, groups=groups, data_format=data_format,
         filter_format=filter_format)
-    return autodiff.jit_forward(dy, w, p=p, precision=precision,
+    return autodiff.forward(dy, w, p=p, precision=precision,
                                 preferred_element_type=preferred_element_type,
-                                method=options.check_lowering(op, "forward", lowering, p))
+                                method=options.check_lowering(op, Kernel.FORWARD, lowering, p))
 
 
 _WEIGHTS_NAMES = Names(x="src", y="diff_dst", w_shape="weights_shape",
                        w_format="weights_format")
 
 
+@document_lowering(Kernel.WEIGHT)
 def conv_transpose_backward_weights(
     src: ArrayLike,
     diff_dst: ArrayLike,
@@ -265,13 +264,7 @@ def conv_transpose_backward_weights(
       strides, pads_begin, pads_end, dilations, auto_pad: as in :func:`conv_transpose`.
       output_padding, groups, data_format: as in :func:`conv_transpose`.
       precision, preferred_element_type: as in :func:`conv_transpose`.
-      lowering: the weight-gradient formulation: ``"auto"`` (default: chosen per
-        problem and per backend, see docs/performance.md), ``"conv"``,
-        ``"feature_group"`` (groups > 1), ``"shifted"`` (one input channel per
-        group), ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits),
-        ``"per_group"`` (groups > 1: one problem per group) or
-        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A static
-        argument: it changes the compiled program.
+      lowering: {LOWERING}
       weights_format: ``"XOI"`` (default), ``"IOX"``, ``"OIX"`` or ``"XIO"``.
 
     Returns:
@@ -302,6 +295,7 @@ _FILTERS_NAMES = Names(x="input_forward", y="output_delta",
                        w_shape="filter_shape", w_format="filter_format")
 
 
+@document_lowering(Kernel.WEIGHT)
 def conv_transpose_backprop_filters(
     input_forward: ArrayLike,
     output_delta: ArrayLike,
@@ -347,13 +341,7 @@ def conv_transpose_backprop_filters(
       strides, pads_begin, pads_end, dilations, auto_pad: as in :func:`conv_transpose`.
       output_padding, groups, data_format: as in :func:`conv_transpose`.
       precision, preferred_element_type: as in :func:`conv_transpose`.
-      lowering: the weight-gradient formulation: ``"auto"`` (default: chosen per
-        problem and per backend, see docs/performance.md), ``"conv"``,
-        ``"feature_group"`` (groups > 1), ``"shifted"`` (one input channel per
-        group), ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits),
-        ``"per_group"`` (groups > 1: one problem per group) or
-        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A static
-        argument: it changes the compiled program.
+      lowering: {LOWERING}
       filter_format: ``"XIO"`` (default), ``"OIX"``, ``"IOX"`` or ``"XOI"``.
 
     Returns:

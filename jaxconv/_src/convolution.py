@@ -11,6 +11,8 @@ import jax
 
 from jaxconv._src import autodiff, geometry, options
 from jaxconv._src.geometry import Names
+from jaxconv._src.kernel import Kernel
+from jaxconv._src.lowering import document_lowering
 from jaxconv._src.typing import (
     ArrayLike,
     AutoPad,
@@ -29,6 +31,7 @@ from jaxconv._src.weight_gradient import weight_gradient
 _FORWARD_NAMES = Names(x="input", y="output", w_shape="filter", w_format="filter_format")
 
 
+@document_lowering(Kernel.FORWARD)
 def convolution(
     input: ArrayLike,  # noqa: A002 - the spec's name
     filter: ArrayLike,  # noqa: A002
@@ -78,13 +81,7 @@ def convolution(
       preferred_element_type: the result dtype and accumulation type (e.g. f32
         for f16/bf16 inputs). By default the result has the inputs' dtype;
         f16/bf16 still accumulate in f32.
-      lowering: the forward formulation: ``"auto"`` (default: chosen per problem
-        and per backend, see docs/performance.md), ``"conv"`` (one
-        ``lax.conv_general_dilated``), ``"dot"`` (one matrix product per kernel
-        tap), ``"shifted"`` (depthwise only: one multiply-add per tap),
-        ``"per_group"`` (groups > 1: one convolution per group) or
-        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A
-        static argument: it changes the compiled program.
+      lowering: {LOWERING}
 
     Returns:
       ``y`` in ``data_format``, with ``OC`` channels.
@@ -108,9 +105,9 @@ def convolution(
         strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
         auto_pad=auto_pad, groups=groups, data_format=data_format, filter_format=filter_format,
     )
-    return autodiff.jit_forward(x, w, p=p, precision=precision,
+    return autodiff.forward(x, w, p=p, precision=precision,
                                 preferred_element_type=preferred_element_type,
-                                method=options.check_lowering(op, "forward", lowering, p))
+                                method=options.check_lowering(op, Kernel.FORWARD, lowering, p))
 
 
 _DATA_NAMES = Names(
@@ -119,6 +116,7 @@ _DATA_NAMES = Names(
 )
 
 
+@document_lowering(Kernel.DATA)
 def convolution_backward_data(
     output_delta: ArrayLike,
     filter: ArrayLike,  # noqa: A002
@@ -162,12 +160,7 @@ def convolution_backward_data(
       auto_pad: as in :func:`convolution`, on the forward input size.
       groups, data_format, filter_format: as in :func:`convolution`.
       precision, preferred_element_type: as in :func:`convolution`.
-      lowering: the data-gradient formulation: ``"auto"`` (default: chosen per
-        problem and per backend, see docs/performance.md), ``"grid"``,
-        ``"phases"``, ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits),
-        ``"per_group"`` (groups > 1: one problem per group) or
-        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A
-        static argument: it changes the compiled program.
+      lowering: {LOWERING}
 
     Returns:
       ``dx`` with the forward input's shape.
@@ -204,9 +197,9 @@ def convolution_backward_data(
         strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
         auto_pad=auto_pad, groups=g, data_format=data_format, filter_format=filter_format,
     )
-    return autodiff.jit_data_grad(dy, w, p=p, precision=precision,
+    return autodiff.data_grad(dy, w, p=p, precision=precision,
                       preferred_element_type=preferred_element_type,
-        method=options.check_lowering(op, "data", lowering, p))
+        method=options.check_lowering(op, Kernel.DATA, lowering, p))
 
 
 _FILTERS_NAMES = Names(
@@ -215,6 +208,7 @@ _FILTERS_NAMES = Names(
 )
 
 
+@document_lowering(Kernel.WEIGHT)
 def convolution_backprop_filters(
     input_forward: ArrayLike,
     output_delta: ArrayLike,
@@ -262,13 +256,7 @@ def convolution_backprop_filters(
       auto_pad: as in :func:`convolution`, on the forward input size.
       groups, data_format, filter_format: as in :func:`convolution`.
       precision, preferred_element_type: as in :func:`convolution`.
-      lowering: the weight-gradient formulation: ``"auto"`` (default: chosen per
-        problem and per backend, see docs/performance.md), ``"conv"``,
-        ``"feature_group"`` (groups > 1), ``"shifted"`` (one input channel per
-        group), ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits),
-        ``"per_group"`` (groups > 1: one problem per group) or
-        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A static
-        argument: it changes the compiled program.
+      lowering: {LOWERING}
 
     Returns:
       ``dW`` with shape ``filter_shape``, in ``filter_format``.
@@ -304,6 +292,7 @@ _WEIGHTS_NAMES = Names(
 )
 
 
+@document_lowering(Kernel.WEIGHT)
 def convolution_backward_weights(
     src: ArrayLike,
     diff_dst: ArrayLike,
@@ -341,13 +330,7 @@ def convolution_backward_weights(
       strides, pads_begin, pads_end, dilations, auto_pad: as in :func:`convolution`.
       groups, data_format: as in :func:`convolution`.
       precision, preferred_element_type: as in :func:`convolution`.
-      lowering: the weight-gradient formulation: ``"auto"`` (default: chosen per
-        problem and per backend, see docs/performance.md), ``"conv"``,
-        ``"feature_group"`` (groups > 1), ``"shifted"`` (one input channel per
-        group), ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits),
-        ``"per_group"`` (groups > 1: one problem per group) or
-        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A static
-        argument: it changes the compiled program.
+      lowering: {LOWERING}
       weights_format: ``"XIO"`` (default) or ``"OIX"``.
 
     Returns:

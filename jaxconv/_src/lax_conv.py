@@ -23,6 +23,7 @@ from jax import lax
 
 from jaxconv._src import autodiff, geometry, options
 from jaxconv._src.geometry import Names
+from jaxconv._src.kernel import Kernel
 from jaxconv._src.typing import ArrayLike, DTypeLike, ForwardLowering, PrecisionLike
 
 _OP = "conv_general_dilated"
@@ -174,9 +175,9 @@ def conv_general_dilated(
         strides=strides, pads_begin=[lo for lo, _ in pads], pads_end=[hi for _, hi in pads],
         dilations=rhs_dil, auto_pad="explicit", groups=groups, data_format=data_format,
         filter_format=filter_format)
-    y = autodiff.jit_forward(xs, ws, p=p, precision=precision,
+    y = autodiff.forward(xs, ws, p=p, precision=precision,
                              preferred_element_type=preferred_element_type,
-                             method=options.check_lowering(_OP, "forward", lowering, p))
+                             method=options.check_lowering(_OP, Kernel.FORWARD, lowering, p))
     perm = [0] * (n + 2)  # result axis that goes to each output axis
     for role, axis in enumerate(out_spec):
         perm[axis] = src[role]

@@ -31,6 +31,8 @@ import jax
 
 from jaxconv._src import autodiff, geometry, options
 from jaxconv._src.geometry import Names, TransposePadRule
+from jaxconv._src.kernel import Kernel
+from jaxconv._src.lowering import document_lowering
 from jaxconv._src.typing import (
     ArrayLike,
     AutoPad,
@@ -138,9 +140,9 @@ def group_convolution(
         op, _NAMES, x_shape=x.shape, y_shape=None, w_shape=w2.shape, strides=strides,
         pads_begin=pads_begin, pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
         groups=g, data_format="NCX", filter_format="OIX")
-    return autodiff.jit_forward(x, w2, p=p, precision=precision,
+    return autodiff.forward(x, w2, p=p, precision=precision,
                                 preferred_element_type=preferred_element_type,
-                                method=options.check_lowering(op, "forward", lowering, p))
+                                method=options.check_lowering(op, Kernel.FORWARD, lowering, p))
 
 
 def _backprop_data(
@@ -160,11 +162,12 @@ def _backprop_data(
         strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
         auto_pad=auto_pad, output_padding=output_padding, groups=g, data_format="NCX",
         filter_format="IOX", pad_rule=TransposePadRule.OPENVINO, upper_extra_at_end=not runtime)
-    return autodiff.jit_data_grad(x, w, p=p, precision=precision,
+    return autodiff.data_grad(x, w, p=p, precision=precision,
                                   preferred_element_type=preferred_element_type,
-        method=options.check_lowering(op, "data", method, p))
+        method=options.check_lowering(op, Kernel.DATA, method, p))
 
 
+@document_lowering(Kernel.DATA)
 def convolution_backprop_data(
     data: ArrayLike,
     filters: ArrayLike,
@@ -217,12 +220,7 @@ def convolution_backprop_data(
       openvino_runtime_padding: reproduce the OpenVINO runtime's split of an
         odd same_* total (extra at the beginning for same_upper).
       precision, preferred_element_type: as in :func:`jaxconv.convolution`.
-      lowering: the data-gradient formulation: ``"auto"`` (default: chosen per
-        problem and per backend, see docs/performance.md), ``"grid"``,
-        ``"phases"``, ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits),
-        ``"per_group"`` (groups > 1: one problem per group) or
-        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A
-        static argument: it changes the compiled program.
+      lowering: {LOWERING}
 
     Returns:
       ``[N, C_OUT, *Y]`` in the data's dtype (or ``preferred_element_type``).
@@ -244,6 +242,7 @@ def convolution_backprop_data(
         preferred_element_type, lowering)
 
 
+@document_lowering(Kernel.DATA)
 def group_convolution_backprop_data(
     data: ArrayLike,
     filters: ArrayLike,
@@ -285,12 +284,7 @@ def group_convolution_backprop_data(
       auto_pad, output_padding: as in :func:`convolution_backprop_data`.
       openvino_runtime_padding: as in :func:`convolution_backprop_data`.
       precision, preferred_element_type: as in :func:`convolution_backprop_data`.
-      lowering: the data-gradient formulation: ``"auto"`` (default: chosen per
-        problem and per backend, see docs/performance.md), ``"grid"``,
-        ``"phases"``, ``"dot"``, ``"vjp"`` (the program ``jax.vjp`` emits),
-        ``"per_group"`` (groups > 1: one problem per group) or
-        ``"block_diagonal"`` (groups > 1: one dense problem, block-diagonal filter). A
-        static argument: it changes the compiled program.
+      lowering: {LOWERING}
 
     Returns:
       ``[N, G*C_OUT, *Y]`` in the data's dtype (or ``preferred_element_type``).

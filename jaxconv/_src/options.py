@@ -4,18 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from jaxconv._src import geometry, lowering
+from jaxconv._src.geometry import ConvProblem
+from jaxconv._src.kernel import DType, Kernel, Precision
 
 
-def compute_options(op: str, precision: Any, preferred_element_type: Any) -> tuple[Any, Any]:
+def compute_options(op: str, precision: Any, preferred_element_type: Any) -> tuple[Precision, DType]:
     """Validates ``precision`` and ``preferred_element_type``; returns hashable forms."""
+    dtype: DType = None
     if preferred_element_type is not None:
         try:
-            preferred_element_type = np.dtype(preferred_element_type)
+            dtype = preferred_element_type = np.dtype(preferred_element_type)
         except TypeError:
             raise TypeError(
                 f"{op}: preferred_element_type must be a dtype or None, got "
@@ -26,10 +30,10 @@ def compute_options(op: str, precision: Any, preferred_element_type: Any) -> tup
                 f"{op}: preferred_element_type must be a numeric dtype, got {preferred_element_type}"
             )
     if precision is None or isinstance(precision, lax.Precision):
-        return precision, preferred_element_type
+        return precision, dtype
     if isinstance(precision, str):
         try:
-            return lax.Precision(precision), preferred_element_type
+            return lax.Precision(precision), dtype
         except ValueError:
             pass
     elif (
@@ -37,7 +41,8 @@ def compute_options(op: str, precision: Any, preferred_element_type: Any) -> tup
         and len(precision) == 2
         and all(isinstance(v, lax.Precision) or v is None for v in precision)
     ):
-        return tuple(precision), preferred_element_type
+        pair: Precision = (precision[0], precision[1])
+        return pair, dtype
     raise ValueError(
         f"{op}: precision must be None, a lax.Precision, 'default', 'high', 'highest' or a pair "
         f"of lax.Precision, got {precision!r}"
@@ -57,42 +62,35 @@ def check_output_dtype(op: str, dtype: np.dtype, preferred_element_type: Any) ->
 def check_inputs(
     op: str, arrays: dict[str, Any], precision: Any, preferred_element_type: Any,
     *, floating: bool = True,
-) -> tuple[list[Any], Any, Any]:
+) -> tuple[list[jax.Array], Precision, DType]:
     """The preamble of every op: arrays, one shared dtype, valid compute options.
 
     Returns (the arrays as jax arrays in order, precision, preferred_element_type).
     """
     arrs = {name: geometry.check_array(op, name, v) for name, v in arrays.items()}
     dtype = geometry.check_same_dtype(op, arrs, floating=floating)
-    precision, preferred_element_type = compute_options(op, precision, preferred_element_type)
+    valid_precision, out_dtype = compute_options(op, precision, preferred_element_type)
     if floating:
-        check_output_dtype(op, dtype, preferred_element_type)
-    return list(arrs.values()), precision, preferred_element_type
+        check_output_dtype(op, dtype, out_dtype)
+    return list(arrs.values()), valid_precision, out_dtype
 
 
-def check_lowering(op: str, kind: str, lowering_value: Any, p: Any) -> str:
+def check_lowering(op: str, kernel: Kernel, lowering_value: Any, p: ConvProblem) -> str:
     """Validates an op's ``lowering=`` against the methods of its kernel and the problem ``p``.
 
-    ``kind`` is ``"forward"``, ``"weight"`` or ``"data"`` (which kernel the op runs).
-    Returns the method (``"auto"`` or one of the kernel's methods).
+    Returns the method (``"auto"`` or one of the kernel's methods in the registry).
     """
-    if kind == "forward":
-        methods = lowering.FORWARD_METHODS
-    elif kind == "weight":
-        methods = lowering.WEIGHT_GRAD_METHODS
-    elif kind == "data":
-        methods = lowering.DATA_GRAD_METHODS
-    else:
-        raise ValueError(f"check_lowering: kind must be 'forward', 'weight' or 'data', got {kind!r}")
-    allowed = ["auto", *methods]
+    allowed = ["auto", *lowering.methods(kernel)]
     if not isinstance(lowering_value, str):
         raise TypeError(f"{op}: lowering must be a string, one of {allowed}, got "
                         f"{lowering_value!r}")
     if lowering_value not in allowed:
         raise ValueError(f"{op}: lowering must be one of {allowed}, got {lowering_value!r}")
-    why = lowering.method_inapplicable(lowering_value, p)
+    if lowering_value == "auto":
+        return lowering_value
+    why = lowering.why_not(lowering_value, kernel, p)
     if why is not None:
-        usable = [m for m in allowed if lowering.method_inapplicable(m, p) is None]
+        usable = ["auto", *(m for m in allowed[1:] if lowering.why_not(m, kernel, p) is None)]
         raise ValueError(f"{op}: lowering={lowering_value!r} does not apply to this problem: "
                          f"{why}; use one of {usable}")
     return lowering_value

@@ -7,33 +7,32 @@ the bad-input catalogue read it), and of what an op's ``lowering=`` chooses amon
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
 
-Kernel = Literal["forward", "data", "weight"]
+from jaxconv._src.kernel import Kernel
 
 
 @dataclasses.dataclass(frozen=True)
 class OpInfo:
     """One public array op (arrays in, one array out)."""
 
-    #: the gradient kernel it lowers to ("forward": no lowering= choice)
+    #: the kernel it lowers to (its ``lowering=`` chooses among that kernel's methods)
     kernel: Kernel
 
 
 ARRAY_OPS: dict[str, OpInfo] = {
-    "convolution": OpInfo("forward"),
-    "convolution_backward_data": OpInfo("data"),
-    "convolution_backprop_filters": OpInfo("weight"),
-    "convolution_backward_weights": OpInfo("weight"),
-    "conv_transpose": OpInfo("data"),
-    "conv_transpose_backward_data": OpInfo("forward"),
-    "conv_transpose_backward_weights": OpInfo("weight"),
-    "conv_transpose_backprop_filters": OpInfo("weight"),
-    "group_convolution": OpInfo("forward"),
-    "convolution_backprop_data": OpInfo("data"),
-    "group_convolution_backprop_data": OpInfo("data"),
-    "conv2d_backprop_filter": OpInfo("weight"),
-    "conv_general_dilated": OpInfo("forward"),
+    "convolution": OpInfo(Kernel.FORWARD),
+    "convolution_backward_data": OpInfo(Kernel.DATA),
+    "convolution_backprop_filters": OpInfo(Kernel.WEIGHT),
+    "convolution_backward_weights": OpInfo(Kernel.WEIGHT),
+    "conv_transpose": OpInfo(Kernel.DATA),
+    "conv_transpose_backward_data": OpInfo(Kernel.FORWARD),
+    "conv_transpose_backward_weights": OpInfo(Kernel.WEIGHT),
+    "conv_transpose_backprop_filters": OpInfo(Kernel.WEIGHT),
+    "group_convolution": OpInfo(Kernel.FORWARD),
+    "convolution_backprop_data": OpInfo(Kernel.DATA),
+    "group_convolution_backprop_data": OpInfo(Kernel.DATA),
+    "conv2d_backprop_filter": OpInfo(Kernel.WEIGHT),
+    "conv_general_dilated": OpInfo(Kernel.FORWARD),
 }
 
 #: Public ops that are not array ops: ``from_openvino_ir`` builds one from an IR layer.

@@ -10,7 +10,6 @@ FRACTAL_Z with ``tbe_layouts.to_fractal_z``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -20,6 +19,7 @@ from jax import lax
 
 from jaxconv._src import autodiff, options, tbe_layouts
 from jaxconv._src.geometry import ConvProblem
+from jaxconv._src.kernel import Kernel
 from jaxconv._src.tbe_geometry import tbe_problem
 from jaxconv._src.typing import ArrayLike, ShapeLike, WeightGradLowering
 
@@ -57,10 +57,6 @@ def _compute(x5: jax.Array, dy5: jax.Array, p: ConvProblem, res_dtype: Any,
     dw = autodiff.weight_grad(x, dy, p=p, precision=lax.Precision.HIGHEST,
                               preferred_element_type=jnp.float32, method=method)
     return tbe_layouts.to_fractal_z(dw, p.groups).astype(res_dtype)
-
-
-_jit_compute: Callable[..., jax.Array] = jax.jit(_compute,
-                                                 static_argnames=("p", "res_dtype", "method"))
 
 
 def conv2d_backprop_filter(
@@ -125,5 +121,5 @@ def conv2d_backprop_filter(
         _OP, x5_shape=tuple(x5.shape), dy5_shape=tuple(dy5.shape), filter_sizes=filter_sizes,
         strides=para["strides"], padding=para["padding"], dilations=para["dilations"],
         groups=para["groups"])
-    return _jit_compute(x5, dy5, p=p, res_dtype=np.dtype(_RES_DTYPES[para["res_dtype"]]),
-                    method=options.check_lowering(_OP, "weight", lowering, p))
+    return _compute(x5, dy5, p, np.dtype(_RES_DTYPES[para["res_dtype"]]),
+                    options.check_lowering(_OP, Kernel.WEIGHT, lowering, p))

@@ -36,10 +36,8 @@ import math
 import os
 import pathlib
 import platform
-import re
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +48,17 @@ from jax import lax
 
 import jaxconv
 from jaxconv._src.bench import benchdnn
+from jaxconv._src.bench.timing import (  # noqa: F401 - re-exported for the scripts and tests
+    _bind,
+    _time,
+    _time_n,
+    calls_per_sample,
+    cpu_model,
+    geomean,
+    hlo_instructions,
+    same_program,
+)
+from jaxconv._src.bench.torch_contender import _torch_impl
 
 TARGET_LISTS = ["conv_shapes_resnet_50", "conv_shapes_mobilenet", "conv_shapes_mobilenet_dw",
                 "conv_shapes_3d", "conv_shapes_dilated"]
@@ -135,167 +144,6 @@ def build(prob: benchdnn.Problem, kind: str, dtype=jnp.float32,
     return impls
 
 
-def cpu_model() -> str:
-    """The CPU's model name (Linux: /proc/cpuinfo), else ``platform.processor()``.
-
-    Ratios against oneDNN depend on it (resnet_50's weight gradients, computed the same
-    way in both runs: 1.39 of torch's time on a 2-core AMD EPYC, 1.96 on a 2-core Intel
-    Xeon with AVX-512).
-    """
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _bind(jitted, args) -> Any:
-    """``jitted(*args)`` as a callable without arguments; ``.program`` keeps both (for HLO)."""
-    def call():
-        return jitted(*args)
-    call.program = (jitted, args)  # type: ignore[attr-defined]
-    return call
-
-
-_HLO_NOISE = re.compile(r"(, )?metadata=\{[^}]*\}|\.\d+\b")
-
-
-def hlo_instructions(fn: Any) -> list[str]:
-    """The optimized HLO of a bound jitted callable: instructions only, without names'
-    numeric suffixes, source metadata or the module's debug tables."""
-    jitted, args = fn.program
-    lines = jitted.lower(*args).compile().as_text().splitlines()
-    return [_HLO_NOISE.sub("", ln.strip()) for ln in lines
-            if ln.strip().startswith(("%", "ROOT", "ENTRY", "}"))]
-
-
-def same_program(a: Callable, b: Callable) -> bool:
-    """Whether two bound jitted callables compile to the same optimized HLO."""
-    return hlo_instructions(a) == hlo_instructions(b)
-
-
-class _CudaResult:
-    """What a torch GPU callable returns: the gradient (NCX/OIX) and a way to wait for it."""
-
-    def __init__(self, torch, value):
-        self._torch, self.value = torch, value
-
-    def block_until_ready(self):
-        self._torch.cuda.synchronize()
-        return self
-
-
-def _torch_impl(prob, kind, x, dy, w, gpu=False):
-    """torch doing the same work as jaxconv: the one gradient, and nothing else.
-
-    ``torch.ops.aten.convolution_backward`` with the output mask of that gradient
-    (weight: ``[False, True, False]``, data: ``[True, False, False]``; what
-    ``torch.nn.grad.conv2d_weight`` calls), under ``no_grad``: no forward
-    convolution, no autograd graph. Equal pads go to the library as they are;
-    unequal ones are applied to ``x`` once, outside the timed call (the row then
-    says ``torch_explicit_pad``; the data gradient is then of the padded input, a
-    little more work). CPU: oneDNN with as many threads as XLA (every core). GPU:
-    cuDNN in exact float32 (TF32 off). The faster of NCHW and channels-last
-    (measured once each, best of 3 after a warm-up) is the one timed; the callable
-    carries ``.layout`` and ``.explicit_pad``.
-    """
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError:
-        return None
-    if gpu:
-        if not torch.cuda.is_available():
-            return None
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        dev = torch.device("cuda")
-    else:
-        # torch's CPU convolution may unfold the input (im2col); a kernel as large as the
-        # input (3d_conv_large_shape:2) asks it for 14.5 GB and the OOM killer ends the run.
-        unfold = (prob.batch * prob.in_channels * math.prod(prob.kernel)
-                  * math.prod(prob.output_size))
-        if 4 * unfold > 1e9:
-            return None
-        torch.set_num_threads(os.cpu_count() or 1)
-        dev = torch.device("cpu")
-    perm_in = (0, prob.rank + 1, *range(1, prob.rank + 1))
-    xt = torch.from_numpy(np.array(x.transpose(perm_in), order="C")).to(dev)
-    dyt = torch.from_numpy(np.ascontiguousarray(dy.transpose(perm_in))).to(dev)
-    wt = torch.from_numpy(np.ascontiguousarray(
-        w.transpose(prob.rank + 1, prob.rank, *range(prob.rank)))).to(dev)
-    symmetric = tuple(prob.pads_begin) == tuple(prob.pads_end)
-    padding = list(prob.pads_begin) if symmetric else [0] * prob.rank
-    if not symmetric:
-        pad = []
-        for b, e in zip(reversed(prob.pads_begin), reversed(prob.pads_end)):
-            pad += [b, e]
-        xt = F.pad(xt, pad)
-    mask = [False, True, False] if kind == "wgrad" else [True, False, False]
-    formats = {"NCX": torch.contiguous_format}
-    if prob.rank in (2, 3):
-        formats["channels_last"] = torch.channels_last if prob.rank == 2 else \
-            torch.channels_last_3d
-
-    def make(fmt):
-        xx, dd, ww = (t.contiguous(memory_format=fmt) for t in (xt, dyt, wt))
-
-        def run():
-            with torch.no_grad():
-                dx, dw, _ = torch.ops.aten.convolution_backward(
-                    dd, xx, ww, None, list(prob.strides), padding, list(prob.dilations), False,
-                    [0] * prob.rank, prob.groups, mask)
-            out = dw if kind == "wgrad" else dx
-            return _CudaResult(torch, out) if gpu else out
-        return run
-
-    best: Any = None
-    best_t = math.inf
-    for name, fmt in formats.items():
-        fn = make(fmt)
-        _time(fn)
-        t = min(_time_n(fn, 3) for _ in range(3))
-        if t < best_t:
-            best, best_t = fn, t
-            best.layout = name
-    best.explicit_pad = not symmetric
-    return best
-
-
-def _time(fn: Callable) -> float:
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn())
-    return time.perf_counter() - t0
-
-
-def _time_n(fn: Callable, n: int) -> float:
-    """n back-to-back calls, then a wait for all of them: throughput, as in a training loop.
-
-    The wait covers every array of every result (a training step returns a pytree): a
-    sample that returned before its work finished would leave it queued, and the next
-    contender's sample would time it.
-    """
-    t0 = time.perf_counter()
-    outs = [fn() for _ in range(n)]
-    jax.block_until_ready(outs)
-    return time.perf_counter() - t0
-
-
-def calls_per_sample(fn: Callable, target_s: float = 0.02, cap: int = 4096) -> int:
-    """Back-to-back calls for a sample of at least ``target_s`` (doubling, as timeit.autorange).
-
-    A count guessed from one call is wrong for tiny problems (one slow wake-up gives a
-    handful of calls, and the sample then times the wake-up, not the program).
-    """
-    n = 1
-    while n < cap and _time_n(fn, n) < target_s:
-        n *= 2
-    return n
-
-
 def measure(prob: benchdnn.Problem, kind: str, reps: int, with_torch: bool = True,
             gpu: bool = False) -> dict[str, Any]:
     """Times one problem's gradient through every contender, interleaved in this process.
@@ -345,11 +193,6 @@ def measure(prob: benchdnn.Problem, kind: str, reps: int, with_torch: bool = Tru
         row["torch_layout"] = torch_impl.layout
         row["torch_explicit_pad"] = torch_impl.explicit_pad
     return row
-
-
-def geomean(values) -> float:
-    values = [v for v in values if v > 0]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def _key(r: dict) -> str:
@@ -488,8 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-torch", action="store_true",
                     help="leave torch out (its OpenMP threads spin after each call and can "
                          "disturb the next measurement on a small machine)")
-    ap.add_argument("--out", type=pathlib.Path, help="JSON path (default: benchmarks/results/<preset>.json in a source checkout, else "
-                         "jaxconv-bench-results/<preset>.json)")
+    ap.add_argument("--out", type=pathlib.Path,
+                    help="JSON path (default: benchmarks/results/<preset>.json in a source "
+                         "checkout, else jaxconv-bench-results/<preset>.json)")
     args = ap.parse_args(argv)
     preset = PRESETS[args.preset]
     lists = args.lists or preset["lists"]

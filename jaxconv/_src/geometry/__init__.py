@@ -47,7 +47,7 @@ from jaxconv._src.geometry.padding import (
     conv_transpose_output_size,
     dilated_kernel_size,
 )
-from jaxconv._src.geometry.problem import ConvProblem, Names, recording_problems
+from jaxconv._src.geometry.problem import ConvProblem, Names
 
 __all__ = [
     "AUTO_PAD_MODES",
@@ -78,7 +78,6 @@ __all__ = [
     "filter_layout",
     "full_input_shape",
     "int_tuple",
-    "recording_problems",
     "spatial_rank",
     "static_shape",
 ]

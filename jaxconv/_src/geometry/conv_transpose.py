@@ -37,7 +37,6 @@ from jaxconv._src.geometry.problem import (
     Names,
     check_divisible,
     common_attributes,
-    recorded,
 )
 
 
@@ -215,9 +214,9 @@ def _conv_transpose_problem(
     # The convolution this ConvTranspose transposes, fitted exactly.
     conv_pe = tuple(st * (i - 1) + dilated_kernel_size(k, dl) - b - o
                     for st, i, k, dl, b, o in zip(s, in_size, kernel, d, pb, out_size))
-    return recorded(ConvProblem(
+    return ConvProblem(
         op=op, rank=n, data=a.data, filter_layout=a.filter, filter_swap=True, batch=batch,
         in_channels=out_channels, out_channels=in_channels, groups=a.groups,
         input_size=tuple(out_size), output_size=tuple(in_size), kernel=kernel, strides=s,
         dilations=d, pads_begin=pb, pads_end=conv_pe,
-    ))
+    )

@@ -24,7 +24,6 @@ from jaxconv._src.geometry.problem import (
     Names,
     check_channels,
     common_attributes,
-    recorded,
 )
 
 
@@ -112,11 +111,11 @@ def _convolution_problem(
             f"strides {list(s)}, dilations {list(d)}, pads_begin {list(pb)}, pads_end "
             f"{list(pe)}), got {list(out_given)}"
         )
-    return recorded(ConvProblem(
+    return ConvProblem(
         op=op, rank=a.rank, data=layout, filter_layout=wl, filter_swap=False, batch=batch,
         in_channels=in_channels, out_channels=out_channels, groups=g, input_size=in_size,
         output_size=out_size, kernel=kernel, strides=s, dilations=d, pads_begin=pb, pads_end=pe,
-    ))
+    )
 
 
 def full_input_shape(

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from jaxconv._src.geometry.layouts import DATA_FORMATS
-from jaxconv._src.geometry.problem import ConvProblem, Names, not_recording
+from jaxconv._src.geometry.problem import ConvProblem, Names
 
 
 def with_layout_hint(build: Callable[..., ConvProblem], names: Names,
@@ -22,7 +22,7 @@ def with_layout_hint(build: Callable[..., ConvProblem], names: Names,
 
     Only for ops whose caller chooses ``data_format`` and the filter format
     (``names.layout_arguments``). The other formats are tried only after an
-    error, with nothing recorded.
+    error.
     """
     try:
         return build(**kwargs)
@@ -53,14 +53,13 @@ def _fitting_formats(build: Callable[..., ConvProblem], filter_formats: Sequence
                      kwargs: dict[str, Any]) -> list[tuple[str, str]]:
     given = _given(kwargs)
     fits = []
-    with not_recording():
-        for df, ff in itertools.product(DATA_FORMATS, filter_formats):
-            if (df, ff) == given:
-                continue
-            try:
-                build(**dict(kwargs, data_format=df, filter_format=ff))
-            except (ValueError, TypeError):
-                continue
-            fits.append((df, ff))
+    for df, ff in itertools.product(DATA_FORMATS, filter_formats):
+        if (df, ff) == given:
+            continue
+        try:
+            build(**dict(kwargs, data_format=df, filter_format=ff))
+        except (ValueError, TypeError):
+            continue
+        fits.append((df, ff))
     # the fewest changed arguments first: a data_format alone, or a filter format alone
     return sorted(fits, key=lambda f: (f[0] != given[0]) + (f[1] != given[1]))

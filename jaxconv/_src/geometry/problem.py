@@ -9,10 +9,7 @@ all of them share.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 from jax import lax
@@ -200,36 +197,3 @@ def common_attributes(
         pads_end=int_tuple(op, "pads_end", pads_end, n, default=0, minimum=0),
         auto_pad=canonical_auto_pad(op, auto_pad, names.explicit_pad),
     )
-
-
-_RECORD: contextvars.ContextVar[list[ConvProblem] | None] = contextvars.ContextVar(
-    "jaxconv_problems", default=None)
-
-
-@contextlib.contextmanager
-def recording_problems() -> Iterator[list[ConvProblem]]:
-    """Collects every :class:`ConvProblem` built inside the block (``jaxconv shapes``)."""
-    log: list[ConvProblem] = []
-    token = _RECORD.set(log)
-    try:
-        yield log
-    finally:
-        _RECORD.reset(token)
-
-
-@contextlib.contextmanager
-def not_recording() -> Iterator[None]:
-    """Problems built inside the block are not logged (trial builds of error hints)."""
-    token = _RECORD.set(None)
-    try:
-        yield
-    finally:
-        _RECORD.reset(token)
-
-
-def recorded(p: ConvProblem) -> ConvProblem:
-    """``p``, also appended to the log of an enclosing :func:`recording_problems`."""
-    log = _RECORD.get()
-    if log is not None:
-        log.append(p)
-    return p

@@ -1,0 +1,43 @@
+"""The formulations of the three kernels, one module per family, and their registry.
+
+* ``common``: what the formulations share (accumulation types, padding, windows, per-tap
+  products);
+* ``convolution``: one relabelled ``lax.conv_general_dilated`` (``"conv"``,
+  ``"feature_group"``, ``"vjp"``, ``"grid"``);
+* ``phases``: the data gradient by stride phases (``"phases"``);
+* ``taps``: matrix products per kernel tap (``"dot"``);
+* ``shifted``: depthwise multiply-adds per tap (``"shifted"``);
+* ``grouped``: the combinators of grouped problems (``"per_group"``, ``"block_diagonal"``);
+* ``method``: the record of one method; ``registry``: all of them, and the dispatch.
+
+Which method ``"auto"`` picks per problem and backend is ``jaxconv/_src/backends.py``.
+"""
+
+from jaxconv._src.lowering.common import accumulation_dtype, strided_and_dilated
+from jaxconv._src.lowering.method import Method
+from jaxconv._src.lowering.registry import (
+    METHODS,
+    choose,
+    data_grad,
+    document_lowering,
+    forward,
+    methods,
+    run,
+    weight_grad,
+    why_not,
+)
+
+__all__ = [
+    "METHODS",
+    "Method",
+    "accumulation_dtype",
+    "choose",
+    "data_grad",
+    "document_lowering",
+    "forward",
+    "methods",
+    "run",
+    "strided_and_dilated",
+    "weight_grad",
+    "why_not",
+]

@@ -1,0 +1,153 @@
+"""The registry of lowering methods, and the dispatch every kernel call goes through.
+
+:data:`METHODS` holds one :class:`~jaxconv._src.lowering.method.Method` per name the ops'
+``lowering=`` accepts. Everything else reads it: the values each op accepts and the
+messages for the others (``options.check_lowering``), the ``lowering=`` paragraph of each
+op's docstring (:func:`document_lowering`), the primitive's lowering (:func:`run`), and the
+tests (the lowering matrix, and a check that the public ``Literal`` types list the same
+names). Adding a lowering: one module with its record, one entry here, one rule per backend
+table in ``backends.py`` (docs/lowerings.md).
+"""
+
+from __future__ import annotations
+
+import textwrap
+import typing
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from jaxconv._src import backends
+from jaxconv._src import typing as public
+from jaxconv._src.geometry import ConvProblem
+from jaxconv._src.kernel import Array, CombinatorFn, DType, Kernel, KernelFn, Precision
+from jaxconv._src.lowering import convolution, grouped, phases, shifted, taps
+from jaxconv._src.lowering.method import Method
+
+#: every lowering method, by name
+METHODS: dict[str, Method] = {m.name: m for m in (
+    convolution.CONV,
+    convolution.FEATURE_GROUP,
+    convolution.GRID,
+    phases.PHASES,
+    shifted.SHIFTED,
+    taps.DOT,
+    convolution.VJP,
+    grouped.PER_GROUP,
+    grouped.BLOCK_DIAGONAL,
+)}
+
+#: the public type of each kernel's ``lowering=`` argument (its values, in their documented order)
+LOWERING_TYPES = {Kernel.FORWARD: public.ForwardLowering, Kernel.DATA: public.DataGradLowering,
+                  Kernel.WEIGHT: public.WeightGradLowering}
+
+
+def methods(kernel: Kernel) -> tuple[str, ...]:
+    """The methods that implement ``kernel``, in the order of its public ``Literal`` type."""
+    names = [m for m in METHODS if kernel in METHODS[m].kernels]
+    order = [v for v in typing.get_args(LOWERING_TYPES[kernel]) if v in names]
+    return (*order, *(m for m in names if m not in order))
+
+
+def why_not(method: str, kernel: Kernel, p: ConvProblem) -> str | None:
+    """Why ``method`` cannot compute ``kernel`` for ``p`` (a registered name), or None."""
+    return METHODS[method].why_not(kernel, p)
+
+
+def choose(kernel: Kernel, p: ConvProblem, backend: str) -> str:
+    """The method ``lowering="auto"`` picks for ``kernel`` on ``p`` on ``backend``."""
+    return backends.METHOD[kernel](p, backend)
+
+
+def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, backend: str | None,
+        precision: Precision = None, preferred_element_type: DType = None) -> Array:
+    """``kernel`` on (a, b) by ``method`` (``"auto"``: the table of ``backend``).
+
+    The backend is chosen once, by the primitive's lowering for the platform the program
+    is lowered for (``autodiff.py``), and passed down: a combinator's sub-problems get the
+    leaf formulation the same backend's table picks for them.
+    """
+    if method == "auto":
+        if backend is None:
+            raise ValueError("lowering: method 'auto' needs a backend to choose for")
+        method = choose(kernel, p, backend)
+    if method not in METHODS or kernel not in METHODS[method].kernels:
+        raise ValueError(f"lowering: method must be 'auto' or one of {list(methods(kernel))}, "
+                         f"got {method!r}")
+    record = METHODS[method]
+    fn = record.kernels[kernel]
+    if not record.combinator:
+        return typing.cast(KernelFn, fn)(a, b, p, precision, preferred_element_type)
+
+    def leaf(sub_kernel: Kernel, sa: Array, sb: Array, sub: ConvProblem) -> Array:
+        sub_method = method if backend is None else choose(sub_kernel, sub, backend)
+        if backend is None or METHODS[sub_method].combinator:
+            # a forced combinator with no backend to choose for, or a table that picks a
+            # combinator for a one-group problem (tests/test_lowerings.py rules it out)
+            sub_method = default_leaf(sub_kernel)
+        return run(sub_kernel, sa, sb, sub, method=sub_method, backend=backend,
+                   precision=precision, preferred_element_type=preferred_element_type)
+
+    return typing.cast(CombinatorFn, fn)(a, b, p, leaf=leaf)
+
+
+def default_leaf(kernel: Kernel) -> str:
+    """The leaf of a forced combinator where no backend's table is known: one convolution."""
+    return "grid" if kernel is Kernel.DATA else "conv"
+
+
+def forward(x: Array, w: Array, p: ConvProblem, *, method: str, backend: str | None = None,
+            precision: Precision = None, preferred_element_type: DType = None) -> Array:
+    """y from x and W (:func:`run` of ``Kernel.FORWARD``)."""
+    return run(Kernel.FORWARD, x, w, p, method=method, backend=backend, precision=precision,
+               preferred_element_type=preferred_element_type)
+
+
+def data_grad(dy: Array, w: Array, p: ConvProblem, *, method: str, backend: str | None = None,
+              precision: Precision = None, preferred_element_type: DType = None) -> Array:
+    """dx from dy and W (:func:`run` of ``Kernel.DATA``)."""
+    return run(Kernel.DATA, dy, w, p, method=method, backend=backend, precision=precision,
+               preferred_element_type=preferred_element_type)
+
+
+def weight_grad(x: Array, dy: Array, p: ConvProblem, *, method: str, backend: str | None = None,
+                precision: Precision = None, preferred_element_type: DType = None) -> Array:
+    """dW from x and dy (:func:`run` of ``Kernel.WEIGHT``)."""
+    return run(Kernel.WEIGHT, x, dy, p, method=method, backend=backend, precision=precision,
+               preferred_element_type=preferred_element_type)
+
+
+# ---------------------------------------------------------------------------------- docs
+
+#: where an op's docstring says ``lowering: {LOWERING}``, :func:`document_lowering` writes
+#: the paragraph of its kernel's methods
+PLACEHOLDER = "{LOWERING}"
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def lowering_paragraph(kernel: Kernel) -> str:
+    """The text of the ``lowering=`` argument of an op that runs ``kernel`` (one line)."""
+    names = [f'``"{m}"`` ({METHODS[m].summary})' for m in methods(kernel)]
+    listed = ", ".join(names[:-1]) + " or " + names[-1]
+    return (f'the {kernel.label} formulation: ``"auto"`` (default: chosen per problem and per '
+            f"backend, see docs/performance.md), {listed}. A static argument: it changes the "
+            f"compiled program.")
+
+
+def document_lowering(kernel: Kernel) -> Callable[[_F], _F]:
+    """Writes the ``lowering=`` paragraph of ``kernel`` into the docstring's placeholder."""
+    def decorate(fn: _F) -> _F:
+        doc = fn.__doc__ or ""
+        lines = doc.splitlines()
+        for i, line in enumerate(lines):
+            if line.rstrip().endswith(PLACEHOLDER):
+                head = line.rstrip()[: -len(PLACEHOLDER)]
+                indent = " " * (len(head) - len(head.lstrip()) + 2)
+                text = textwrap.fill(head + lowering_paragraph(kernel), width=92,
+                                     subsequent_indent=indent, break_on_hyphens=False,
+                                     break_long_words=False)
+                lines[i] = text
+                fn.__doc__ = "\n".join(lines) + ("\n" if doc.endswith("\n") else "")
+                return fn
+        raise ValueError(f"document_lowering: {fn.__name__}'s docstring has no line ending "
+                         f"in {PLACEHOLDER}")
+    return decorate
