@@ -143,15 +143,6 @@ def test_valid_and_explicit():
     assert geo.auto_pads("explicit", geo.PadRule.CONV, *args) == ((4, 1), (0, 3))
 
 
-@pytest.mark.parametrize("alias,mode", [
-    ("none", "explicit"), ("None", "explicit"), ("NOTSET", "explicit"), ("explicit", "explicit"),
-    ("SAME_UPPER", "same_upper"), ("Same_Lower", "same_lower"), ("VALID", "valid"),
-    (None, "explicit"),
-])
-def test_auto_pad_aliases(alias, mode):
-    assert geo.canonical_auto_pad("t", alias) == mode
-
-
 # ---- layouts -----------------------------------------------------------------
 
 
@@ -211,9 +202,9 @@ def test_int_tuple_broadcasts_and_defaults():
 
 
 @pytest.mark.parametrize("value,mode", [
-    ("SAME", "same_upper"), ("same", "same_upper"), ("Same_Lower", "same_lower"),
-    ("VALID", "valid"), ("none", "explicit"), ("explicit", "explicit"), ("NOTSET", "explicit"),
-    (None, "explicit")])
+    ("SAME", "same_upper"), ("same", "same_upper"), ("SAME_UPPER", "same_upper"),
+    ("Same_Lower", "same_lower"), ("VALID", "valid"), ("none", "explicit"), ("None", "explicit"),
+    ("explicit", "explicit"), ("NOTSET", "explicit"), (None, "explicit")])
 def test_auto_pad_aliases(value, mode):
     """lax's and TensorFlow's spellings are accepted; every family's word for explicit pads."""
     from jaxconv._src.geometry.padding import canonical_auto_pad

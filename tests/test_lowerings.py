@@ -29,6 +29,9 @@ from tests.cases import ConvCase as Case
 HIGHEST = lax.Precision.HIGHEST
 #: every weight-gradient method of the registry (what the matrix below runs, where it applies)
 ALL = lowering.methods(Kernel.WEIGHT)
+#: the combinators (grouped problems only) and, per kernel, the leaf formulations
+COMBINATORS = tuple(m for m, rec in lowering.METHODS.items() if rec.combinator)
+DATA_LEAVES = tuple(m for m in lowering.methods(Kernel.DATA) if m not in COMBINATORS)
 
 
 def _applies(method, case: Case, kernel) -> bool:
@@ -106,11 +109,11 @@ def test_every_lowering_against_torch(case, kernel, method):
 
 
 # "conv" is what tests/test_convolution.py checks against torch on its own matrix
-FORWARD = ("dot", "shifted", "per_group", "block_diagonal")
+FORWARD = tuple(m for m in lowering.methods(Kernel.FORWARD) if m != "conv")
 FORWARD_PARAMS = [
     pytest.param(c, k, m, id=f"{m}-{c.id}-k{'x'.join(map(str, k))}", marks=_marks(m))
     for c, k in CASES for m in FORWARD if m != "shifted" or c.groups_name == "depthwise"
-    if m not in ("per_group", "block_diagonal") or _applies(m, c, k)]
+    if m not in COMBINATORS or _applies(m, c, k)]
 
 
 @pytest.mark.parametrize("case,kernel,method", FORWARD_PARAMS)
@@ -284,14 +287,14 @@ def test_conv_transpose_and_tbe_follow_the_override(method):
 
 
 
-DATA = ["grid", "phases", pytest.param("dot", marks=ISOLATED), "vjp"]
+DATA = [pytest.param(m, marks=_marks(m)) for m in DATA_LEAVES]
 
 
 @pytest.mark.parametrize("case,method", [
     pytest.param(c, m, id=f"{m}-{c.id}", marks=_marks(m))
-    for c in CONV_TRANSPOSE_MATRIX[::4] for m in ("grid", "phases", "dot", "vjp")]
+    for c in CONV_TRANSPOSE_MATRIX[::4] for m in DATA_LEAVES]
     + [pytest.param(c, m, id=f"{m}-{c.id}") for c in CONV_TRANSPOSE_MATRIX
-       if c.attrs.get("groups", 1) > 1 for m in ("per_group", "block_diagonal")][::3])
+       if c.attrs.get("groups", 1) > 1 for m in COMBINATORS][::3])
 def test_data_gradient_lowerings_against_torch(case, method):
     """conv_transpose (the data-gradient kernel) and its backward data, both forced."""
     x, w, dy = case.make(seed=9)
@@ -329,7 +332,7 @@ def test_block_diagonal_keeps_a_non_finite_value_in_its_group(kind):
     np.testing.assert_allclose(np.asarray(got)[finite], np.asarray(ref)[finite], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("method", [*DATA, "per_group", "block_diagonal"])
+@pytest.mark.parametrize("method", [*DATA, *COMBINATORS])
 def test_data_gradient_lowerings_convolution_backward_data(method):
     rng = np.random.default_rng(2)
     x = h.random(rng, (2, 9, 8, 4))
@@ -672,8 +675,8 @@ def test_check_grads_order_2_of_each_weight_lowering(problem, method):
 
 @pytest.mark.parametrize("problem,method", [
     pytest.param(pid, m, marks=_grad_marks(pid, m)) for pid in sorted(GRAD_PROBLEMS)
-    for m in ("grid", "phases", "dot", "vjp", "per_group", "block_diagonal")
-    if not (m in ("per_group", "block_diagonal") and GRAD_PROBLEMS[pid][1] == 1)])
+    for m in lowering.methods(Kernel.DATA)
+    if not (m in COMBINATORS and GRAD_PROBLEMS[pid][1] == 1)])
 def test_check_grads_order_2_of_each_data_lowering(problem, method):
     x_shape, g, attrs = GRAD_PROBLEMS[problem]
     w_shape = (3, 2, 4 // g, 4)

@@ -83,7 +83,8 @@ def plan(kernel: Kernel, p: ConvProblem, batched_a: bool, batched_b: bool, size:
 def fold(a: Array, mapped: int, place: Place) -> Array:
     """``a`` with its mapped axis merged into ``place``: (outer, B, rest) on that axis."""
     axis, outer = place
-    a = jnp.moveaxis(a, mapped, axis)  # (..., B, E, ...)
+    if mapped != axis:
+        a = jnp.moveaxis(a, mapped, axis)  # (..., B, E, ...)
     size, extent = a.shape[axis], a.shape[axis + 1]
     if outer > 1:
         a = a.reshape(a.shape[:axis] + (size, outer, extent // outer) + a.shape[axis + 2:])
@@ -96,6 +97,8 @@ def unfold(y: Array, place: Place, size: int) -> Array:
     """The inverse of :func:`fold` on a result: the mapped axis back at ``place``'s axis."""
     axis, outer = place
     extent = y.shape[axis] // size
+    if outer == 1:  # B outermost: a free reshape
+        return y.reshape(y.shape[:axis] + (size, extent) + y.shape[axis + 1:])
     y = y.reshape(y.shape[:axis] + (outer, size, extent // outer) + y.shape[axis + 1:])
     y = jnp.swapaxes(y, axis, axis + 1)  # (..., B, outer, E / outer, ...)
     return y.reshape(y.shape[:axis + 1] + (extent,) + y.shape[axis + 3:])

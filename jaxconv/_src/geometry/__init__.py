@@ -4,7 +4,7 @@ Every public op is thin: it hands its arguments to a problem builder
 (:func:`convolution_problem`, :func:`conv_transpose_problem`, and
 ``tbe_geometry.tbe_problem`` beside the TBE op), which validates everything
 *before* any computation and returns a frozen :class:`ConvProblem`; the
-kernels in ``lowering.py`` only read that object. There is no other copy of
+kernels in ``lowering/`` only read that object. There is no other copy of
 padding or shape logic in the package. By purpose:
 
 * ``arguments``: arrays, dtypes, ranks, static shapes, int attributes, groups;
