@@ -33,6 +33,7 @@ from jaxconv._src.lowering.method import Method
 
 def forward_taps(x: Array, w: Array, p: ConvProblem, precision: Precision,
                  preferred_element_type: DType, *, elementwise: bool = False) -> Array:
+    """y from x and W, one product (``elementwise``: one multiply-add) per kernel tap."""
     d, g = p.data, p.groups
     o_ax, i_ax, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
     icg, ocg = p.in_channels // g, p.out_channels // g
