@@ -135,3 +135,19 @@ def test_smoke_preset(tmp_path):
     assert [(r["name"], r["kind"]) for r in rows] == run.PRESETS["smoke"]["only"]
     for r in rows:
         assert r["speedup_vs_vjp"] >= 1.0, (r["name"], r["median_ms"])
+
+
+def test_programs_dump_and_compare(tmp_path):
+    """benchmarks/programs.py: the same checkout dumps the same programs; a changed one differs."""
+    from benchmarks import programs
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    args = ["--lists", "conv_shapes_dilated", "--per-list", "1"]
+    assert programs.main(["dump", str(a), *args]) == 0
+    assert programs.main(["dump", str(b), *args]) == 0
+    assert programs.main(["compare", str(a), str(b)]) == 0
+    changed = json.loads(b.read_text())
+    key = next(iter(changed))
+    changed[key] += "\nROOT another"
+    b.write_text(json.dumps(changed))
+    assert programs.compare(json.loads(a.read_text()), changed) == [key]
+    assert programs.main(["compare", str(a), str(b)]) == 1
