@@ -6,19 +6,31 @@ kernels (``autodiff.py``) instead of lax's transpose rules.
 
 Any ``dimension_numbers`` are accepted: NXC/NCX data with XIO/OIX filters run
 as they are; other orders are transposed to NXC/XIO (a copy) and the result to
-the requested output order. Where jaxconv has no kernel, the call is
-``lax.conv_general_dilated`` itself (same value, lax's gradients): an input
-dilation (``lhs_dilation`` > 1, a transposed convolution: use
-:func:`jaxconv.conv_transpose` for jaxconv's gradients), ``batch_group_count``
-> 1, negative padding, or more than 3 spatial axes.
+the requested output order. Every call lax accepts is accepted. Where jaxconv has
+no kernel, the call is ``lax.conv_general_dilated`` itself (same value, lax's
+gradients): operands that are not real floating point (complex, integer, bool),
+0 or more than 3 spatial axes, an input dilation (``lhs_dilation`` > 1, a
+transposed convolution: use :func:`jaxconv.conv_transpose` for jaxconv's
+gradients), ``batch_group_count`` > 1, negative padding, ``out_sharding``, or a
+zero-size extent (of lhs, rhs or the result). A call lax rejects is rejected
+before anything runs, with lax's exception type (TypeError or ValueError) and a
+message prefixed ``conv_general_dilated:``; lax's unknown padding string
+(RuntimeError there) and a non-array operand (AttributeError there) raise
+ValueError and TypeError here, and a zero or negative stride or dilation, which
+lax's shape rule lets through to fail in the compiler, is a ValueError.
 """
 
 from __future__ import annotations
 
+import functools
+import typing
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxconv._src import autodiff, geometry, options
@@ -102,16 +114,18 @@ def conv_general_dilated(
       preferred_element_type: the result and accumulation dtype.
       out_sharding: as in lax (explicit sharding mode); when given, lax computes the call.
       lowering: jaxconv's forward formulation, as in :func:`jaxconv.convolution`
-        (where lax computes the call, only ``"auto"`` is accepted).
+        (where lax computes the call, only ``"auto"`` is accepted; the module
+        docstring lists those calls).
 
     Returns:
       The value of ``lax.conv_general_dilated`` with the same arguments.
 
     Raises:
-      ValueError: inconsistent shapes, channels or groups, bad strides,
-        dilations, padding or dimension_numbers (message prefixed with
-        ``conv_general_dilated:``).
-      TypeError: non-array operands, mismatched dtypes, bad kinds.
+      ValueError: where lax raises ValueError (inconsistent channels or groups,
+        ...), and for an unknown padding string or a non-positive stride or
+        dilation (message prefixed with ``conv_general_dilated:``).
+      TypeError: where lax raises TypeError (mismatched ranks or dtypes, a
+        wrong number of pads or dimension numbers, ...), and non-array operands.
 
     Example:
       >>> import jax, jax.numpy as jnp, jaxconv
@@ -125,10 +139,89 @@ def conv_general_dilated(
       >>> float(gw[1, 1, 0, 0])
       32.0
     """
-    (x, w), precision, preferred_element_type = options.check_inputs(
-        _OP, {"lhs": lhs, "rhs": rhs}, precision, preferred_element_type, floating=False)
-    if x.ndim != w.ndim or x.ndim < 3:
-        raise ValueError(f"{_OP}: lhs and rhs must have the same rank >= 3, got shapes "
+    lax_call = functools.partial(
+        lax.conv_general_dilated, window_strides=window_strides, padding=padding,
+        lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation,
+        dimension_numbers=typing.cast(Any, dimension_numbers),  # lax checks the kind itself
+        feature_group_count=feature_group_count, batch_group_count=batch_group_count,
+        precision=precision, preferred_element_type=preferred_element_type,
+        out_sharding=out_sharding)
+    refused = _lax_refusal(lax_call, lhs, rhs)
+    if refused is not None:  # lax's exception type, our message where we have one
+        try:
+            jax.eval_shape(lambda: _jaxconv(lhs, rhs, lax_call, window_strides, padding,
+                                            lhs_dilation, rhs_dilation, dimension_numbers,
+                                            feature_group_count, batch_group_count, precision,
+                                            preferred_element_type, out_sharding, lowering))
+        except (TypeError, ValueError) as ours:
+            kind = type(refused) if isinstance(refused, (TypeError, ValueError)) else type(ours)
+            mine = str(ours).startswith(f"{_OP}: ")  # else lax's own words, from a call it computes
+            raise kind(str(ours) if mine else f"{_OP}: {refused}") from None
+        kind = type(refused) if isinstance(refused, (TypeError, ValueError)) else ValueError
+        raise kind(f"{_OP}: {refused}") from None
+    return _jaxconv(lhs, rhs, lax_call, window_strides, padding, lhs_dilation, rhs_dilation,
+                    dimension_numbers, feature_group_count, batch_group_count, precision,
+                    preferred_element_type, out_sharding, lowering)
+
+
+#: lax's function as imported: what the call is checked against (abstractly) before anything runs
+_LAX_CONV = lax.conv_general_dilated
+
+
+def _lax_refusal(lax_call: Any, lhs: Any, rhs: Any) -> Exception | None:
+    """What ``lax.conv_general_dilated`` raises for this call (abstractly: nothing is computed)."""
+    try:
+        args = [jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in (lhs, rhs)]  # type: ignore[no-untyped-call]
+        with warnings.catch_warnings():  # lax's shape rule divides by a zero stride
+            warnings.simplefilter("ignore", RuntimeWarning)
+            jax.eval_shape(functools.partial(_LAX_CONV, **lax_call.keywords), *args)
+    except Exception as e:  # noqa: BLE001 - lax's own refusal, whatever its type
+        return e
+    return None
+
+
+def _lax_computes(n: int, lhs_dil: Sequence[int], batch_groups: int,
+                  pads: Sequence[tuple[int, int]], out_sharding: Any,
+                  extents: Sequence[int]) -> str | None:
+    """Why lax computes a call of real floating operands, or None where jaxconv's kernel does."""
+    if not 1 <= n <= 3:
+        return f"{n} spatial axes"
+    if any(d > 1 for d in lhs_dil):
+        return "input dilation"
+    if batch_groups > 1:
+        return "batch_group_count > 1"
+    if any(lo < 0 or hi < 0 for lo, hi in pads):
+        return "negative padding"
+    if out_sharding is not None:
+        return "out_sharding"
+    if min(extents, default=1) <= 0:  # of lhs, rhs or the result (an empty output)
+        return "a zero-size extent"
+    return None
+
+
+def _jaxconv(lhs: ArrayLike, rhs: ArrayLike, lax_call: Any, window_strides: Sequence[int],
+             padding: str | Sequence[tuple[int, int]], lhs_dilation: Sequence[int] | None,
+             rhs_dilation: Sequence[int] | None, dimension_numbers: ConvDimensionNumbersLike,
+             feature_group_count: int, batch_group_count: int, precision: PrecisionLike,
+             preferred_element_type: DTypeLike | None, out_sharding: Any,
+             lowering: ForwardLowering) -> jax.Array:
+    """The call through jaxconv's forward kernel, or ``lax_call`` where jaxconv has none."""
+    def by_lax(why: str) -> jax.Array:
+        if lowering != "auto":
+            raise ValueError(
+                f"{_OP}: lowering must be 'auto' where lax computes the call ({why}; see the "
+                f"docstring), got {lowering!r}")
+        out: jax.Array = lax_call(lhs, rhs)
+        return out
+
+    arrays = {name: geometry.check_array(_OP, name, v) for name, v in (("lhs", lhs), ("rhs", rhs))}
+    dtype = arrays["lhs"].dtype
+    if dtype == arrays["rhs"].dtype and not jnp.issubdtype(dtype, jnp.floating):
+        return by_lax(f"{dtype} operands")
+    (x, w), valid_precision, out_dtype = options.check_inputs(
+        _OP, arrays, precision, preferred_element_type, floating=False)
+    if x.ndim != w.ndim or x.ndim < 2:
+        raise ValueError(f"{_OP}: lhs and rhs must have the same rank >= 2, got shapes "
                          f"{list(x.shape)} and {list(w.shape)}")
     n = x.ndim - 2
     try:
@@ -149,18 +242,11 @@ def conv_general_dilated(
     in_size = [x.shape[a] for a in lhs_spec[2:]]
     window = [(w.shape[a] - 1) * d + 1 for a, d in zip(rhs_spec[2:], rhs_dil)]
     pads = _pads(padding, [(i - 1) * d + 1 for i, d in zip(in_size, lhs_dil)], window, strides)
-    if (any(d > 1 for d in lhs_dil) or batch_groups > 1 or n > 3 or out_sharding is not None
-            or any(lo < 0 or hi < 0 for lo, hi in pads)):
-        if lowering != "auto":
-            raise ValueError(
-                f"{_OP}: lowering must be 'auto' where lax computes the call (input dilation, "
-                f"batch_group_count > 1, negative padding, out_sharding or > 3 spatial axes), "
-                f"got {lowering!r}")
-        out: jax.Array = lax.conv_general_dilated(
-            x, w, strides, pads, lhs_dil, rhs_dil, dn, groups, batch_groups,
-            precision=precision, preferred_element_type=preferred_element_type,
-            out_sharding=out_sharding)
-        return out
+    out_size = [(i + lo + hi - k) // s + 1 for i, (lo, hi), k, s in zip(in_size, pads, window, strides)]
+    why_lax = _lax_computes(n, lhs_dil, batch_groups, pads, out_sharding,
+                            (*x.shape, *w.shape, *out_size))
+    if why_lax is not None:
+        return by_lax(why_lax)
     # jaxconv's layouts: data (N, *X, C) with filter (*X, I, O), or (N, C, *X) with (O, I, *X).
     if tuple(lhs_spec) == tuple(range(n + 2)) and tuple(rhs_spec) == tuple(range(n + 2)):
         data_format, filter_format, xs, ws = "NCX", "OIX", x, w
@@ -175,9 +261,9 @@ def conv_general_dilated(
         strides=strides, pads_begin=[lo for lo, _ in pads], pads_end=[hi for _, hi in pads],
         dilations=rhs_dil, auto_pad="explicit", groups=groups, data_format=data_format,
         filter_format=filter_format)
-    y = autodiff.forward(xs, ws, p=p, precision=precision,
-                             preferred_element_type=preferred_element_type,
-                             method=options.check_lowering(_OP, Kernel.FORWARD, lowering, p))
+    y = autodiff.forward(xs, ws, p=p, precision=valid_precision,
+                         preferred_element_type=out_dtype,
+                         method=options.check_lowering(_OP, Kernel.FORWARD, lowering, p))
     perm = [0] * (n + 2)  # result axis that goes to each output axis
     for role, axis in enumerate(out_spec):
         perm[axis] = src[role]
