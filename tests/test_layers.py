@@ -161,3 +161,74 @@ def test_equinox_conv_transpose_against_torch_and_vmap(case):
     h.assert_close(grads.weight, dw_t, jnp.float32)
     h.assert_close(grads.bias.reshape(-1), db_t, jnp.float32)
     h.assert_close(jax.grad(lambda x: jnp.sum(jax.vmap(ours)(x) * dy))(xb), dx_t, jnp.float32)
+
+
+# ---- the equinox Conv classes are equinox's, computed by jaxconv ------------------------
+
+EQX_CONVS = {"Conv": None, "Conv1d": 1, "Conv2d": 2, "Conv3d": 3}
+
+
+@pytest.mark.parametrize("name", sorted(EQX_CONVS))
+def test_equinox_conv_signature_and_fields_are_equinoxs(name):
+    import dataclasses
+    import inspect
+
+    ours, theirs = getattr(jaxconv.equinox, name), getattr(eqx.nn, name)
+    sig_o, sig_t = inspect.signature(ours), inspect.signature(theirs)
+    params_o, params_t = list(sig_o.parameters.values()), list(sig_t.parameters.values())
+    assert [(p.name, p.kind, p.default) for p in params_o[:len(params_t)]] == \
+        [(p.name, p.kind, p.default) for p in params_t]
+    assert [(p.name, p.kind, p.default) for p in params_o[len(params_t):]] == [
+        ("precision", inspect.Parameter.KEYWORD_ONLY, None),
+        ("lowering", inspect.Parameter.KEYWORD_ONLY, "auto")]
+    assert [f.name for f in dataclasses.fields(ours)] == \
+        [f.name for f in dataclasses.fields(theirs)] + ["precision", "lowering"]
+    assert issubclass(ours, theirs)
+
+
+@pytest.mark.parametrize("padding_mode", ["ZEROS", "REFLECT", "REPLICATE", "CIRCULAR"])
+@pytest.mark.parametrize("name,dtype,groups", [("Conv2d", jnp.float32, 2), ("Conv1d", jnp.float32, 1),
+                                               ("Conv3d", jnp.bfloat16, 1), ("Conv", jnp.float32, 3)])
+def test_equinox_conv_values_equal_equinoxs(name, dtype, groups, padding_mode):
+    """Same parameters from the same key, the same output and gradients (every padding mode),
+    positional arguments in equinox's order (padding_mode in slot 9 of Conv, 8 of ConvNd)."""
+    rank = EQX_CONVS[name] or 2
+    lead = () if EQX_CONVS[name] else (rank,)
+    args = (*lead, 6, 12, 3, 2, 1, 1, groups, True, padding_mode, dtype)
+    key = jax.random.key(3)
+    ours = getattr(jaxconv.equinox, name)(*args, key=key, precision=HIGHEST)
+    theirs = getattr(eqx.nn, name)(*args, key=key)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+    assert ours.padding_mode == theirs.padding_mode == padding_mode
+    x = h.random(np.random.default_rng(0), (6, *SPATIAL[rank])).astype(dtype)
+
+    def loss(m, x):
+        return jnp.sum(jnp.tanh(m(x).astype(jnp.float32)))
+
+    with jax.default_matmul_precision("highest"):
+        want, grads_t = loss(theirs, x), eqx.filter_grad(loss)(theirs, x)
+    got, grads_o = loss(ours, x), eqx.filter_grad(loss)(ours, x)
+    h.assert_close(got, want, dtype)
+    for a, b in zip(jax.tree.leaves(grads_o), jax.tree.leaves(grads_t)):
+        h.assert_close(a.astype(jnp.float32), b.astype(jnp.float32), dtype)
+
+
+def test_equinox_conv_checks_and_messages_are_equinoxs():
+    key = jax.random.key(0)
+    for cls in (jaxconv.equinox.Conv2d, eqx.nn.Conv2d):
+        with pytest.raises(ValueError, match=r"`in_channels` \(=5\) must be divisible by `groups` \(=2\)"):
+            cls(5, 8, 3, groups=2, key=key)
+        layer = cls(4, 8, 3, key=key)
+        with pytest.raises(ValueError, match="Input to `Conv` needs to have rank 3"):
+            layer(jnp.ones((2, 4, 5, 5)))  # a batched input: vmap the layer
+
+
+def test_flax_conv_signature_is_nnx_convs():
+    import inspect
+
+    ours = inspect.signature(jaxconv.flax.Conv)
+    theirs = inspect.signature(nnx.Conv.__init__)
+    assert list(ours.parameters) == list(theirs.parameters)[1:]  # without self
+    assert ours.parameters["conv_general_dilated"].default is jaxconv.conv_general_dilated

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -38,6 +39,16 @@ class Conv(nnx.Conv):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("conv_general_dilated", conv_general_dilated)
         super().__init__(*args, **kwargs)
+
+    # IDEs and inspect.signature see nnx.Conv's parameters (with jaxconv's default convolution)
+    __init__.__signature__ = (lambda sig: sig.replace(parameters=[  # type: ignore[attr-defined]
+        q.replace(default=conv_general_dilated) if q.name == "conv_general_dilated" else q
+        for q in sig.parameters.values()]))(inspect.signature(nnx.Conv.__init__))
+
+
+# the class's own signature (nnx's metaclass __call__ hides __init__'s): nnx.Conv.__init__'s
+Conv.__signature__ = inspect.signature(Conv.__init__).replace(  # type: ignore[attr-defined]
+    parameters=list(inspect.signature(Conv.__init__).parameters.values())[1:])
 
 
 class ConvTranspose(nnx.Module):
