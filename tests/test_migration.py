@@ -28,3 +28,16 @@ def test_the_page_has_examples():
 @pytest.mark.parametrize("code", BLOCKS, ids=[_title(b) for b in BLOCKS])
 def test_example(code):
     exec(compile(code, str(PAGE), "exec"), {"__name__": "migration_example"})
+
+
+def test_the_handed_to_lax_table_is_the_codes():
+    """docs/migration.md lists the calls jaxconv.conv_general_dilated hands to lax from the same
+    table the code uses (HANDED_TO_LAX), row for row, and docs/training.md points to it."""
+    from jaxconv._src.lax_conv import HANDED_TO_LAX
+
+    text = PAGE.read_text()
+    section = text[text.index("#### Computed by jaxconv, handed to lax"):]
+    rows = re.findall(r"^\| (.+?) \| (.+?) \|$", section, flags=re.M)
+    assert rows[1:1 + len(HANDED_TO_LAX)] == list(HANDED_TO_LAX.items())  # after the header
+    training = (PAGE.parent / "training.md").read_text()
+    assert "(migration.md), \"Computed by\n  jaxconv, handed to lax\"" in training

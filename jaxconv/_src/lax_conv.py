@@ -180,23 +180,35 @@ def _lax_refusal(lax_call: Any, lhs: Any, rhs: Any) -> Exception | None:
     return None
 
 
+#: The calls lax computes itself (same value, lax's derivatives), as the reasons the code gives
+#: and the docs list (docs/migration.md, "Computed by jaxconv, handed to lax"; a test keeps
+#: the two equal). Every other call runs jaxconv's forward kernel.
+HANDED_TO_LAX: dict[str, str] = {
+    "operands not real floating point": "complex, integer and bool operands",
+    "not 1 to 3 spatial axes": "0 spatial axes (lax computes a matrix product) or more than 3",
+    "input dilation": "`lhs_dilation` > 1 (a transposed convolution: `jaxconv.conv_transpose` "
+                      "has jaxconv's derivatives)",
+    "batch_group_count > 1": "`batch_group_count` > 1",
+    "negative padding": "a negative pad (a crop) on any side",
+    "out_sharding": "an `out_sharding` (explicit sharding mode)",
+    "a zero-size extent": "a zero-size batch, channel or spatial extent, or an empty output",
+}
+
+
 def _lax_computes(n: int, lhs_dil: Sequence[int], batch_groups: int,
                   pads: Sequence[tuple[int, int]], out_sharding: Any,
                   extents: Sequence[int]) -> str | None:
-    """Why lax computes a call of real floating operands, or None where jaxconv's kernel does."""
-    if not 1 <= n <= 3:
-        return f"{n} spatial axes"
-    if any(d > 1 for d in lhs_dil):
-        return "input dilation"
-    if batch_groups > 1:
-        return "batch_group_count > 1"
-    if any(lo < 0 or hi < 0 for lo, hi in pads):
-        return "negative padding"
-    if out_sharding is not None:
-        return "out_sharding"
-    if min(extents, default=1) <= 0:  # of lhs, rhs or the result (an empty output)
-        return "a zero-size extent"
-    return None
+    """Why lax computes a call of real floating operands (a key of :data:`HANDED_TO_LAX`), or
+    None where jaxconv's kernel does."""
+    reasons = [
+        (not 1 <= n <= 3, "not 1 to 3 spatial axes"),
+        (any(d > 1 for d in lhs_dil), "input dilation"),
+        (batch_groups > 1, "batch_group_count > 1"),
+        (any(lo < 0 or hi < 0 for lo, hi in pads), "negative padding"),
+        (out_sharding is not None, "out_sharding"),
+        (min(extents, default=1) <= 0, "a zero-size extent"),  # lhs, rhs or the result
+    ]
+    return next((why for hit, why in reasons if hit), None)
 
 
 def _jaxconv(lhs: ArrayLike, rhs: ArrayLike, lax_call: Any, window_strides: Sequence[int],
@@ -217,7 +229,7 @@ def _jaxconv(lhs: ArrayLike, rhs: ArrayLike, lax_call: Any, window_strides: Sequ
     arrays = {name: geometry.check_array(_OP, name, v) for name, v in (("lhs", lhs), ("rhs", rhs))}
     dtype = arrays["lhs"].dtype
     if dtype == arrays["rhs"].dtype and not jnp.issubdtype(dtype, jnp.floating):
-        return by_lax(f"{dtype} operands")
+        return by_lax("operands not real floating point")
     (x, w), valid_precision, out_dtype = options.check_inputs(
         _OP, arrays, precision, preferred_element_type, floating=False)
     if x.ndim != w.ndim or x.ndim < 2:
