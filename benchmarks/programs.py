@@ -8,9 +8,9 @@ of each, batch capped), the optimized HLO of the jitted op that ``jaxconv bench`
 problems whose programs differ.
 
 usage:
-  python -m benchmarks.programs dump new.json                  # in this checkout
-  (cd ../previous && python -m benchmarks.programs dump /tmp/old.json)
-  python -m benchmarks.programs compare /tmp/old.json new.json
+  python -m benchmarks.programs dump benchmarks/results/programs.json     # this checkout
+  (cd ../previous && python -m benchmarks.programs dump /tmp/old.json)   # the other one
+  python -m benchmarks.programs compare /tmp/old.json benchmarks/results/programs.json
 """
 
 from __future__ import annotations
