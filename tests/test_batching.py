@@ -203,6 +203,9 @@ def test_vmap_of_size_zero_and_a_batched_filter_of_the_wrong_shape():
     op, _, x, w = OPS["convolution"]
     out = jax.vmap(op, (0, None))(jnp.zeros((0, *x.shape)), w)
     assert out.shape == (0, *conv(x, w).shape)
+    wide = jax.vmap(lambda x, w: jaxconv.convolution(x, w, preferred_element_type=jnp.float32),
+                    (0, None))(jnp.zeros((0, 1, 5, 4, 2), jnp.bfloat16), jnp.ones((3, 2, 2, 6), jnp.bfloat16))
+    assert wide.shape == (0, 1, 3, 3, 6) and wide.dtype == jnp.float32
     with pytest.raises(ValueError, match=r"^convolution: filter"):  # the op's own check, per slice
         jax.vmap(op, (None, 0))(x, jnp.zeros((B, CY, CX, *KERNEL)))
 

@@ -58,13 +58,12 @@ def test_bad_input(no_compute, thunk, exc, parts):
     h.check_bad_input(thunk, exc, parts, OPS)
 
 
-@pytest.mark.parametrize("thunk,exc", [(c[1], c[2]) for c in CASES], ids=[c[0] for c in CASES])
-def test_lax_raises_the_same_type(thunk, exc):
+@pytest.mark.parametrize("name,thunk,exc", [c[:3] for c in CASES], ids=[c[0] for c in CASES])
+def test_lax_raises_the_same_type(name, thunk, exc):
     """The same call to lax.conv_general_dilated raises the type we raise (or lax's accident)."""
     import jax
     from jax import lax
 
-    name = next(c[0] for c in CASES if c[1] is thunk)
     with warnings.catch_warnings(), pytest.raises(LAX_ACCIDENTS.get(name, exc)):
         warnings.simplefilter("ignore", RuntimeWarning)  # lax's shape rule on a zero stride
         jax.block_until_ready(_with(lax.conv_general_dilated, thunk)())

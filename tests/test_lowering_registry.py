@@ -125,19 +125,29 @@ def test_a_new_registry_entry_is_reachable_from_every_op_of_its_kernel(monkeypat
 
 
 def test_combinators_get_the_backends_leaf_for_their_sub_problems():
-    """per_group on CPU runs each one-group sub-problem by the CPU table's choice for it, and
-    stages no platform_dependent of its own (one lowering per platform: autodiff.py)."""
+    """per_group runs each one-group sub-problem by the table of the platform the program is
+    lowered for, and stages no platform switch of its own: exported for CPU and CUDA, it has
+    the switches of one kernel call (a leaf's), and each platform's branch one dense
+    convolution per group (the CPU and GPU tables both pick one for these sub-problems)."""
+    import functools
+
     import jax
+    from jax import export
+
     x, dy = jnp.ones((2, 9, 9, 8)), jnp.ones((2, 7, 7, 8))
-    fn = jax.jit(lambda x, dy: jaxconv.convolution_backprop_filters(
-        x, dy, (3, 3, 4, 8), groups=2, lowering="per_group"))
-    text = fn.lower(x, dy).as_text()
-    assert "platform_index" not in text and "case" not in text.split("func.func")[1]
+
+    def exported(method):
+        fn = functools.partial(jaxconv.convolution_backprop_filters, filter_shape=(3, 3, 4, 8),
+                               groups=2, lowering=method)
+        return export.export(jax.jit(fn), platforms=["cpu", "cuda"])(x, dy).mlir_module()
+
+    grouped, leaf = exported("per_group"), exported("conv")
+    assert grouped.count("stablehlo.case") == leaf.count("stablehlo.case") > 0
+    assert grouped.count("stablehlo.convolution") == 2 * 2  # two groups, two platforms
     sub = dataclasses.replace(
         geometry.convolution_problem(
             "t", geometry.Names(), x_shape=x.shape, y_shape=dy.shape, w_shape=(3, 3, 4, 8),
             strides=None, pads_begin=None, pads_end=None, dilations=None, auto_pad="none",
             groups=2, data_format="NXC", filter_format="XIO"),
         groups=1, in_channels=4, out_channels=4)
-    assert lowering.choose(Kernel.WEIGHT, sub, "cpu") == "conv"
-    assert text.count("stablehlo.convolution") == 2
+    assert {lowering.choose(Kernel.WEIGHT, sub, b) for b in ("cpu", "gpu")} == {"conv", "vjp"}

@@ -32,6 +32,7 @@ at the cost of B copies of it. ``lowering="auto"`` re-chooses for the folded pro
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Any
 
 import jax.numpy as jnp
@@ -60,24 +61,22 @@ def plan(kernel: Kernel, p: ConvProblem, batched_a: bool, batched_b: bool, size:
     n_ax, c = p.data.batch_axis, p.data.channel_axis
     o_ax, i_ax = p.filter_layout.spec(swap=p.filter_swap)[:2]
     g = p.groups
-    scaled = dataclasses.replace
+    more_in = dataclasses.replace(p, in_channels=size * p.in_channels)
+    more_out = dataclasses.replace(p, out_channels=size * p.out_channels)
     if batched_a and batched_b:  # both: B more groups (B-major in every channel axis)
-        folded = scaled(p, in_channels=size * p.in_channels, out_channels=size * p.out_channels,
-                        groups=size * g)
+        folded = dataclasses.replace(more_in, out_channels=size * p.out_channels, groups=size * g)
         if kernel is Kernel.WEIGHT:
             return Fold(folded, (c, 1), (c, 1), (o_ax, 1))
         return Fold(folded, (c, 1), (o_ax, 1), (c, 1))
+    if kernel is Kernel.WEIGHT:  # the sum over N: x or dy folds into a channel axis
+        if batched_a:
+            return Fold(more_in, (c, g), None, (i_ax, 1))
+        return Fold(more_out, None, (c, g), (o_ax, g))
+    if batched_a:  # x (forward) or dy (data) into the batch
+        return Fold(dataclasses.replace(p, batch=size * p.batch), (n_ax, 1), None, (n_ax, 1))
     if kernel is Kernel.FORWARD:
-        if batched_a:
-            return Fold(scaled(p, batch=size * p.batch), (n_ax, 1), None, (n_ax, 1))
-        return Fold(scaled(p, out_channels=size * p.out_channels), None, (o_ax, g), (c, g))
-    if kernel is Kernel.DATA:
-        if batched_a:
-            return Fold(scaled(p, batch=size * p.batch), (n_ax, 1), None, (n_ax, 1))
-        return Fold(scaled(p, in_channels=size * p.in_channels), None, (i_ax, 1), (c, g))
-    if batched_a:
-        return Fold(scaled(p, in_channels=size * p.in_channels), (c, g), None, (i_ax, 1))
-    return Fold(scaled(p, out_channels=size * p.out_channels), None, (c, g), (o_ax, g))
+        return Fold(more_out, None, (o_ax, g), (c, g))
+    return Fold(more_in, None, (i_ax, 1), (c, g))
 
 
 def fold(a: Array, mapped: int, place: Place) -> Array:
@@ -108,11 +107,11 @@ def rule(bind: Any, args: tuple[Array, Array], dims: tuple[int | None, int | Non
          p: ConvProblem, method: str, **params: Any) -> tuple[Array, int]:
     """The batching rule: ``bind`` (the primitive's) on the folded problem, then unfold."""
     a, b = args
-    da, db = dims  # None: not mapped
-    size = a.shape[da] if da is not None else b.shape[db if db is not None else 0]
+    da, db = dims  # None: not mapped (at least one is)
+    size = a.shape[da] if da is not None else b.shape[typing.cast(int, db)]
     if size == 0:  # nothing to compute: no problem of zero groups or zero batch is bound
-        dtype = params["preferred_element_type"] or a.dtype
-        return jnp.zeros((0, *kernel.out_shape(p)), dtype), 0
+        pet = params["preferred_element_type"]  # None: the operands' dtype
+        return jnp.zeros((0, *kernel.out_shape(p)), a.dtype if pet is None else pet), 0
     f = plan(kernel, p, da is not None, db is not None, size)
     if method != "auto" and lowering.why_not(method, kernel, f.p) is not None:
         # a forced method the fold would take out of its reach ("shifted" with x alone

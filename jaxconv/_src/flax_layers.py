@@ -40,15 +40,18 @@ class Conv(nnx.Conv):
         kwargs.setdefault("conv_general_dilated", conv_general_dilated)
         super().__init__(*args, **kwargs)
 
-    # IDEs and inspect.signature see nnx.Conv's parameters (with jaxconv's default convolution)
-    __init__.__signature__ = (lambda sig: sig.replace(parameters=[  # type: ignore[attr-defined]
-        q.replace(default=conv_general_dilated) if q.name == "conv_general_dilated" else q
-        for q in sig.parameters.values()]))(inspect.signature(nnx.Conv.__init__))
+
+def _nnx_conv_signature(bound: bool) -> inspect.Signature:
+    """nnx.Conv.__init__'s signature with jaxconv's default convolution (without ``self`` when
+    ``bound``): what IDEs and ``inspect.signature`` show for :class:`Conv`."""
+    params = [q.replace(default=conv_general_dilated) if q.name == "conv_general_dilated" else q
+              for q in inspect.signature(nnx.Conv.__init__).parameters.values()]
+    return inspect.Signature(params[1:] if bound else params)
 
 
-# the class's own signature (nnx's metaclass __call__ hides __init__'s): nnx.Conv.__init__'s
-Conv.__signature__ = inspect.signature(Conv.__init__).replace(  # type: ignore[attr-defined]
-    parameters=list(inspect.signature(Conv.__init__).parameters.values())[1:])
+# nnx's metaclass __call__ hides __init__'s parameters from inspect.signature(Conv): set both
+Conv.__init__.__signature__ = _nnx_conv_signature(bound=False)  # type: ignore[attr-defined]
+Conv.__signature__ = _nnx_conv_signature(bound=True)  # type: ignore[attr-defined]
 
 
 class ConvTranspose(nnx.Module):

@@ -169,7 +169,41 @@ _LAX_CONV = lax.conv_general_dilated
 
 
 def _lax_refusal(lax_call: Any, lhs: Any, rhs: Any) -> Exception | None:
-    """What ``lax.conv_general_dilated`` raises for this call (abstractly: nothing is computed)."""
+    """What ``lax.conv_general_dilated`` raises for this call (abstractly: nothing is computed).
+
+    The verdict depends only on the operands' shapes and dtypes and on the other arguments,
+    so it is cached by them (an abstract trace of lax costs more than an eager call of it);
+    arguments that cannot be hashed are checked every time.
+    """
+    try:
+        key = (_frozen([np.shape(lhs), lhs.dtype, np.shape(rhs), rhs.dtype]),
+               _frozen(sorted(lax_call.keywords.items())))
+        hash(key)
+    except (AttributeError, TypeError):  # a non-array operand, an unhashable argument
+        return _refusal(lax_call, lhs, rhs)
+    return _cached_refusal(key, lax_call, lhs, rhs)
+
+
+def _frozen(v: Any) -> Any:
+    """``v`` with its lists and plain tuples made hashable, each tagged with its kind (lax may
+    treat a list and a tuple differently: the verdict of one is not the other's)."""
+    if isinstance(v, list) or type(v) is tuple:
+        return (type(v).__name__, *(_frozen(u) for u in v))
+    return v
+
+
+_REFUSALS: dict[Any, Exception | None] = {}
+
+
+def _cached_refusal(key: Any, lax_call: Any, lhs: Any, rhs: Any) -> Exception | None:
+    if key not in _REFUSALS:
+        if len(_REFUSALS) >= 1024:  # bounded: forget the oldest verdict
+            del _REFUSALS[next(iter(_REFUSALS))]
+        _REFUSALS[key] = _refusal(lax_call, lhs, rhs)
+    return _REFUSALS[key]
+
+
+def _refusal(lax_call: Any, lhs: Any, rhs: Any) -> Exception | None:
     try:
         args = [jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in (lhs, rhs)]  # type: ignore[no-untyped-call]
         with warnings.catch_warnings():  # lax's shape rule divides by a zero stride

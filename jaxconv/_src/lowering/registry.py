@@ -70,6 +70,9 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
         if backend is None:
             raise ValueError("lowering: method 'auto' needs a backend to choose for")
         method = choose(kernel, p, backend)
+        why = why_not(method, kernel, p)
+        if why is not None:  # a table bug (tests/test_lowering_registry.py), never a user's
+            raise RuntimeError(f"jaxconv: the {backend} table picked {why}")
     if method not in METHODS or kernel not in METHODS[method].kernels:
         raise ValueError(f"lowering: method must be 'auto' or one of {list(methods(kernel))}, "
                          f"got {method!r}")
@@ -79,11 +82,9 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
         return typing.cast(KernelFn, fn)(a, b, p, precision, preferred_element_type)
 
     def leaf(sub_kernel: Kernel, sa: Array, sb: Array, sub: ConvProblem) -> Array:
-        sub_method = method if backend is None else choose(sub_kernel, sub, backend)
-        if backend is None or METHODS[sub_method].combinator:
-            # a forced combinator with no backend to choose for, or a table that picks a
-            # combinator for a one-group problem (tests/test_lowerings.py rules it out)
-            sub_method = default_leaf(sub_kernel)
+        # the backend's table for the one-group sub-problem (a combinator does not apply to it:
+        # the check above); with no backend (a direct call, a forced combinator) one convolution
+        sub_method = "auto" if backend is not None else default_leaf(sub_kernel)
         return run(sub_kernel, sa, sb, sub, method=sub_method, backend=backend,
                    precision=precision, preferred_element_type=preferred_element_type)
 
