@@ -6,9 +6,11 @@ Equinox conventions: ``eqx.Module``s called on one unbatched example ``(C, *spat
 * :class:`Conv`: the arguments, parameters (weight ``(out, in // groups, *K)``, bias
   ``(out, 1, ..., 1)``) and initialisation of ``eqx.nn.Conv``, computed by
   :func:`jaxconv.conv_general_dilated`.
-* :class:`ConvTranspose`: PyTorch's ``ConvTranspose{1,2,3}d`` semantics with its weight
-  layout ``(in, out // groups, *K)`` (a torch weight loads as it is; ``eqx.nn.ConvTranspose``
-  stores ``(out, in // groups, *K)`` instead).
+* :class:`Conv1d`, :class:`Conv2d`, :class:`Conv3d`: the same for ``eqx.nn.Conv{1,2,3}d``.
+* :class:`ConvTranspose` (and ``1d``/``2d``/``3d``): the arguments, fields, padding rules and
+  checks of ``eqx.nn.ConvTranspose``, with PyTorch's weight layout ``(in, out // groups, *K)``
+  and initialisation (a torch weight loads as it is; ``eqx.nn.ConvTranspose`` stores the
+  flipped ``(out, in // groups, *K)`` instead), computed by :func:`jaxconv.conv_transpose`.
 """
 
 from __future__ import annotations
@@ -16,20 +18,15 @@ from __future__ import annotations
 import inspect
 import math
 import typing
-from collections.abc import Sequence
 from typing import Any
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 
+from jaxconv._src.conv_transpose import conv_transpose
 from jaxconv._src.lax_conv import conv_general_dilated
-from jaxconv._src.torch_conv_transpose import conv_transpose_torch, per_axis
-from jaxconv._src.typing import ForwardLowering, PrecisionLike
-
-
-def _uniform(key: jax.Array, shape: tuple[int, ...], fan_in: int) -> jax.Array:
-    lim = 1.0 / math.sqrt(fan_in)
-    return jax.random.uniform(key, shape, minval=-lim, maxval=lim)
+from jaxconv._src.typing import DataGradLowering, ForwardLowering, PrecisionLike
 
 
 class _JaxconvConv(eqx.Module):
@@ -62,6 +59,18 @@ class _JaxconvConv(eqx.Module):
         return y + typing.cast(jax.Array, conv.bias) if conv.use_bias else y
 
 
+def _with_keywords(init: Any, signature: inspect.Signature, base: str, lowering: str) -> None:
+    """Gives ``init`` the signature of the equinox class ``base`` plus keyword-only
+    ``precision`` and ``lowering`` (annotated ``lowering``): what IDEs and
+    ``inspect.signature`` show."""
+    extra = [inspect.Parameter("precision", inspect.Parameter.KEYWORD_ONLY, default=None,
+                               annotation="PrecisionLike"),
+             inspect.Parameter("lowering", inspect.Parameter.KEYWORD_ONLY, default="auto",
+                               annotation=lowering)]
+    init.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *extra])
+    init.__doc__ = f"The arguments of ``eqx.nn.{base}``, and ``precision`` and ``lowering``."
+
+
 def _equinox_conv(base: type[eqx.nn.Conv], name: str, rank: int | None) -> type[eqx.nn.Conv]:
     """``base`` (an ``eqx.nn`` Conv class) computed by jaxconv: same signature (plus the
     keyword-only ``precision`` and ``lowering``), fields, defaults, checks and messages."""
@@ -79,14 +88,7 @@ def _equinox_conv(base: type[eqx.nn.Conv], name: str, rank: int | None) -> type[
         base.__init__(self, *args, **kwargs)
         self.precision, self.lowering = precision, lowering
 
-    signature = inspect.signature(base.__init__)
-    extra = [inspect.Parameter("precision", inspect.Parameter.KEYWORD_ONLY, default=None,
-                               annotation="PrecisionLike"),
-             inspect.Parameter("lowering", inspect.Parameter.KEYWORD_ONLY, default="auto",
-                               annotation="ForwardLowering")]
-    __init__.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[*signature.parameters.values(), *extra])
-    __init__.__doc__ = f"The arguments of ``eqx.nn.{base.__name__}``, and ``precision`` and ``lowering``."
+    _with_keywords(__init__, inspect.signature(base.__init__), base.__name__, "ForwardLowering")
     cls = type(name, (_JaxconvConv, base), {"__doc__": doc, "__module__": __name__,
                                             "__qualname__": name, "__init__": __init__})
     return typing.cast(type[eqx.nn.Conv], cls)
@@ -98,49 +100,92 @@ Conv2d = _equinox_conv(eqx.nn.Conv2d, "Conv2d", 2)
 Conv3d = _equinox_conv(eqx.nn.Conv3d, "Conv3d", 3)
 
 
-class ConvTranspose(eqx.Module):
-    """A transposed convolution with PyTorch's semantics and weight layout.
+class _JaxconvConvTranspose(eqx.Module):
+    """What the ConvTranspose classes change in equinox's: PyTorch's weight layout and
+    initialisation, jaxconv's transposed convolution in ``__call__``, and ``precision`` and
+    ``lowering`` (keyword-only arguments, static fields)."""
 
-    Example:
-      >>> import jax, jaxconv.equinox
-      >>> up = jaxconv.equinox.ConvTranspose(2, 8, 4, 3, stride=2, padding=1,
-      ...                                    output_padding=1, key=jax.random.key(0))
-      >>> up(jax.numpy.ones((8, 5, 5))).shape
-      (4, 10, 10)
-    """
-
-    weight: jax.Array
-    bias: jax.Array | None
-    stride: tuple[int, ...] = eqx.field(static=True)
-    padding: tuple[int, ...] = eqx.field(static=True)
-    output_padding: tuple[int, ...] = eqx.field(static=True)
-    dilation: tuple[int, ...] = eqx.field(static=True)
-    groups: int = eqx.field(static=True)
-    precision: PrecisionLike = eqx.field(static=True)
-
-    def __init__(self, num_spatial_dims: int, in_channels: int, out_channels: int,
-                 kernel_size: int | Sequence[int], stride: int | Sequence[int] = 1,
-                 padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0,
-                 dilation: int | Sequence[int] = 1, groups: int = 1, use_bias: bool = True,
-                 precision: PrecisionLike = None, *, key: jax.Array) -> None:
-        n = num_spatial_dims
-        kernel = per_axis("ConvTranspose", "kernel_size", kernel_size, n, minimum=1)
-        wkey, bkey = jax.random.split(key)
-        fan_in = out_channels // groups * math.prod(kernel)  # PyTorch's, for ConvTranspose
-        self.weight = _uniform(wkey, (in_channels, out_channels // groups, *kernel), fan_in)
-        self.bias = _uniform(bkey, (out_channels,) + (1,) * n, fan_in) if use_bias else None
-        self.stride = per_axis("ConvTranspose", "stride", stride, n, minimum=1)
-        self.padding = per_axis("ConvTranspose", "padding", padding, n, minimum=0)
-        self.output_padding = per_axis("ConvTranspose", "output_padding", output_padding, n, minimum=0)
-        self.dilation = per_axis("ConvTranspose", "dilation", dilation, n, minimum=1)
-        self.groups, self.precision = groups, precision
+    precision: PrecisionLike = eqx.field(static=True, default=None, kw_only=True)
+    lowering: DataGradLowering = eqx.field(static=True, default="auto", kw_only=True)
 
     def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
-        """``x``: one example ``(in_channels, *spatial)``; returns ``(out_channels, *out)``."""
-        y = conv_transpose_torch(
-            x[None], self.weight, stride=self.stride, padding=self.padding,
-            output_padding=self.output_padding, dilation=self.dilation, groups=self.groups,
-            data_format="NCX", precision=self.precision)[0]
-        return y if self.bias is None else y + self.bias.astype(y.dtype)
+        """``x``: one example ``(in_channels, *spatial)``; returns ``(out_channels, *out)``.
+
+        Equinox's padding (its ``padding``, ``output_padding`` and ``padding_mode``, resolved
+        by its own ``_padding_transpose``) with PyTorch's weight ``(in, out // groups, *K)``:
+        :func:`jaxconv.conv_transpose` with IOX weights.
+        """
+        layer = typing.cast(eqx.nn.ConvTranspose, self)
+        unbatched_rank = layer.num_spatial_dims + 1
+        if x.ndim != unbatched_rank:
+            raise ValueError(
+                f"Input to `ConvTranspose` needs to have rank {unbatched_rank},",
+                f" but input has shape {x.shape}.",
+            )
+        padding_t = layer._padding_transpose()
+        if layer.padding_mode == "CIRCULAR":
+            x, padding_t = layer._circular_pad(x, padding_t)
+        # equinox computes conv(x dilated by S, pads padding_t): the ConvTranspose whose
+        # pads_begin is DK - 1 - p0t and whose end is DK - 1 - p1t (= pads_end - output_padding)
+        dk = [(k - 1) * d + 1 for k, d in zip(layer.kernel_size, layer.dilation)]
+        begin = [k - 1 - p0 for k, (p0, _) in zip(dk, padding_t)]
+        end = [k - 1 - p1 for k, (_, p1) in zip(dk, padding_t)]
+        # lax's output size (a zero-size input dilates to size 0; never negative)
+        sizes = [max(0, max(0, (i - 1) * s + 1) + p0 + p1 - k + 1) for i, s, k, (p0, p1) in
+                 zip(x.shape[1:], layer.stride, dk, padding_t)]
+        if 0 in x.shape[1:] or 0 in sizes:  # lax's empty cases: zeros of lax's shape
+            y = jnp.zeros((layer.out_channels, *sizes), x.dtype)
+        else:
+            y = conv_transpose(
+                x[None], layer.weight, strides=layer.stride, pads_begin=begin,
+                pads_end=[max(e, 0) for e in end], output_padding=[max(-e, 0) for e in end],
+                dilations=layer.dilation, groups=layer.groups, data_format="NCX",
+                filter_format="IOX", precision=self.precision, lowering=self.lowering)[0]
+        return y + typing.cast(jax.Array, layer.bias) if layer.use_bias else y
 
 
+def _equinox_conv_transpose(base: type[eqx.nn.ConvTranspose], name: str,
+                            rank: int | None) -> type[eqx.nn.ConvTranspose]:
+    """``base`` (an ``eqx.nn`` ConvTranspose class) computed by jaxconv, with PyTorch's weight."""
+    dims = "N" if rank is None else f"{rank}"
+    doc = f"""``eqx.nn.{base.__name__}``'s arguments with PyTorch's weight layout.
+
+    The arguments (by name and position), fields, defaults, padding rules (``padding`` as
+    equinox reads it: ints, pairs, ``'VALID'``, ``'SAME'``, ``'SAME_LOWER'``; ``padding_mode``
+    ``'ZEROS'`` or ``'CIRCULAR'``), construction checks and messages are
+    ``eqx.nn.{base.__name__}``'s own (this class derives from it). The weight is PyTorch's
+    ``ConvTranspose{dims}d`` weight ``(in_channels, out_channels // groups, *K)``, initialised
+    as PyTorch does (uniform in +-1/sqrt(out_channels / groups * prod(K))), so a torch weight
+    loads as it is; ``eqx.nn.{base.__name__}`` stores the flipped forward-convolution weight
+    ``(out_channels, in_channels // groups, *K)`` instead. The transposed convolution is
+    :func:`jaxconv.conv_transpose`. Two keyword-only additions: ``precision`` (as in lax) and
+    ``lowering`` (its formulation, as in :func:`jaxconv.conv_transpose`).
+    """
+
+    def __init__(self: Any, *args: Any, precision: PrecisionLike = None,
+                 lowering: DataGradLowering = "auto", **kwargs: Any) -> None:
+        base.__init__(self, *args, **kwargs)
+        key = signature.bind(self, *args, **kwargs).arguments["key"]
+        wkey, bkey = jax.random.split(key, 2)
+        layer = typing.cast(eqx.nn.ConvTranspose, self)
+        groups, kernel = layer.groups, layer.kernel_size
+        lim = 1.0 / math.sqrt(layer.out_channels // groups * math.prod(kernel))
+        dtype = layer.weight.dtype
+        shape = (layer.in_channels, layer.out_channels // groups, *kernel)
+        self.weight = jax.random.uniform(wkey, shape, dtype, -lim, lim)
+        if layer.use_bias:
+            self.bias = jax.random.uniform(bkey, (layer.out_channels,) + (1,) * len(kernel),
+                                           dtype, -lim, lim)
+        self.precision, self.lowering = precision, lowering
+
+    signature = inspect.signature(base.__init__)
+    _with_keywords(__init__, signature, base.__name__, "DataGradLowering")
+    cls = type(name, (_JaxconvConvTranspose, base), {"__doc__": doc, "__module__": __name__,
+                                                     "__qualname__": name, "__init__": __init__})
+    return typing.cast(type[eqx.nn.ConvTranspose], cls)
+
+
+ConvTranspose = _equinox_conv_transpose(eqx.nn.ConvTranspose, "ConvTranspose", None)
+ConvTranspose1d = _equinox_conv_transpose(eqx.nn.ConvTranspose1d, "ConvTranspose1d", 1)
+ConvTranspose2d = _equinox_conv_transpose(eqx.nn.ConvTranspose2d, "ConvTranspose2d", 2)
+ConvTranspose3d = _equinox_conv_transpose(eqx.nn.ConvTranspose3d, "ConvTranspose3d", 3)

@@ -30,7 +30,7 @@ from typing import Any
 import jax
 
 from jaxconv._src import autodiff, geometry, options
-from jaxconv._src.geometry import Names, TransposePadRule
+from jaxconv._src.geometry import Names, SizeRule, TransposePadRule
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import document_lowering
 from jaxconv._src.typing import (
@@ -139,7 +139,7 @@ def group_convolution(
     p = geometry.convolution_problem(
         op, _NAMES, x_shape=x.shape, y_shape=None, w_shape=w2.shape, strides=strides,
         pads_begin=pads_begin, pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
-        groups=g, data_format="NCX", filter_format="OIX")
+        groups=g, data_format="NCX", filter_format="OIX", size_rule=SizeRule.OPENVINO)
     return autodiff.forward(x, w2, p=p, precision=precision,
                                 preferred_element_type=preferred_element_type,
                                 method=options.check_lowering(op, Kernel.FORWARD, lowering, p))

@@ -50,8 +50,8 @@ def _output_shape(op: str, value: Any, n: int) -> tuple[int, ...] | None:
             f"{op}: output_shape must hold the {n} spatial output sizes, got "
             f"{len(out_shape)}: {list(out_shape)}"
         )
-    if any(v <= 0 for v in out_shape):
-        raise ValueError(f"{op}: output_shape must be positive, got {list(out_shape)}")
+    if any(v < 0 for v in out_shape):
+        raise ValueError(f"{op}: output_shape must be non-negative, got {list(out_shape)}")
     return out_shape
 
 
@@ -97,8 +97,6 @@ def _forward_sizes(
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(pads_begin, pads_end, output size) from the ConvTranspose input size."""
     s, d = a.strides, a.dilations
-    if any(v <= 0 for v in in_size):
-        raise ValueError(f"{op}: {names.x} spatial sizes must be positive, got {list(in_size)}")
     pb, pe = conv_transpose_pads(a.auto_pad, pad_rule, in_size, kernel, s, d, a.pads_begin,
                                  a.pads_end, opad, out_shape, upper_extra_at_end)
     if out_shape is not None:
@@ -106,11 +104,12 @@ def _forward_sizes(
     else:
         out_size = tuple(conv_transpose_output_size(i, k, st, dl, b, e, o) for
                          i, k, st, dl, b, e, o in zip(in_size, kernel, s, d, pb, pe, opad))
-        if any(o <= 0 for o in out_size):
+        if any(o < 0 for o in out_size):
             raise ValueError(
-                f"{op}: the pads remove the whole output: S*(I-1)+DK-pb-pe+output_padding = "
-                f"{list(out_size)} (I {list(in_size)}, pads_begin {list(pb)}, pads_end "
-                f"{list(pe)})"
+                f"{op}: the pads remove more than the whole output: the ConvTranspose output "
+                f"size rule S*(I-1)+DK-pb-pe+output_padding gives {list(out_size)}, and a size "
+                f"cannot be negative (0, an empty output, is allowed; I {list(in_size)}, "
+                f"pads_begin {list(pb)}, pads_end {list(pe)})"
             )
     if y_size is not None and y_size != out_size:
         raise ValueError(
@@ -135,15 +134,16 @@ def _solve_input_size(
     for o, st, k, dl, b, e, opd in zip(out_size, s, kernel, d, pb, pe, opad):
         k_d = dilated_kernel_size(k, dl)
         span = o - k_d + b + e - opd
-        if span < 0 or span % st:
-            lo = max(0, span) // st
-            near = sorted({st * i + k_d - b - e + opd for i in (lo, lo + 1)} - {o})
+        if span < -st or span % st:  # span = -S: a zero-size ConvTranspose input
+            lo = max(-1, span // st)  # I - 1 >= -1
+            near = sorted({v for i in (lo, lo + 1)
+                           if (v := st * i + k_d - b - e + opd) >= 0} - {o})
             raise ValueError(
                 f"{op}: {names.y} spatial shape {list(out_size)} is not a ConvTranspose "
                 f"output size for kernel {list(kernel)}, strides {list(s)}, dilations "
                 f"{list(d)}, pads_begin {list(pb)}, pads_end {list(pe)}, output_padding "
                 f"{list(opad)}: need (O - DK + pb + pe - output_padding) to be a "
-                f"non-negative multiple of the stride (nearest valid sizes {near})"
+                f"multiple of the stride, at least -S (nearest valid sizes {near})"
             )
         sizes.append(span // st + 1)
     return pb, pe, tuple(sizes)

@@ -15,6 +15,7 @@ from jaxconv._src.geometry.hints import with_layout_hint
 from jaxconv._src.geometry.layouts import CONVOLUTION_FILTER_FORMATS, DataLayout
 from jaxconv._src.geometry.padding import (
     PadRule,
+    SizeRule,
     auto_pads,
     conv_output_size,
     dilated_kernel_size,
@@ -60,6 +61,7 @@ def _convolution_problem(
     data_format: Any,
     filter_format: Any,
     filter_formats: Sequence[str] = CONVOLUTION_FILTER_FORMATS,
+    size_rule: SizeRule = SizeRule.ONEDNN,
 ) -> ConvProblem:
     """The checks and resolution of :func:`convolution_problem`.
 
@@ -67,7 +69,7 @@ def _convolution_problem(
     ``w_shape``; the data gradient ``y_shape``, ``w_shape`` and ``x_shape``
     (the forward input's full shape); the weight gradient ``x_shape``,
     ``y_shape`` and ``w_shape``. ``y_shape``, when given, must equal the forward
-    output shape.
+    output shape. ``size_rule`` says which empty outputs the op's family allows.
     """
     a = common_attributes(
         op, names, x_shape, y_shape, w_shape, data_format, filter_format, tuple(filter_formats),
@@ -88,8 +90,6 @@ def _convolution_problem(
             )
     else:
         out_channels, out_given = filter_o, None
-    if any(v <= 0 for v in in_size):
-        raise ValueError(f"{op}: {names.x} spatial sizes must be positive, got {list(in_size)}")
     check_channels(op, names, g, in_channels, out_channels, filter_o, filter_i, w_shape, wl.format)
 
     pb, pe = auto_pads(a.auto_pad, PadRule.CONV, in_size, kernel, s, d, a.pads_begin, a.pads_end)
@@ -97,13 +97,7 @@ def _convolution_problem(
         conv_output_size(i, k, st, dl, b, e)
         for i, k, st, dl, b, e in zip(in_size, kernel, s, d, pb, pe)
     )
-    if any(o <= 0 for o in out_size):
-        dk = [dilated_kernel_size(k, dl) for k, dl in zip(kernel, d)]
-        raise ValueError(
-            f"{op}: the dilated kernel {dk} is larger than the padded {names.x} "
-            f"{[i + b + e for i, b, e in zip(in_size, pb, pe)]} (spatial {list(in_size)}, "
-            f"pads_begin {list(pb)}, pads_end {list(pe)}): the output would be empty"
-        )
+    _check_output_size(op, names, size_rule, in_size, kernel, s, d, pb, pe, out_size)
     if out_given is not None and out_given != out_size:
         raise ValueError(
             f"{op}: {names.y} spatial shape must equal the forward output size "
@@ -116,6 +110,35 @@ def _convolution_problem(
         in_channels=in_channels, out_channels=out_channels, groups=g, input_size=in_size,
         output_size=out_size, kernel=kernel, strides=s, dilations=d, pads_begin=pb, pads_end=pe,
     )
+
+
+def _check_output_size(
+    op: str, names: Names, rule: SizeRule, in_size: tuple[int, ...], kernel: tuple[int, ...],
+    strides: tuple[int, ...], dilations: tuple[int, ...], pb: tuple[int, ...],
+    pe: tuple[int, ...], out_size: tuple[int, ...],
+) -> None:
+    """Raises where the family's specification has no output for the kernel on this input.
+
+    oneDNN: O = floor((I + pb + pe - DK) / S) + 1 may be 0 (an empty output), never
+    negative. OpenVINO: the dilated kernel must fit in the padded data (O >= 1).
+    """
+    dk = [dilated_kernel_size(k, dl) for k, dl in zip(kernel, dilations)]
+    padded = [i + b + e for i, b, e in zip(in_size, pb, pe)]
+    where = (f"(spatial {list(in_size)}, pads_begin {list(pb)}, pads_end {list(pe)}, "
+             f"strides {list(strides)})")
+    if rule is SizeRule.OPENVINO and any(k > v for k, v in zip(dk, padded)):
+        raise ValueError(
+            f"{op}: the dilated kernel {dk} is larger than the padded {names.x} {padded} "
+            f"{where}: OpenVINO's Convolution shape rule requires the kernel after dilation "
+            f"to fit in the data shape after padding"
+        )
+    if any(o < 0 for o in out_size):
+        raise ValueError(
+            f"{op}: the dilated kernel {dk} is larger than the padded {names.x} {padded} "
+            f"{where} by more than a stride: oneDNN's output size rule "
+            f"O = floor((I + pb + pe - DK) / S) + 1 gives {list(out_size)}, and a size cannot "
+            f"be negative (O = 0, an empty output, is allowed)"
+        )
 
 
 def full_input_shape(

@@ -98,6 +98,21 @@ class PadRule(enum.Enum):
     DECONV = "deconv"
 
 
+class SizeRule(enum.Enum):
+    """Which empty (zero-size) convolution outputs a family's specification allows.
+
+    Zero batch, zero channels and a zero-size input axis are valid problems in every
+    family; the rules differ on an output axis that the kernel does not fit.
+    """
+
+    #: oneDNN Graph (its shape inference computes O from the formula; oneDNN primitives take
+    #: zero-size tensors): O >= 0, and O = 0 is an empty output. A negative O is no shape.
+    ONEDNN = "onednn"
+    #: OpenVINO Convolution / GroupConvolution shape inference: the kernel after dilation must
+    #: fit in the data shape after padding (DK <= I + pb + pe), so O >= 1.
+    OPENVINO = "openvino"
+
+
 class TransposePadRule(enum.Enum):
     """Whose auto_pad rules a ConvTranspose-like op follows."""
 

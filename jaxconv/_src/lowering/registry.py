@@ -16,6 +16,8 @@ import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import jax.numpy as jnp
+
 from jaxconv._src import backends
 from jaxconv._src import typing as public
 from jaxconv._src.geometry import ConvProblem
@@ -65,7 +67,15 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
     The backend is chosen once, by the primitive's lowering for the platform the program
     is lowered for (``autodiff.py``), and passed down: a combinator's sub-problems get the
     leaf formulation the same backend's table picks for them.
+
+    A zero-size problem (an empty result, or every entry a sum over an empty set: zero
+    channels, batch, input or output extent) is zeros, whatever the method: no method is
+    written for zero-size operands, and none needs to be.
     """
+    out_shape = kernel.out_shape(p)
+    if 0 in a.shape or 0 in b.shape or 0 in out_shape:
+        dtype = preferred_element_type if preferred_element_type is not None else a.dtype
+        return jnp.zeros(out_shape, dtype)
     if method == "auto":
         if backend is None:
             raise ValueError("lowering: method 'auto' needs a backend to choose for")
