@@ -18,6 +18,7 @@ import numpy as np
 from jax import lax
 
 import jaxconv
+import jaxconv.testing
 
 
 def main() -> int:
@@ -40,7 +41,7 @@ def main() -> int:
         return jax.vjp(fwd, jnp.zeros(y_shape, jnp.float32))[1](x)[0]
 
     base = jax.jit(base)
-    np.testing.assert_allclose(base(xj, w_fwd), ours(xj, wj), rtol=1e-4, atol=1e-3)
+    jaxconv.testing.assert_close(ours(xj, wj), base(xj, w_fwd))
     impls = {"jaxconv": lambda: ours(xj, wj).block_until_ready(),
              "jax.vjp": lambda: base(xj, w_fwd).block_until_ready()}
     try:
@@ -57,7 +58,7 @@ def main() -> int:
         compiled = ov.Core().compile_model(ov.Model([node], [param]), "CPU",
                                            {"INFERENCE_PRECISION_HINT": "f32"})
         req = compiled.create_infer_request()
-        np.testing.assert_allclose(req.infer({0: x})[0], ours(xj, wj), rtol=1e-4, atol=1e-3)
+        jaxconv.testing.assert_close(ours(xj, wj), req.infer({0: x})[0])
         impls["openvino"] = lambda: req.infer({0: x})
     except ImportError:
         pass

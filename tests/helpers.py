@@ -15,35 +15,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import jaxconv.testing
+
 DATA = pathlib.Path(__file__).parent / "data"
 
-# Per-dtype tolerance for max|got - ref| / max(1, max|ref|), with the reference
-# computed in float64 on the same (rounded) inputs. f32 uses Precision.HIGHEST.
-TOLERANCE = {
-    "float64": 1e-12,
-    "float32": 2e-5,
-    "float16": 4e-3,
-    "bfloat16": 2e-2,
-}
+# Per-dtype tolerance for max|got - ref| / max(1, max|ref|), with the reference computed in
+# float64 on the same (rounded) inputs (f32 at Precision.HIGHEST): the package's own table
+# (jaxconv.testing), which the executed docs, notebooks and benchmarks read too.
+TOLERANCE = jaxconv.testing.TOLERANCE
+rel_error = jaxconv.testing.relative_error
+check_grads = jaxconv.testing.check_grads
 
 
 def load_vectors(name: str) -> dict:
     return json.loads((DATA / "vectors" / name).read_text())
 
 
-def rel_error(got, ref) -> float:
-    got = np.asarray(got, np.float64)
-    ref = np.asarray(ref, np.float64)
-    assert got.shape == ref.shape, (got.shape, ref.shape)
-    if got.size == 0:
-        return 0.0
-    return float(np.max(np.abs(got - ref)) / max(1.0, float(np.max(np.abs(ref)))))
-
-
 def assert_close(got, ref, dtype) -> None:
-    tol = TOLERANCE[np.dtype(dtype).name]
-    err = rel_error(got, ref)
-    assert err <= tol, f"relative error {err:.3e} > {tol:.1e} for {np.dtype(dtype).name}"
+    """``got`` is within the bound of ``dtype`` (the precision it was computed in) of ``ref``."""
+    jaxconv.testing.assert_close(got, ref, dtype)
 
 
 def random(rng: np.random.Generator, shape, dtype=jnp.float32) -> jax.Array:

@@ -212,3 +212,29 @@ RULES = [
 @pytest.mark.parametrize("name,thunk,parts", RULES, ids=[r[0] for r in RULES])
 def test_a_shape_the_spec_has_no_output_for_names_its_rule(name, thunk, parts, no_compute):
     h.check_bad_input(thunk, ValueError, parts, r"[a-z_]+")
+
+
+def test_layers_return_the_originals_empty_outputs():
+    """flax's and equinox's own empty cases ('VALID' with a kernel larger than the input, a
+    zero-size input axis) give the originals' shapes and values; a transposed layer too."""
+    import equinox as eqx
+    from flax import nnx
+
+    import jaxconv.equinox
+    import jaxconv.flax
+
+    x = jnp.ones((2, 2, 5, 3))
+    for kernel, x_ in (((3, 3), x), ((1, 1), jnp.ones((2, 0, 5, 3)))):
+        ours = jaxconv.flax.Conv(3, 4, kernel, padding="VALID", rngs=nnx.Rngs(0))
+        theirs = nnx.Conv(3, 4, kernel, padding="VALID", rngs=nnx.Rngs(0))
+        h.assert_close(ours(x_), theirs(x_), jnp.float32)
+    key = jax.random.key(0)
+    ours, theirs = jaxconv.equinox.Conv2d(3, 4, 3, key=key), eqx.nn.Conv2d(3, 4, 3, key=key)
+    h.assert_close(ours(x[0].transpose(2, 0, 1)), theirs(x[0].transpose(2, 0, 1)), jnp.float32)
+    # PyTorch's size (I - 1) S - 2 P + DK: 0 on the first axis (I = 2, P = 2), an empty output
+    up = jaxconv.flax.ConvTranspose(3, 4, (3, 3), padding=2, rngs=nnx.Rngs(0))
+    assert up(x).shape == (2, 0, 3, 4)
+    # a zero-size input axis: the formula's size (-1 + 3 = 2) of zeros, plus the bias
+    up = jaxconv.flax.ConvTranspose(3, 4, (3, 3), rngs=nnx.Rngs(0))
+    h.assert_close(up(jnp.ones((2, 0, 5, 3))),
+                   jnp.broadcast_to(up.bias[...], (2, 2, 7, 4)), jnp.float32)

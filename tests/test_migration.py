@@ -1,7 +1,8 @@
 """docs/migration.md: every example runs and agrees with the library it maps from.
 
 Each ```python block of the page is executed as it stands (its own imports, its own
-``np.testing.assert_allclose`` against PyTorch or ``jax.lax``); a block that raises fails here.
+``jaxconv.testing.assert_close`` against PyTorch or ``jax.lax``: the per-dtype bound of the
+test suite's tolerance table); a block that raises fails here.
 """
 
 from __future__ import annotations

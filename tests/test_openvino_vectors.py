@@ -44,7 +44,7 @@ def test_openvino_reference_group_convolution_backprop_data(case):
         _values(case["input"]), _values(case["filter"]), case["output_shape_input"],
         **_attrs(case["attrs"]), precision=HIGHEST)
     want = case.get("expected_corrected", case["expected"])
-    np.testing.assert_allclose(got, _values(want), rtol=1e-5, atol=1e-6)
+    jaxconv.testing.assert_close(got, _values(want))
 
 
 @pytest.mark.parametrize("case", CBD["cases"], ids=lambda c: c["name"])
@@ -52,7 +52,7 @@ def test_openvino_reference_convolution_backprop_data(case):
     got = jaxconv.convolution_backprop_data(
         _values(case["input"]), _values(case["filter"]), case["output_shape_input"],
         **_attrs(case["attrs"]), precision=HIGHEST)
-    np.testing.assert_allclose(got, _values(case["expected"]), rtol=1e-5, atol=1e-6)
+    jaxconv.testing.assert_close(got, _values(case["expected"]))
     # == GroupConvolutionBackpropData with G = 1
     got_g = jaxconv.group_convolution_backprop_data(
         _values(case["input"]), _values(case["filter"])[None], case["output_shape_input"],
@@ -85,7 +85,7 @@ def test_runtime_observed_edge_cases_under_runtime_padding(case):
     got = jaxconv.group_convolution_backprop_data(
         _values(case["input"]), _values(case["filter"]), case["output_shape_input"],
         **case["attrs"], openvino_runtime_padding=True, precision=HIGHEST)
-    np.testing.assert_allclose(got, _values(case["expected"]), rtol=1e-5, atol=1e-6)
+    jaxconv.testing.assert_close(got, _values(case["expected"]))
 
 
 @pytest.mark.parametrize("case", EDGE["cases"], ids=lambda c: c["name"])
@@ -95,14 +95,14 @@ def test_runtime_observed_edge_cases_under_the_default(case):
     got = jaxconv.group_convolution_backprop_data(
         x, w, case["output_shape_input"], **case["attrs"], precision=HIGHEST)
     if not _odd_same_total(case):
-        np.testing.assert_allclose(got, _values(case["expected"]), rtol=1e-5, atol=1e-6)
+        jaxconv.testing.assert_close(got, _values(case["expected"]))
         return
     pb, _ = _seed_pads_begin(case)
     a = case["attrs"]
     want = h.numpy_group_conv_transpose(x, w, a["strides"], a["dilations"], pb,
                                         case["output_shape_input"])
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    assert not np.allclose(got, _values(case["expected"]))
+    jaxconv.testing.assert_close(got, want)
+    assert h.rel_error(got, _values(case["expected"])) > jaxconv.testing.tolerance(got.dtype)
 
 
 def test_default_split_differs_from_runtime_on_odd_totals():

@@ -114,7 +114,7 @@ def test_seed_example():
     # 1x1 kernel: dW[co, ci] = sum_{h,w} x[ci, h, w] dy[co, h, w], exactly in f32
     want = np.einsum("chw,ohw->oc", np.asarray(fmap[0, 0].transpose(2, 0, 1), np.float64),
                      np.asarray(dy[0, 0].transpose(2, 0, 1), np.float64))
-    np.testing.assert_allclose(res[0, 0], want, rtol=1e-5, atol=1e-5)
+    h.assert_close(res[0, 0], want, jnp.float32)
 
 
 @pytest.mark.parametrize("res_dtype", ["float32", "float16"])
@@ -173,7 +173,7 @@ def test_jit_vmap_grad():
             precision=lax.Precision.HIGHEST)
         return jnp.sum(tbe.to_fractal_z(dw, para["groups"]) * c)
 
-    np.testing.assert_allclose(gx, jax.grad(via_nchw)(x5), rtol=1e-5, atol=1e-5)
+    h.assert_close(gx, jax.grad(via_nchw)(x5), jnp.float32)
 
 
 # ---- layout helpers ------------------------------------------------------------

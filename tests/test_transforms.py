@@ -11,7 +11,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
-from jax.test_util import check_grads
 
 import jaxconv
 from tests import helpers as h
@@ -126,8 +125,7 @@ IDS = list(PROBLEMS)
 @pytest.mark.parametrize("pid", IDS)
 def test_jit_equals_eager(pid):
     for name, (f, args) in PROBLEMS[pid]().items():
-        np.testing.assert_allclose(jax.jit(f)(*args), f(*args), rtol=1e-6, atol=1e-6,
-                                   err_msg=name)
+        h.assert_close(jax.jit(f)(*args), f(*args), jnp.float32)
 
 
 @pytest.mark.parametrize("pid", IDS)
@@ -138,7 +136,7 @@ def test_vmap_over_a_stack_equals_a_loop(pid):
         args = [jnp.stack(a) for a in zip(*(p[name][1] for p in stack))]
         got = jax.vmap(f)(*args)
         want = jnp.stack([f(*p[name][1]) for p in stack])
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=name)
+        h.assert_close(got, want, jnp.float32)
 
 
 def test_vmap_other_axes_and_unbatched_arguments():
@@ -146,7 +144,7 @@ def test_vmap_other_axes_and_unbatched_arguments():
     dys = jnp.stack([dy, 2 * dy, -dy], axis=2)  # batch on axis 2, x shared
     got = jax.vmap(lambda dy: f(x, dy), in_axes=2, out_axes=-1)(dys)
     want = jnp.stack([f(x, dy), f(x, 2 * dy), f(x, -dy)], axis=-1)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    h.assert_close(got, want, jnp.float32)
 
 
 # Second derivatives through every kernel (the 3D "dot" path once aborted XLA:GPU): isolated.
@@ -164,7 +162,7 @@ ORDER_2_DEFAULT = ("conv-2d-NXC-XIO-g2-stride-dil", "conv-3d-NCX-XIO-valid",
 def test_check_grads_order_2(pid):
     with jax.enable_x64(True):
         for name, (f, args) in PROBLEMS[pid](dtype=jnp.float64, batch=1).items():
-            check_grads(f, args, order=2, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6, eps=1e-4)
+            h.check_grads(f, args, order=2)
 
 
 # The OpenVINO family has no gradient ops (test_openvino.py checks
@@ -179,12 +177,12 @@ def test_gradient_ops_are_the_vjp_of_the_forward(pid):
     data_name = fwd_name + "_backward_data"
     dy = ops[data_name][1][0]
     dx, dw = vjp(dy)
-    np.testing.assert_allclose(ops[data_name][0](dy, w), dx, rtol=1e-5, atol=1e-5)
+    h.assert_close(ops[data_name][0](dy, w), dx, jnp.float32)
     for name in ops:
         if name.endswith(("_backprop_filters", "_backward_weights")):
-            np.testing.assert_allclose(ops[name][0](x, dy), dw, rtol=1e-5, atol=1e-5)
+            h.assert_close(ops[name][0](x, dy), dw, jnp.float32)
     _, tangent = jax.jvp(lambda x: f(x, w), (x,), (x,))
-    np.testing.assert_allclose(tangent, y, rtol=1e-6, atol=1e-6)
+    h.assert_close(tangent, y, jnp.float32)
 
 
 def test_numpy_inputs_and_jax_array_shapes():
