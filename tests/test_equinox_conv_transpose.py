@@ -1,16 +1,14 @@
 """jaxconv.equinox.ConvTranspose{,1d,2d,3d}: equinox's arguments, fields and checks, PyTorch's weight.
 
 The classes derive from ``eqx.nn.ConvTranspose*``: the same signature (plus keyword-only
-``precision`` and ``lowering``), fields, padding rules and messages. Their weight is PyTorch's
+``precision`` and ``lowering``) and fields (tests/test_layers.py checks both for every equinox
+class), padding rules and messages. Their weight is PyTorch's
 ``(in, out // groups, *K)``; equinox's is the flipped forward weight ``(out, in // groups, *K)``,
 so the values are compared with equinox's layer holding the converted weight (and with torch
 in tests/test_layers.py).
 """
 
 from __future__ import annotations
-
-import dataclasses
-import inspect
 
 import equinox as eqx
 import jax
@@ -34,41 +32,25 @@ def _to_equinox_weight(w: jax.Array, groups: int) -> jax.Array:
     return jnp.flip(wg.reshape(groups * ocg, cin // groups, *k), tuple(range(2, 2 + len(k))))
 
 
-@pytest.mark.parametrize("name", sorted(RANKS))
-def test_signature_and_fields_are_equinoxs(name):
-    ours, theirs = getattr(jaxconv.equinox, name), getattr(eqx.nn, name)
-    params_o = list(inspect.signature(ours).parameters.values())
-    params_t = list(inspect.signature(theirs).parameters.values())
-    assert [(p.name, p.kind, p.default) for p in params_o[:len(params_t)]] == \
-        [(p.name, p.kind, p.default) for p in params_t]
-    assert [(p.name, p.kind, p.default) for p in params_o[len(params_t):]] == [
-        ("precision", inspect.Parameter.KEYWORD_ONLY, None),
-        ("lowering", inspect.Parameter.KEYWORD_ONLY, "auto")]
-    assert [f.name for f in dataclasses.fields(ours)] == \
-        [f.name for f in dataclasses.fields(theirs)] + ["precision", "lowering"]
-    assert issubclass(ours, theirs)
-
-
-# (padding, padding_mode, output_padding, stride, kernel): every padding form equinox reads
-PADDINGS = [
-    (1, "ZEROS", 1, 2, 3),
-    (0, "ZEROS", 2, 3, 2),
-    ("VALID", "ZEROS", 0, 2, 3),
-    ("SAME", "ZEROS", 1, 2, 3),
-    ("SAME_LOWER", "ZEROS", 0, 3, 2),
-    ("SAME", "CIRCULAR", 0, 2, 3),
-    ("SAME_LOWER", "CIRCULAR", 0, 1, 4),
-    ("pairs", "ZEROS", 1, 2, 3),
+# Each padding form equinox reads (ints, pairs, 'VALID', 'SAME', 'SAME_LOWER'; modes ZEROS and
+# CIRCULAR) once, the classes, dtypes and groups spread over them (every class twice):
+# (class, dtype, groups, padding, padding_mode, output_padding, stride, kernel)
+CASES = [
+    ("ConvTranspose2d", jnp.float32, 2, 1, "ZEROS", 1, 2, 3),
+    ("ConvTranspose1d", jnp.float32, 1, 0, "ZEROS", 2, 3, 2),
+    ("ConvTranspose", jnp.float32, 3, "VALID", "ZEROS", 0, 2, 3),
+    ("ConvTranspose3d", jnp.bfloat16, 1, "SAME", "ZEROS", 1, 2, 3),
+    ("ConvTranspose2d", jnp.float32, 1, "SAME_LOWER", "ZEROS", 0, 3, 2),
+    ("ConvTranspose1d", jnp.bfloat16, 2, "SAME", "CIRCULAR", 0, 2, 3),
+    ("ConvTranspose", jnp.float32, 1, "SAME_LOWER", "CIRCULAR", 0, 1, 4),
+    ("ConvTranspose3d", jnp.float32, 3, "pairs", "ZEROS", 1, 2, 2),
 ]
 
 
-@pytest.mark.parametrize("padding,mode,out_pad,stride,k", PADDINGS,
-                         ids=[f"{p[0]}-{p[1]}-s{p[3]}" for p in PADDINGS])
-@pytest.mark.parametrize("name,dtype,groups", [("ConvTranspose2d", jnp.float32, 2),
-                                               ("ConvTranspose1d", jnp.float32, 1),
-                                               ("ConvTranspose3d", jnp.bfloat16, 1),
-                                               ("ConvTranspose", jnp.float32, 3)])
-def test_values_and_gradients_equal_equinoxs(name, dtype, groups, padding, mode, out_pad, stride, k):
+@pytest.mark.parametrize("name,dtype,groups,padding,mode,out_pad,stride,k", CASES,
+                         ids=[f"{c[0]}-{c[3]}-{c[4]}-g{c[2]}" for c in CASES])
+def test_values_and_gradients_equal_equinoxs(name, dtype, groups, padding, mode, out_pad, stride,
+                                             k):
     """Positional arguments in each class's own order (ConvTranspose: padding, output_padding;
     ConvTranspose{1,2,3}d: output_padding, padding)."""
     rank = RANKS[name] or 2
@@ -87,6 +69,7 @@ def test_values_and_gradients_equal_equinoxs(name, dtype, groups, padding, mode,
     theirs = eqx.tree_at(lambda m: m.bias, theirs, ours.bias)
     x = h.random(np.random.default_rng(0), (6, *SPATIAL[rank])).astype(dtype)
 
+    @eqx.filter_jit
     def loss(m, x):
         return jnp.sum(jnp.tanh(m(x).astype(jnp.float32)))
 

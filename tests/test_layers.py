@@ -168,7 +168,8 @@ def test_equinox_conv_transpose_against_torch_and_vmap(case):
 EQX_CONVS = {"Conv": None, "Conv1d": 1, "Conv2d": 2, "Conv3d": 3}
 
 
-@pytest.mark.parametrize("name", sorted(EQX_CONVS))
+@pytest.mark.parametrize("name", [*sorted(EQX_CONVS), "ConvTranspose", "ConvTranspose1d",
+                                  "ConvTranspose2d", "ConvTranspose3d"])
 def test_equinox_conv_signature_and_fields_are_equinoxs(name):
     import dataclasses
     import inspect
