@@ -20,6 +20,7 @@ import jaxconv
 from jaxconv._src import backends, geometry, lowering
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import shifted, taps
+from jaxconv._src.onednn import library
 from tests import helpers as h
 from tests import oracles
 from tests.cases import CONV_TRANSPOSE_MATRIX, pack_fractal_z_loop
@@ -34,6 +35,8 @@ DATA_LEAVES = tuple(m for m in lowering.methods(Kernel.DATA) if m not in COMBINA
 
 
 def _applies(method, case: Case, kernel) -> bool:
+    if method == "onednn":  # with the onednn extra built (tests/test_onednn.py says why not)
+        return library.status().available
     if method == "shifted":
         return case.groups_name == "depthwise"
     if method == "feature_group":
@@ -222,7 +225,8 @@ def test_kernels_reject_an_unknown_method():
     p = _problem_strided(2)
     dy, w = jnp.ones(p.y_shape), jnp.ones(p.filter_shape)
     with pytest.raises(ValueError, match=r"lowering: method must be 'auto' or one of \['grid', "
-                                         r"'phases', 'dot', 'vjp', 'per_group', 'block_diagonal'\], got 'fft'"):
+                                         r"'phases', 'dot', 'vjp', 'onednn', 'per_group', 'block_diagonal'\], "
+                                         r"got 'fft'"):
         lowering.data_grad(dy, w, p, method="fft")
     with pytest.raises(ValueError, match="got 'grid'"):
         lowering.weight_grad(jnp.ones(p.x_shape), dy, p, method="grid")
@@ -232,7 +236,7 @@ def test_inapplicable_or_unknown_method():
     x, dy = jnp.ones((1, 6, 6, 4)), jnp.ones((1, 4, 4, 4))
     with pytest.raises(ValueError, match=r"^convolution_backprop_filters: lowering must be one of "
                                          r"\['auto', 'conv', 'feature_group', 'shifted', 'dot', "
-                                         r"'vjp', 'per_group', 'block_diagonal'\], got 'fast'"):
+                                         r"'vjp', 'onednn', 'per_group', 'block_diagonal'\], got 'fast'"):
         jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering="fast")
     with pytest.raises(ValueError, match=r"lowering='shifted' does not apply to this problem: "
                                          r"'shifted' needs one input channel per group"):
@@ -247,7 +251,7 @@ def test_inapplicable_or_unknown_method():
     with pytest.raises(TypeError, match="convolution_backprop_filters: lowering must be a string"):
         jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering=None)
     with pytest.raises(ValueError, match="^convolution_backward_data: lowering must be one of "
-                                         r"\['auto', 'grid', 'phases', 'dot', 'vjp', 'per_group', 'block_diagonal'\], "
+                                         r"\['auto', 'grid', 'phases', 'dot', 'vjp', 'onednn', 'per_group', 'block_diagonal'\], "
                                          r"got 'fft'"):
         jaxconv.convolution_backward_data(dy, jnp.ones((3, 3, 4, 4)), (6, 6), lowering="fft")
 

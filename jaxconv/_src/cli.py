@@ -5,6 +5,7 @@ Commands:
   shapes   an op's output shape and resolved geometry, computing nothing
   bench    the benchmark runner: jaxconv vs jax.vjp vs PyTorch on benchdnn shapes
   demo     one filter gradient, explained
+  build-onednn  compile the oneDNN lowering's handler (after pip install ".[onednn]")
 
 Each exits 0 on success, 1 when a check fails, 2 on bad arguments.
 """
@@ -87,9 +88,11 @@ def _check(args: argparse.Namespace) -> int:
     import jax
 
     from jaxconv._src import checks
+    from jaxconv._src.onednn import library
 
     print(f"jaxconv check: backend {jax.default_backend()} ({jax.devices()[0].device_kind}), "
           f"float32, Precision.HIGHEST, tolerance {checks.TOLERANCE:.0e} relative")
+    print(library.status().line())
     results = checks.run_checks()
     print(checks.format_table(results))
     failed = [r.op for r in results if not r.ok]
@@ -207,6 +210,23 @@ def _bench(args: argparse.Namespace) -> int:
     return status
 
 
+def _build_onednn(args: argparse.Namespace) -> int:
+    """Compiles the oneDNN lowering's FFI handler against the oneDNN of the `onednn` extra
+    (or --prefix), with XLA's FFI headers from jaxlib, into jaxconv's cache directory."""
+    import pathlib
+
+    from jaxconv._src.onednn import build, library
+
+    try:
+        out = build.build(pathlib.Path(args.prefix) if args.prefix else None, verbose=True)
+    except (FileNotFoundError, RuntimeError) as e:
+        print(f"jaxconv build-onednn: {e}", file=sys.stderr)
+        return 1
+    print(f"built {out}")
+    print(library.status().line())
+    return 0 if library.status().available else 1
+
+
 # --------------------------------------------------------------------------- main
 
 def build_parser() -> argparse.ArgumentParser:
@@ -241,6 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
                           description=_demo.__doc__)
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     demo.set_defaults(func=_demo)
+
+    onednn = sub.add_parser("build-onednn", help="compile the oneDNN lowering (CPU)",
+                            description=_build_onednn.__doc__)
+    onednn.add_argument("--prefix", help="where oneDNN's include/ and lib/ are (default: this "
+                        "environment's, where the onednn extra installs them)")
+    onednn.set_defaults(func=_build_onednn)
     return parser
 
 

@@ -90,7 +90,9 @@ def check_lowering(op: str, kernel: Kernel, lowering_value: Any, p: ConvProblem)
         return lowering_value
     why = lowering.why_not(lowering_value, kernel, p)
     if why is not None:
-        usable = ["auto", *(m for m in allowed[1:] if lowering.why_not(m, kernel, p) is None)]
+        # the methods every installation and platform has (deterministic messages): not "onednn"
+        usable = ["auto", *(m for m in allowed[1:] if lowering.METHODS[m].platforms is None
+                            and lowering.why_not(m, kernel, p) is None)]
         raise ValueError(f"{op}: lowering={lowering_value!r} does not apply to this problem: "
                          f"{why}; use one of {usable}")
     return lowering_value

@@ -51,6 +51,9 @@ class Method:
     inapplicable: Callable[[ConvProblem], str | None] = always
     #: whether it reworks the problem and runs its pieces through a leaf formulation
     combinator: bool = False
+    #: the backends (``backends.BACKENDS``) whose programs may hold it; None: every one. A
+    #: program lowered for another backend computes the problem by that backend's own choice.
+    platforms: tuple[str, ...] | None = None
 
     def why_not(self, kernel: Kernel, p: ConvProblem) -> str | None:
         """Why this method cannot compute ``kernel`` for ``p``, or None if it can."""

@@ -22,7 +22,7 @@ from jaxconv._src import backends
 from jaxconv._src import typing as public
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Array, CombinatorFn, DType, Kernel, KernelFn, Precision
-from jaxconv._src.lowering import convolution, grouped, phases, shifted, taps
+from jaxconv._src.lowering import convolution, grouped, onednn, phases, shifted, taps
 from jaxconv._src.lowering.method import Method
 
 #: every lowering method, by name
@@ -34,6 +34,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     shifted.SHIFTED,
     taps.DOT,
     convolution.VJP,
+    onednn.ONEDNN,
     grouped.PER_GROUP,
     grouped.BLOCK_DIAGONAL,
 )}
@@ -87,6 +88,10 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
         raise ValueError(f"lowering: method must be 'auto' or one of {list(methods(kernel))}, "
                          f"got {method!r}")
     record = METHODS[method]
+    if backend is not None and record.platforms is not None and backend not in record.platforms:
+        # a method of other platforms (lowering="onednn" lowered for a GPU): this backend's own
+        return run(kernel, a, b, p, method=choose(kernel, p, backend), backend=backend,
+                   precision=precision, preferred_element_type=preferred_element_type)
     fn = record.kernels[kernel]
     if not record.combinator:
         return typing.cast(KernelFn, fn)(a, b, p, precision, preferred_element_type)

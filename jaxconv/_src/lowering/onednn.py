@@ -1,0 +1,94 @@
+"""``"onednn"``: each kernel as oneDNN's own primitive, called through XLA's FFI (CPU only).
+
+oneDNN Graph's spec defines the first family; its runtime computes the same three kernels:
+``convolution_forward`` (y from x and W), ``convolution_backward_data`` (dx from dy and W)
+and ``convolution_backward_weights`` (dW from x and dy), with oneDNN's strides, 0-based
+dilations (D - 1) and pads. The handler (``onednn/handler.cc``) maps the caller's layout
+onto oneDNN's logical dims with strided memory descriptors: every data and filter format of
+jaxconv reaches it as it is, with no transpose in the program; oneDNN reorders its weights
+into its own blocked format (and the activations where no implementation takes the caller's).
+
+The FFI target is registered for the ``cpu`` platform only (``Method.platforms``: a program
+lowered for another platform never holds the call), and only when the handler is built and
+loads (``onednn/library.py``); otherwise the method does not apply and says why. Operands the
+handler does not take go to the default leaf formulation instead, never into the handler:
+dtypes other than float32 (bfloat16/float16 where oneDNN has the instructions) and a
+``preferred_element_type`` other than the operands' dtype. A negative end pad (a ConvTranspose
+output past its full result) is a crop of x's tail, which the convolution never reads: the
+handler computes the cropped problem, and the data gradient's tail is zeros.
+Zero-size problems never reach a method (``registry.run``). Batching happens before: the
+primitive's batching rule folds a mapped operand into the batch or the groups, so the handler
+always sees the problem's own rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from jaxconv._src.geometry import ConvProblem
+from jaxconv._src.kernel import Array, DType, Kernel, Precision
+from jaxconv._src.lowering import common
+from jaxconv._src.lowering.method import Method
+from jaxconv._src.onednn import library
+
+
+def _inapplicable(p: ConvProblem) -> str | None:
+    status = library.status()
+    if not status.available:
+        return f"is not available: {status.detail}"
+    if min(p.pads_begin) < 0 or any(i + e < 0 for i, e in zip(p.input_size, p.pads_end)):
+        return (f"needs non-negative pads_begin and an end crop within the input, got "
+                f"pads_begin {list(p.pads_begin)}, pads_end {list(p.pads_end)}")
+    return None
+
+
+def _cropped(p: ConvProblem) -> tuple[ConvProblem, list[tuple[int, int]]]:
+    """``p`` with its negative end pads as a crop of x: the problem, and x's (0, -crop) pads."""
+    crop = [max(0, -e) for e in p.pads_end]
+    sub = dataclasses.replace(p, input_size=tuple(i - c for i, c in zip(p.input_size, crop)),
+                              pads_end=tuple(max(0, e) for e in p.pads_end))
+    return sub, [(0, -c) for c in crop]
+
+
+def _dtypes() -> tuple[np.dtype, ...]:
+    """The dtypes the handler takes on this CPU."""
+    if library.status().bf16:
+        return (np.dtype(np.float32), np.dtype(jax.numpy.bfloat16), np.dtype(np.float16))
+    return (np.dtype(np.float32),)
+
+
+def _kernel(kernel: Kernel) -> object:
+    def compute(a: Array, b: Array, p: ConvProblem, precision: Precision,
+                preferred_element_type: DType) -> Array:
+        pet = preferred_element_type
+        if (a.dtype not in _dtypes() or b.dtype != a.dtype
+                or (pet is not None and np.dtype(pet) != a.dtype) or _inapplicable(p)):
+            from jaxconv._src.lowering import registry  # the default leaf (registry imports us)
+            return registry.run(kernel, a, b, p, method=registry.default_leaf(kernel),
+                                backend=None, precision=precision,
+                                preferred_element_type=preferred_element_type)
+        p, crop = _cropped(p)
+        axes = p.data.spatial_axes
+        if kernel is not Kernel.DATA:  # a is x
+            a = common.pad_spatial(a, axes, crop)
+        call = jax.ffi.ffi_call(library.TARGETS[kernel.value],
+                                jax.ShapeDtypeStruct(kernel.out_shape(p), a.dtype))  # type: ignore[no-untyped-call]
+        out: Array = call(
+            a, b, op=p.op, groups=np.int64(p.groups),
+            data_axes=np.array(p.data.spec, np.int64),
+            filter_axes=np.array(p.filter_layout.spec(swap=p.filter_swap), np.int64),
+            strides=np.array(p.strides, np.int64), dilations=np.array(p.dilations, np.int64),
+            pads_begin=np.array(p.pads_begin, np.int64), pads_end=np.array(p.pads_end, np.int64))
+        if kernel is Kernel.DATA:  # dx's cropped tail: zeros
+            out = common.pad_spatial(out, axes, [(0, -lo_hi[1]) for lo_hi in crop])
+        return out
+    return compute
+
+
+ONEDNN = Method(
+    "onednn", "oneDNN's own primitive through XLA's FFI (CPU, with the ``onednn`` extra)",
+    {k: _kernel(k) for k in Kernel},  # type: ignore[misc]
+    _inapplicable, platforms=("cpu",))

@@ -1,0 +1,390 @@
+// jaxconv's oneDNN lowering: XLA FFI handlers for the three kernels of a convolution problem.
+//
+// Each handler receives the two operands and the result of one kernel as dense row-major
+// buffers in the caller's layout, and the problem as attributes:
+//
+//   data_axes    (N, C, X1..Xn): the buffer axis of each role, for every data tensor (x, y)
+//   filter_axes  (O, I, X1..Xn): the buffer axis of the forward convolution's O role (all
+//                out channels) and I role (in channels per group) in the filter buffer
+//   strides, dilations (1 = none), pads_begin, pads_end: one per spatial axis
+//   groups, op (the jaxconv op, for messages)
+//
+// The roles are mapped onto oneDNN's logical dims by memory descriptors with strides (no
+// copies of the caller's data); oneDNN picks its own weight format (a reorder in and out),
+// and runs on the caller's activations where its implementation takes them, else on a
+// reordered copy.  Primitives are cached by problem in a bounded LRU cache (thread-safe;
+// an entry stays alive while a thread executes it); scratchpads are per call.  Every oneDNN
+// error becomes an ffi::Error whose message names the op: XLA raises it in Python.
+
+#include <cstdint>
+#include <cstring>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "oneapi/dnnl/dnnl.hpp"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+using dnnl::memory;
+
+namespace {
+
+enum class Kernel { kForward = 0, kData = 1, kWeight = 2 };
+
+dnnl::engine& Engine() {
+  static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+struct Problem {
+  Kernel kernel;
+  memory::data_type dtype;
+  int64_t groups;
+  std::vector<int64_t> x_dims, y_dims, w_dims;  // buffer shapes (x, y data; w filter)
+  std::vector<int64_t> data_axes, filter_axes, strides, dilations, pads_begin, pads_end;
+
+  std::string Key() const {
+    std::ostringstream os;
+    auto put = [&os](const std::vector<int64_t>& v) {
+      for (int64_t e : v) os << e << ',';
+      os << ';';
+    };
+    os << static_cast<int>(kernel) << ';' << static_cast<int>(dtype) << ';' << groups << ';';
+    put(x_dims); put(y_dims); put(w_dims); put(data_axes); put(filter_axes);
+    put(strides); put(dilations); put(pads_begin); put(pads_end);
+    return os.str();
+  }
+};
+
+std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> s(dims.size(), 1);
+  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * dims[i + 1];
+  return s;
+}
+
+// A data tensor (N, C, X...) of a buffer whose axes hold the roles at `axes`.
+memory::desc DataMd(const std::vector<int64_t>& dims, const std::vector<int64_t>& axes,
+                    memory::data_type dtype) {
+  auto st = RowMajorStrides(dims);
+  memory::dims d, s;
+  for (int64_t a : axes) {
+    d.push_back(dims[a]);
+    s.push_back(st[a]);
+  }
+  return memory::desc(d, dtype, s);
+}
+
+// The filter (G, O/G, I/G, X...) (or (O, I, X...) for one group) of the filter buffer.
+memory::desc FilterMd(const Problem& p) {
+  auto st = RowMajorStrides(p.w_dims);
+  const int64_t o = p.w_dims[p.filter_axes[0]], i = p.w_dims[p.filter_axes[1]];
+  const int64_t so = st[p.filter_axes[0]], si = st[p.filter_axes[1]];
+  memory::dims d, s;
+  if (p.groups > 1) {
+    d = {p.groups, o / p.groups, i};
+    s = {so * (o / p.groups), so, si};
+  } else {
+    d = {o, i};
+    s = {so, si};
+  }
+  for (size_t k = 2; k < p.filter_axes.size(); ++k) {
+    d.push_back(p.w_dims[p.filter_axes[k]]);
+    s.push_back(st[p.filter_axes[k]]);
+  }
+  return memory::desc(d, p.dtype, s);
+}
+
+memory::desc Any(const memory::desc& md) {
+  return memory::desc(md.get_dims(), md.get_data_type(), memory::format_tag::any);
+}
+
+// One cached primitive: its descriptors, and whether each operand needs a reorder.
+struct Entry {
+  dnnl::primitive prim;
+  memory::desc user_x, user_y, user_w;  // the caller's buffers
+  memory::desc prim_x, prim_y, prim_w, scratch;
+  std::string impl;
+};
+
+dnnl::primitive_attr Attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+memory::dims Dims(const std::vector<int64_t>& v) { return memory::dims(v.begin(), v.end()); }
+
+std::shared_ptr<Entry> Create(const Problem& p, bool any_activations) {
+  auto e = std::make_shared<Entry>();
+  e->user_x = DataMd(p.x_dims, p.data_axes, p.dtype);
+  e->user_y = DataMd(p.y_dims, p.data_axes, p.dtype);
+  e->user_w = FilterMd(p);
+  memory::dims dil;
+  for (int64_t d : p.dilations) dil.push_back(d - 1);  // oneDNN: 0 = no dilation
+  const auto st = Dims(p.strides), pb = Dims(p.pads_begin), pe = Dims(p.pads_end);
+  const auto x = any_activations ? Any(e->user_x) : e->user_x;
+  const auto y = any_activations ? Any(e->user_y) : e->user_y;
+  const auto w = Any(e->user_w);
+  const auto algo = dnnl::algorithm::convolution_direct;
+  auto attr = Attr();
+  if (p.kernel == Kernel::kForward) {
+    dnnl::convolution_forward::primitive_desc pd(Engine(), dnnl::prop_kind::forward_training,
+                                                 algo, x, w, y, st, dil, pb, pe, attr);
+    e->prim = dnnl::convolution_forward(pd);
+    e->prim_x = pd.src_desc(); e->prim_w = pd.weights_desc(); e->prim_y = pd.dst_desc();
+    e->scratch = pd.scratchpad_desc(); e->impl = pd.impl_info_str();
+    return e;
+  }
+  dnnl::convolution_forward::primitive_desc hint(Engine(), dnnl::prop_kind::forward_training,
+                                                 algo, x, w, y, st, dil, pb, pe);
+  if (p.kernel == Kernel::kData) {
+    dnnl::convolution_backward_data::primitive_desc pd(Engine(), algo, x, w, y, st, dil, pb, pe,
+                                                       hint, attr);
+    e->prim = dnnl::convolution_backward_data(pd);
+    e->prim_x = pd.diff_src_desc(); e->prim_w = pd.weights_desc(); e->prim_y = pd.diff_dst_desc();
+    e->scratch = pd.scratchpad_desc(); e->impl = pd.impl_info_str();
+    return e;
+  }
+  dnnl::convolution_backward_weights::primitive_desc pd(Engine(), algo, x, w, y, st, dil, pb,
+                                                        pe, hint, attr);
+  e->prim = dnnl::convolution_backward_weights(pd);
+  e->prim_x = pd.src_desc(); e->prim_w = pd.diff_weights_desc(); e->prim_y = pd.diff_dst_desc();
+  e->scratch = pd.scratchpad_desc(); e->impl = pd.impl_info_str();
+  return e;
+}
+
+// The bounded LRU cache of primitives (XLA may call a handler from several threads).
+class Cache {
+ public:
+  std::shared_ptr<Entry> Get(const Problem& p) {
+    const std::string key = p.Key();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = map_.find(key);
+      if (it != map_.end()) {
+        order_.splice(order_.begin(), order_, it->second.second);
+        ++hits_;
+        return it->second.first;
+      }
+    }
+    // Created outside the lock (primitive creation JIT-compiles): two threads may both
+    // create one; the second insert finds the first and keeps it.
+    std::shared_ptr<Entry> e;
+    try {
+      e = Create(p, /*any_activations=*/false);
+    } catch (const dnnl::error&) {
+      e = Create(p, /*any_activations=*/true);  // no implementation on the caller's layout
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(key);
+    if (it != map_.end()) return it->second.first;
+    ++misses_;
+    order_.push_front(key);
+    map_.emplace(key, std::make_pair(e, order_.begin()));
+    Evict();
+    return e;
+  }
+
+  void SetCapacity(int64_t capacity) {
+    std::lock_guard<std::mutex> lock(mu_);
+    capacity_ = capacity < 1 ? 1 : capacity;
+    Evict();
+  }
+
+  void Stats(int64_t* out) {
+    std::lock_guard<std::mutex> lock(mu_);
+    out[0] = static_cast<int64_t>(map_.size());
+    out[1] = capacity_;
+    out[2] = hits_;
+    out[3] = misses_;
+  }
+
+  void Clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    map_.clear();
+    order_.clear();
+  }
+
+ private:
+  void Evict() {  // mu_ held
+    while (static_cast<int64_t>(map_.size()) > capacity_) {
+      map_.erase(order_.back());
+      order_.pop_back();
+    }
+  }
+
+  std::mutex mu_;
+  int64_t capacity_ = 256;
+  int64_t hits_ = 0, misses_ = 0;
+  std::list<std::string> order_;
+  std::unordered_map<std::string,
+                     std::pair<std::shared_ptr<Entry>, std::list<std::string>::iterator>>
+      map_;
+};
+
+Cache& TheCache() {
+  static Cache* cache = new Cache();
+  return *cache;
+}
+
+std::vector<int64_t> ToVector(ffi::Span<const int64_t> s) {
+  return std::vector<int64_t>(s.begin(), s.end());
+}
+
+std::vector<int64_t> Shape(const ffi::AnyBuffer& b) { return ToVector(b.dimensions()); }
+
+// oneDNN's data type of an FFI dtype; undef for the dtypes the lowering does not take.
+memory::data_type DataType(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::F32: return memory::data_type::f32;
+    case ffi::DataType::BF16: return memory::data_type::bf16;
+    case ffi::DataType::F16: return memory::data_type::f16;
+    default: return memory::data_type::undef;
+  }
+}
+
+// Runs kernel `k` with operands (a, b) -> out; which of x, y, w each is depends on k.
+ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b,
+               ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> data_axes,
+               ffi::Span<const int64_t> filter_axes, ffi::Span<const int64_t> strides,
+               ffi::Span<const int64_t> dilations, ffi::Span<const int64_t> pads_begin,
+               ffi::Span<const int64_t> pads_end, int64_t groups) {
+  const std::string prefix = std::string(op) + ": oneDNN lowering: ";
+  const memory::data_type dtype = DataType(a.element_type());
+  if (dtype == memory::data_type::undef || b.element_type() != a.element_type() ||
+      out->element_type() != a.element_type())
+    return ffi::Error::InvalidArgument(prefix + "operands and result must share one dtype "
+                                       "of f32, bf16, f16");
+  Problem p;
+  p.kernel = k;
+  p.dtype = dtype;
+  p.groups = groups;
+  void *x, *y, *w;
+  if (k == Kernel::kForward) {
+    p.x_dims = Shape(a); p.w_dims = Shape(b); p.y_dims = Shape(*out);
+    x = a.untyped_data(); w = b.untyped_data(); y = out->untyped_data();
+  } else if (k == Kernel::kData) {
+    p.y_dims = Shape(a); p.w_dims = Shape(b); p.x_dims = Shape(*out);
+    y = a.untyped_data(); w = b.untyped_data(); x = out->untyped_data();
+  } else {
+    p.x_dims = Shape(a); p.y_dims = Shape(b); p.w_dims = Shape(*out);
+    x = a.untyped_data(); y = b.untyped_data(); w = out->untyped_data();
+  }
+  p.data_axes = ToVector(data_axes);
+  p.filter_axes = ToVector(filter_axes);
+  p.strides = ToVector(strides);
+  p.dilations = ToVector(dilations);
+  p.pads_begin = ToVector(pads_begin);
+  p.pads_end = ToVector(pads_end);
+  const size_t rank = p.x_dims.size();
+  if (rank < 3 || rank > 5 || p.y_dims.size() != rank || p.w_dims.size() != rank ||
+      p.data_axes.size() != rank || p.filter_axes.size() != rank ||
+      p.strides.size() != rank - 2 || p.dilations.size() != rank - 2 ||
+      p.pads_begin.size() != rank - 2 || p.pads_end.size() != rank - 2 || groups < 1)
+    return ffi::Error::InvalidArgument(prefix + "inconsistent ranks or attributes");
+  for (size_t i = 0; i < rank; ++i)
+    if (p.data_axes[i] < 0 || p.data_axes[i] >= static_cast<int64_t>(rank) ||
+        p.filter_axes[i] < 0 || p.filter_axes[i] >= static_cast<int64_t>(rank))
+      return ffi::Error::InvalidArgument(prefix + "axis out of range");
+  try {
+    std::shared_ptr<Entry> e = TheCache().Get(p);
+    dnnl::engine& eng = Engine();
+    dnnl::stream s(eng);
+    memory ux(e->user_x, eng, x), uy(e->user_y, eng, y), uw(e->user_w, eng, w);
+    // per call (no state shared between threads): reordered copies and the scratchpad
+    std::vector<uint8_t> bx, by, bw, bs(e->scratch.get_size() + 1);
+    auto prepared = [&](memory& user, const memory::desc& want, std::vector<uint8_t>& buf,
+                        bool input) {
+      if (want == user.get_desc()) return user;
+      buf.resize(want.get_size());
+      memory m(want, eng, buf.data());
+      if (input) dnnl::reorder(user, m).execute(s, user, m);
+      return m;
+    };
+    memory scratch(e->scratch, eng, bs.data());
+    if (k == Kernel::kForward) {
+      memory mx = prepared(ux, e->prim_x, bx, true), mw = prepared(uw, e->prim_w, bw, true);
+      memory my = prepared(uy, e->prim_y, by, false);
+      e->prim.execute(s, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, my},
+                          {DNNL_ARG_SCRATCHPAD, scratch}});
+      if (my.get_data_handle() != uy.get_data_handle()) dnnl::reorder(my, uy).execute(s, my, uy);
+    } else if (k == Kernel::kData) {
+      memory my = prepared(uy, e->prim_y, by, true), mw = prepared(uw, e->prim_w, bw, true);
+      memory mx = prepared(ux, e->prim_x, bx, false);
+      e->prim.execute(s, {{DNNL_ARG_DIFF_DST, my}, {DNNL_ARG_WEIGHTS, mw},
+                          {DNNL_ARG_DIFF_SRC, mx}, {DNNL_ARG_SCRATCHPAD, scratch}});
+      if (mx.get_data_handle() != ux.get_data_handle()) dnnl::reorder(mx, ux).execute(s, mx, ux);
+    } else {
+      memory mx = prepared(ux, e->prim_x, bx, true), my = prepared(uy, e->prim_y, by, true);
+      memory mw = prepared(uw, e->prim_w, bw, false);
+      e->prim.execute(s, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_DIFF_DST, my},
+                          {DNNL_ARG_DIFF_WEIGHTS, mw}, {DNNL_ARG_SCRATCHPAD, scratch}});
+      if (mw.get_data_handle() != uw.get_data_handle()) dnnl::reorder(mw, uw).execute(s, mw, uw);
+    }
+    s.wait();
+  } catch (const dnnl::error& ex) {
+    return ffi::Error::Internal(prefix + ex.what() + " (status " +
+                                std::to_string(static_cast<int>(ex.status)) + ")");
+  } catch (const std::bad_alloc&) {
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted, prefix + "out of memory");
+  } catch (const std::exception& ex) {
+    return ffi::Error::Internal(prefix + ex.what());
+  }
+  return ffi::Error::Success();
+}
+
+#define JAXCONV_ONEDNN_HANDLER(NAME, KERNEL)                                                \
+  ffi::Error NAME##Impl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> out, \
+                        std::string_view op, ffi::Span<const int64_t> data_axes,            \
+                        ffi::Span<const int64_t> filter_axes,                               \
+                        ffi::Span<const int64_t> strides, ffi::Span<const int64_t> dilations,\
+                        ffi::Span<const int64_t> pads_begin,                                \
+                        ffi::Span<const int64_t> pads_end, int64_t groups) {                \
+    return Run(KERNEL, op, a, b, out, data_axes, filter_axes, strides, dilations,           \
+               pads_begin, pads_end, groups);                                               \
+  }
+
+JAXCONV_ONEDNN_HANDLER(Forward, Kernel::kForward)
+JAXCONV_ONEDNN_HANDLER(Data, Kernel::kData)
+JAXCONV_ONEDNN_HANDLER(Weight, Kernel::kWeight)
+
+}  // namespace
+
+#define JAXCONV_ONEDNN_BIND(SYMBOL, NAME)                                              \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(SYMBOL, NAME##Impl,                                     \
+                                ffi::Ffi::Bind()                                        \
+                                    .Arg<ffi::AnyBuffer>()                              \
+                                    .Arg<ffi::AnyBuffer>()                              \
+                                    .Ret<ffi::AnyBuffer>()                              \
+                                    .Attr<std::string_view>("op")                       \
+                                    .Attr<ffi::Span<const int64_t>>("data_axes")        \
+                                    .Attr<ffi::Span<const int64_t>>("filter_axes")      \
+                                    .Attr<ffi::Span<const int64_t>>("strides")          \
+                                    .Attr<ffi::Span<const int64_t>>("dilations")        \
+                                    .Attr<ffi::Span<const int64_t>>("pads_begin")       \
+                                    .Attr<ffi::Span<const int64_t>>("pads_end")         \
+                                    .Attr<int64_t>("groups"));
+
+JAXCONV_ONEDNN_BIND(jaxconv_onednn_forward, Forward)
+JAXCONV_ONEDNN_BIND(jaxconv_onednn_data, Data)
+JAXCONV_ONEDNN_BIND(jaxconv_onednn_weight, Weight)
+
+// Plain C for ctypes: the library's version and ISA, and the cache's state and bound.
+extern "C" {
+int jaxconv_onednn_version(int* out) {
+  const dnnl_version_t* v = dnnl_version();
+  out[0] = v->major; out[1] = v->minor; out[2] = v->patch;
+  return static_cast<int>(dnnl_get_effective_cpu_isa());
+}
+void jaxconv_onednn_cache_stats(int64_t* out) { TheCache().Stats(out); }
+void jaxconv_onednn_set_cache_capacity(int64_t capacity) { TheCache().SetCapacity(capacity); }
+void jaxconv_onednn_clear_cache() { TheCache().Clear(); }
+}

@@ -1,0 +1,139 @@
+"""The oneDNN lowering's compiled handler: where it is built, and loading it (never raising).
+
+``jaxconv build-onednn`` (:mod:`jaxconv._src.onednn.build`) compiles ``handler.cc`` against the
+oneDNN of the ``onednn`` extra into :func:`artefact`, a path keyed by the handler's source,
+jaxlib's version and the oneDNN it was built against, so that a changed source or toolchain is
+never loaded stale. :func:`status` loads it once (oneDNN itself first, from the prefix it was
+built against), registers its three FFI targets for the ``cpu`` platform only, and reports what
+it found; every failure becomes the reason ``jaxconv check`` prints and the ``onednn`` method's
+message gives, never an exception.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import hashlib
+import os
+import pathlib
+import sys
+import threading
+
+from jaxlib import version as jaxlib_version
+
+SOURCE = pathlib.Path(__file__).with_name("handler.cc")
+#: the FFI targets, one per kernel (registered for the cpu platform only)
+TARGETS = {"forward": "jaxconv_onednn_forward", "data": "jaxconv_onednn_data",
+           "weight": "jaxconv_onednn_weight"}
+#: oneDNN's CPU ISAs (dnnl_cpu_isa_t) by the value the handler reports
+_ISA = {0x1: "SSE4.1", 0x3: "AVX", 0x7: "AVX2", 0xf: "AVX2-VNNI", 0x1f: "AVX2-VNNI-2",
+        0x27: "AVX-512", 0x67: "AVX-512 VNNI", 0xe7: "AVX-512 BF16", 0x1ef: "AVX-512 FP16",
+        0xfef: "AVX-512 AMX", 0x1fef: "AVX-512 AMX FP16"}
+HOW = 'pip install -e ".[onednn]" && jaxconv build-onednn'
+
+
+def prefix() -> pathlib.Path:
+    """Where the ``onednn`` extra's wheels put oneDNN (``lib/``, ``include/``): the
+    environment's prefix, or ``JAXCONV_ONEDNN_PREFIX``."""
+    return pathlib.Path(os.environ.get("JAXCONV_ONEDNN_PREFIX", sys.prefix))
+
+
+def cache_dir() -> pathlib.Path:
+    """Where built handlers go: ``JAXCONV_CACHE_DIR``, else ``~/.cache/jaxconv``."""
+    default = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache"))
+    return pathlib.Path(os.environ.get("JAXCONV_CACHE_DIR", default / "jaxconv"))
+
+
+def library_file(root: pathlib.Path) -> pathlib.Path | None:
+    """oneDNN's shared library under ``root`` (``lib/libdnnl.so.3``), or None."""
+    for name in ("libdnnl.so.3", "libdnnl.so"):
+        if (root / "lib" / name).exists():
+            return root / "lib" / name
+    return None
+
+
+def artefact(root: pathlib.Path | None = None) -> pathlib.Path:
+    """The path of the handler built from this source, for this jaxlib and this oneDNN."""
+    root = prefix() if root is None else root
+    lib = library_file(root)
+    key = hashlib.sha256()
+    key.update(SOURCE.read_bytes())
+    key.update(jaxlib_version.__version__.encode())
+    key.update(str(lib.resolve() if lib else root).encode())
+    return cache_dir() / f"libjaxconv_onednn-{key.hexdigest()[:16]}.so"
+
+
+@dataclasses.dataclass(frozen=True)
+class Status:
+    """What loading the handler found."""
+
+    available: bool
+    #: why not (when not available), else the library loaded
+    detail: str
+    version: str = ""
+    isa: str = ""
+
+    @property
+    def bf16(self) -> bool:
+        """Whether this CPU has the instructions for oneDNN's bfloat16 convolutions."""
+        return self.isa in ("AVX-512 BF16", "AVX-512 FP16") or "AMX" in self.isa
+
+    def line(self) -> str:
+        """One line for ``jaxconv check``."""
+        if self.available:
+            return (f"CPU lowering 'onednn': oneDNN {self.version} ({self.isa}) through XLA's FFI, "
+                    f"{self.detail}")
+        return f"CPU lowering 'onednn': not available ({self.detail}); XLA's formulations only"
+
+
+_LOCK = threading.Lock()
+_HANDLES: list[ctypes.CDLL] = []
+
+
+@functools.cache
+def status() -> Status:
+    """Loads the handler once and registers its FFI targets; the outcome, never an exception."""
+    with _LOCK:
+        try:
+            return _load()
+        except Exception as e:  # noqa: BLE001 - any failure means "not available", said once
+            return Status(False, f"loading failed: {type(e).__name__}: {e}")
+
+
+def _load() -> Status:
+    import jax
+
+    root = prefix()
+    lib = library_file(root)
+    if lib is None:
+        return Status(False, f"oneDNN not found under {root}/lib (install: {HOW})")
+    path = artefact(root)
+    if not path.exists():
+        return Status(False, "the handler is not built for this source, jaxlib and oneDNN "
+                             "(run: jaxconv build-onednn)")
+    _HANDLES.append(ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL))
+    handler = ctypes.CDLL(str(path))
+    _HANDLES.append(handler)
+    version = (ctypes.c_int * 3)()
+    isa = handler.jaxconv_onednn_version(version)
+    for name in TARGETS.values():
+        capsule = jax.ffi.pycapsule(getattr(handler, name))  # type: ignore[no-untyped-call]
+        jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+    return Status(True, str(path), ".".join(str(v) for v in version),
+                  _ISA.get(isa, f"ISA {isa:#x}"))
+
+
+def cache_stats() -> dict[str, int]:
+    """The primitive cache: entries, capacity, hits, misses (zeros when not loaded)."""
+    if not status().available:
+        return {"entries": 0, "capacity": 0, "hits": 0, "misses": 0}
+    out = (ctypes.c_int64 * 4)()
+    _HANDLES[-1].jaxconv_onednn_cache_stats(out)
+    return dict(zip(("entries", "capacity", "hits", "misses"), (int(v) for v in out)))
+
+
+def set_cache_capacity(entries: int) -> None:
+    """Bounds the primitive cache (least recently used entries go first)."""
+    if status().available:
+        _HANDLES[-1].jaxconv_onednn_set_cache_capacity(ctypes.c_int64(entries))

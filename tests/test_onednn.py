@@ -1,0 +1,181 @@
+"""The ``onednn`` lowering: oneDNN's primitives through XLA's FFI, on CPU.
+
+With the ``onednn`` extra built (``jaxconv build-onednn``), every kernel forced to
+``lowering="onednn"`` equals torch (float64) on a matrix of ranks, data and filter formats,
+groups (depthwise with a channel multiplier too), strides, dilations and asymmetric pads; its
+derivatives to order 2 and its batching go through the primitive's rules; a fault inside the
+handler is a Python exception naming the op. Without it (the library absent, or a child
+process pointed at an empty prefix), jaxconv works as before and says why once.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jaxconv
+from jaxconv._src.kernel import Kernel
+from jaxconv._src.lowering import registry
+from jaxconv._src.onednn import library
+from tests import helpers as h
+from tests import oracles
+
+HIGHEST = lax.Precision.HIGHEST
+AVAILABLE = library.status().available
+needs_onednn = pytest.mark.skipif(not AVAILABLE, reason=f"onednn: {library.status().detail}")
+
+# (rank, data_format, filter_format, groups, in, out, spatial, kernel, strides, dilations, pb, pe)
+MATRIX = [
+    (1, "NCX", "OIX", 1, 4, 3, (11,), (3,), (2,), (1,), (1,), (0,)),
+    (2, "NXC", "XIO", 2, 4, 6, (9, 7), (3, 2), (2, 1), (1, 2), (1, 0), (0, 1)),
+    (2, "NCX", "OIX", 4, 4, 8, (8, 8), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),  # depthwise x2
+    (2, "NXC", "OIX", 4, 4, 4, (7, 9), (5, 4), (2, 2), (1, 1), (2, 1), (2, 2)),  # depthwise
+    (3, "NCX", "XIO", 1, 3, 5, (6, 5, 7), (2, 3, 2), (1, 2, 1), (2, 1, 1), (0, 1, 1), (1, 0, 0)),
+    (3, "NXC", "XIO", 2, 4, 2, (5, 4, 5), (1, 1, 1), (1, 1, 1), (1, 1, 1), (0, 0, 0), (0, 0, 0)),
+]
+IDS = [f"{m[0]}d-{m[1]}-{m[2]}-g{m[3]}-k{'x'.join(map(str, m[7]))}" for m in MATRIX]
+
+
+def _problem(m, seed=0):
+    rank, df, ff, g, ic, oc, spatial, k, s, d, pb, pe = m
+    rng = np.random.default_rng(seed)
+    x = h.random(rng, h.data_shape(df, 2, ic, spatial))
+    w = h.random(rng, h.conv_filter_shape(ff, oc, ic // g, k))
+    attrs = dict(strides=s, dilations=d, pads_begin=pb, pads_end=pe, groups=g, data_format=df,
+                 filter_format=ff)
+    y_ncx = oracles.conv_output_shape(h.data_to_ncx(np.zeros(x.shape), df).shape,
+                                      h.conv_filter_to_oix(np.zeros(w.shape), ff).shape,
+                                      strides=s, dilations=d, pads_begin=pb, pads_end=pe, groups=g)
+    dy = h.random(rng, h.data_from_ncx(np.zeros(y_ncx), df).shape)
+    y, dx, dw = oracles.conv_all(h.data_to_ncx(h.to_f64(x), df),
+                                 h.conv_filter_to_oix(h.to_f64(w), ff),
+                                 h.data_to_ncx(h.to_f64(dy), df), strides=s, dilations=d,
+                                 pads_begin=pb, pads_end=pe, groups=g)
+    return x, w, dy, attrs, (h.data_from_ncx(y, df), h.data_from_ncx(dx, df),
+                             h.conv_filter_from_oix(dw, ff))
+
+
+@needs_onednn
+@pytest.mark.parametrize("m", MATRIX, ids=IDS)
+def test_every_kernel_equals_torch(m):
+    x, w, dy, attrs, (y_ref, dx_ref, dw_ref) = _problem(m)
+    y = jaxconv.convolution(x, w, **attrs, lowering="onednn")
+    dx = jaxconv.convolution_backward_data(dy, w, x.shape, **attrs, lowering="onednn")
+    dw = jaxconv.convolution_backprop_filters(x, dy, w.shape, **attrs, lowering="onednn")
+    for got, ref in ((y, y_ref), (dx, dx_ref), (dw, dw_ref)):
+        h.assert_close(got, ref, jnp.float32)
+    program = jax.jit(lambda x, dy: jaxconv.convolution_backprop_filters(
+        x, dy, w.shape, **attrs, lowering="onednn")).lower(x, dy).as_text()
+    assert library.TARGETS["weight"] in program and "convolution(" not in program
+
+
+@needs_onednn
+def test_conv_transpose_and_openvino_ops_through_onednn():
+    rng = np.random.default_rng(1)
+    x = h.random(rng, (2, 6, 5, 4))          # NXC, IC = 4
+    w = h.random(rng, (4, 3, 3, 3))          # IOX (IC, OC/g, K, K), groups 1 -> OC = 3
+    kw = dict(strides=2, pads_begin=1, pads_end=0, output_padding=1, filter_format="IOX")
+    y = jaxconv.conv_transpose(x, w, **kw, lowering="onednn")
+    h.assert_close(y, jaxconv.conv_transpose(x, w, **kw, precision=HIGHEST, lowering="grid"),
+                   jnp.float32)
+    xo = h.random(rng, (1, 4, 6, 6))
+    wo = h.random(rng, (2, 2, 3, 3, 3))     # G=2, C_IN=2, C_OUT=3
+    got = jaxconv.group_convolution_backprop_data(xo, wo, strides=2, lowering="onednn")
+    h.assert_close(got, jaxconv.group_convolution_backprop_data(xo, wo, strides=2,
+                                                                precision=HIGHEST), jnp.float32)
+
+
+@needs_onednn
+def test_derivatives_to_order_2_and_vmap():
+    m = MATRIX[1]
+    x, w, dy, attrs, _ = _problem(m, seed=2)
+
+    def f(x, w):
+        return jaxconv.convolution(x, w, **attrs, lowering="onednn")
+
+    h.check_grads(f, (x, w), order=2)
+    batched = jax.vmap(f, in_axes=(None, 0))(x, jnp.stack([w, 2 * w]))
+    h.assert_close(batched[1], 2 * f(x, w), jnp.float32)
+    gw = jax.vmap(jax.grad(lambda x, w: jnp.sum(f(x, w) ** 2), 1), in_axes=(0, None))(
+        jnp.stack([x, -x]), w)
+    h.assert_close(gw[0], gw[1], jnp.float32)
+
+
+@needs_onednn
+def test_a_fault_inside_the_handler_is_a_python_exception():
+    """Inconsistent attributes reach the handler only when called directly: the process lives,
+    and the error names the op."""
+    call = jax.ffi.ffi_call(library.TARGETS["weight"], jax.ShapeDtypeStruct((3, 3, 4, 6),
+                                                                            jnp.float32))
+    attrs = dict(op="convolution_backprop_filters", groups=np.int64(1),
+                 data_axes=np.array([0, 3, 1, 2], np.int64),
+                 filter_axes=np.array([3, 2, 0, 1], np.int64),
+                 strides=np.array([1, 1], np.int64), dilations=np.array([1, 1], np.int64),
+                 pads_begin=np.array([0, 0], np.int64), pads_end=np.array([0, 0], np.int64))
+    x, dy = jnp.ones((2, 8, 8, 4)), jnp.ones((2, 5, 5, 6))  # dy should be 6x6: oneDNN refuses
+    with pytest.raises(Exception, match="convolution_backprop_filters: oneDNN lowering"):
+        jax.block_until_ready(jax.jit(lambda a, b: call(a, b, **attrs))(x, dy))
+
+
+@needs_onednn
+def test_the_primitive_cache_is_bounded():
+    before = library.cache_stats()
+    library.set_cache_capacity(2)
+    try:
+        for n in (3, 4, 5):
+            x, dy = jnp.ones((n, 6, 6, 2)), jnp.ones((n, 4, 4, 3))
+            jaxconv.convolution_backprop_filters(x, dy, (3, 3, 2, 3), lowering="onednn")
+        stats = library.cache_stats()
+        assert stats["entries"] <= 2 and stats["capacity"] == 2
+    finally:
+        library.set_cache_capacity(before["capacity"])
+
+
+def test_without_the_library_jaxconv_works_and_says_why():
+    """A child process pointed at an empty oneDNN prefix: no import error, the check line says
+    why, forcing the method is a ValueError naming the reason, and 'auto' still computes."""
+    code = textwrap.dedent("""
+        import jax.numpy as jnp, jaxconv
+        from jaxconv._src.onednn import library
+        print(library.status().line())
+        x, dy = jnp.ones((2, 6, 6, 2)), jnp.ones((2, 4, 4, 3))
+        print(jaxconv.convolution_backprop_filters(x, dy, (3, 3, 2, 3)).shape)
+        try:
+            jaxconv.convolution_backprop_filters(x, dy, (3, 3, 2, 3), lowering="onednn")
+        except ValueError as e:
+            print("ValueError:", e)
+    """)
+    env = dict(os.environ, JAXCONV_ONEDNN_PREFIX="/nonexistent", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    assert "CPU lowering 'onednn': not available (oneDNN not found under /nonexistent" in out
+    assert "(3, 3, 2, 3)" in out
+    assert "ValueError: convolution_backprop_filters: lowering='onednn' does not apply" in out
+
+
+def test_the_method_is_registered_for_cpu_only():
+    assert registry.METHODS["onednn"].platforms == ("cpu",)
+    for backend in ("gpu", "default"):
+        for kernel in Kernel:
+            m = MATRIX[1]
+            x, w, dy, attrs, _ = _problem(m)
+            from jaxconv._src.geometry import convolution_problem  # noqa: F401
+            assert registry.choose(kernel, _p(m), backend) != "onednn"
+
+
+def _p(m):
+    from jaxconv._src import geometry
+    from jaxconv._src.geometry import Names
+    rank, df, ff, g, ic, oc, spatial, k, s, d, pb, pe = m
+    return geometry.convolution_problem(
+        "convolution", Names(), x_shape=h.data_shape(df, 2, ic, spatial), y_shape=None,
+        w_shape=h.conv_filter_shape(ff, oc, ic // g, k), strides=s, pads_begin=pb, pads_end=pe,
+        dilations=d, auto_pad="none", groups=g, data_format=df, filter_format=ff)
