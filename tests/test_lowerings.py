@@ -251,8 +251,8 @@ def test_inapplicable_or_unknown_method():
     with pytest.raises(TypeError, match="convolution_backprop_filters: lowering must be a string"):
         jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering=None)
     with pytest.raises(ValueError, match="^convolution_backward_data: lowering must be one of "
-                                         r"\['auto', 'grid', 'phases', 'dot', 'vjp', 'onednn', 'per_group', 'block_diagonal'\], "
-                                         r"got 'fft'"):
+                                         r"\['auto', 'grid', 'phases', 'dot', 'vjp', 'onednn', "
+                                         r"'per_group', 'block_diagonal'\], got 'fft'"):
         jaxconv.convolution_backward_data(dy, jnp.ones((3, 3, 4, 4)), (6, 6), lowering="fft")
 
 
