@@ -156,7 +156,32 @@ def test_forward_lowerings_low_precision_and_second_order(method, dtype):
                                                        lowering=method), (x, w), order=2)
 
 
-def test_forward_auto_choice():
+@pytest.fixture
+def xla_cpu_rules(monkeypatch):
+    """The CPU table without the onednn extra: the XLA:CPU rules the tests below pin down."""
+    monkeypatch.setattr(backends, "_onednn_pays", lambda p: False)
+
+
+def test_cpu_table_picks_onednn_where_built_and_large_enough():
+    """With the extra built, every kernel of a problem of at least ONEDNN_MIN_FLOPS
+    multiply-adds is oneDNN's on CPU (never on the other backends); below it, and without the
+    extra, the XLA:CPU rules."""
+    def problem(n, size, cin, cout):
+        return geometry.convolution_problem(
+            "convolution", geometry.Names(), x_shape=(n, size, size, cin), y_shape=None,
+            w_shape=(3, 3, cin, cout), strides=None, pads_begin=None, pads_end=None,
+            dilations=None, auto_pad="none", groups=1, data_format="NXC", filter_format="XIO")
+
+    big, small = problem(8, 32, 16, 32), problem(1, 4, 2, 2)  # 3.3e7 and 288 multiply-adds
+    built = library.status().available
+    for kernel in Kernel:
+        assert (lowering.choose(kernel, big, "cpu") == "onednn") == built
+        assert lowering.choose(kernel, small, "cpu") != "onednn"
+        for backend in ("gpu", "default"):
+            assert lowering.choose(kernel, big, backend) != "onednn"
+
+
+def test_forward_auto_choice(xla_cpu_rules):
     def problem(groups, ic, kernel, strides=1):
         return geometry.convolution_problem(
             "t", geometry.Names(), x_shape=(2, *[9] * len(kernel), ic), y_shape=None,
@@ -184,7 +209,7 @@ def test_forward_auto_choice():
         assert backends.forward_method(problem(*args), "default") == "conv"
 
 
-def test_auto_choice():
+def test_auto_choice(xla_cpu_rules):
     def problem(groups, ic, kernel):
         return geometry.convolution_problem(
             "t", geometry.Names(), x_shape=(2, *[9] * len(kernel), ic), y_shape=None,
@@ -351,7 +376,7 @@ def test_data_gradient_lowerings_convolution_backward_data(method):
     h.assert_close(got, h.data_from_ncx(dx, "NXC"), jnp.float32)
 
 
-def test_data_gradient_auto_choice_and_unknown():
+def test_data_gradient_auto_choice_and_unknown(xla_cpu_rules):
     def cpu(p):
         return backends.data_grad_method(p, "cpu")
 

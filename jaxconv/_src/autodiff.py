@@ -39,6 +39,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax._src import sharding_impls  # the lowering context's device layout (no public name)
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
@@ -59,13 +60,36 @@ def _abstract_eval(a: Any, b: Any, *, kernel: Kernel, p: ConvProblem, precision:
     return jax.core.ShapedArray(kernel.out_shape(p), np.dtype(dtype))
 
 
-def _program(backend: str) -> Callable[..., Array]:
+def _program(backend: str, partitioned: bool) -> Callable[..., Array]:
     """The kernel's JAX program on ``backend`` (its table resolves ``method="auto"``)."""
     def program(a: Array, b: Array, *, kernel: Kernel, p: ConvProblem, precision: Precision,
                 preferred_element_type: DType, method: str) -> Array:
         return lowering.run(kernel, a, b, p, method=method, backend=backend, precision=precision,
-                            preferred_element_type=preferred_element_type)
+                            preferred_element_type=preferred_element_type,
+                            partitioned=partitioned)
     return program
+
+
+def _partitioned(ctx: mlir.LoweringRuleContext) -> bool:
+    """Whether XLA's SPMD partitioner splits this program across devices: a ``jit`` over
+    several devices, or a ``shard_map`` region that leaves some mesh axes to the partitioner
+    (a fully manual region computes its local shards, as one device does)."""
+    context = ctx.module_context.axis_context
+    if isinstance(context, sharding_impls.ShardingContext):
+        return context.num_devices > 1
+    if isinstance(context, sharding_impls.SPMDAxisContext):
+        return set(context.manual_axes) != set(context.mesh.axis_names)
+    return False
+
+
+def _lowering(backend: str) -> Callable[..., Any]:
+    """The primitive's lowering rule on ``backend``: one program per partitioning."""
+    rules = {part: mlir.lower_fun(_program(backend, part), multiple_results=False)
+             for part in (False, True)}
+
+    def rule(ctx: mlir.LoweringRuleContext, *args: Any, **params: Any) -> Any:
+        return rules[_partitioned(ctx)](ctx, *args, **params)
+    return rule
 
 
 @functools.partial(jax.jit, static_argnames=_PARAMS)
@@ -77,7 +101,7 @@ def _eager(a: Array, b: Array, **params: Any) -> Array:
 conv_p.def_impl(_eager)
 conv_p.def_abstract_eval(_abstract_eval)
 for _backend in backends.BACKENDS:
-    _rule = mlir.lower_fun(_program(_backend), multiple_results=False)
+    _rule = _lowering(_backend)
     for _platform in backends.PLATFORMS[_backend] or (None,):  # "default": every other platform
         mlir.register_lowering(conv_p, _rule, platform=_platform)
 

@@ -10,9 +10,12 @@ method of ``lowering/registry.py`` (tests/test_lowerings.py checks it).
 
 The rules are tables over the resolved problem, one per backend:
 
-* ``"cpu"``: measured on XLA:CPU (2-core AMD EPYC, jaxlib 0.10.2; the benchdnn
-  lists of ``jaxconv/_src/bench/shapes``); the ``block_diagonal`` rule and the
-  element-wise outer product on a 2-core Intel Xeon (AVX-512).
+* ``"cpu"``: ``"onednn"`` (oneDNN's own primitive, with the ``onednn`` extra built) for
+  every problem it takes except the smallest (below :data:`ONEDNN_MIN_FLOPS`); the rest,
+  and every problem without the extra, by the XLA:CPU rules, measured on XLA:CPU (2-core
+  AMD EPYC, jaxlib 0.10.2; the benchdnn lists of ``jaxconv/_src/bench/shapes``); the
+  ``block_diagonal`` rule and the element-wise outer product on a 2-core Intel Xeon
+  (AVX-512).
 * ``"gpu"`` (CUDA and ROCm): measured on an NVIDIA H100 (jax 0.11.2, CUDA 13)
   on the benchdnn resnet_50 and 3D lists; ROCm was not measured and shares the
   table. Where a rule has no measurement behind it, the GPU table keeps
@@ -28,6 +31,7 @@ from typing import Literal
 
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Kernel
+from jaxconv._src.onednn import library
 
 #: The backends with a rule table, and the platforms each one covers.
 BACKENDS = ("cpu", "gpu", "default")
@@ -95,29 +99,48 @@ def _check_backend(backend: str) -> None:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
 
 
-def forward_method(p: ConvProblem, backend: str) -> str:
-    """The forward method ``lowering="auto"`` picks for ``p`` on ``backend``."""
+# Measured with benchmarks/onednn_choice.py (2-core AMD EPYC, AVX2, oneDNN 3.2.0; the first
+# two problems of the resnet_50, mobilenet, mobilenet_dw, 3D and dilated lists, N <= 8;
+# benchmarks/results/onednn_choice.json): oneDNN against the XLA:CPU rules below, per kernel,
+# weight 1.4-7.7x (resnet_50 conv1 431 -> 56 ms; 3d_conv_pad:1 33 -> 8.6 ms), data 1.0-4.0x,
+# forward 0.94-4.8x (one tie: resnet_50 res2a_branch1 18.2 vs 17.0 ms), within 1.0-1.3x of
+# PyTorch's own oneDNN. Its fixed cost per call (~0.1 ms through the FFI) loses on the
+# smallest problem (dilated_conv:2, 8.6e4 multiply-adds: 0.16 vs 0.09 ms).
+#: below this many multiply-adds a problem stays with the XLA:CPU rules
+ONEDNN_MIN_FLOPS = 1e5
+
+
+def _onednn_pays(p: ConvProblem) -> bool:
+    """Whether the CPU table picks ``"onednn"`` (built, loaded, applicable, large enough)."""
+    macs = p.batch * math.prod(p.output_size) * p.out_channels * math.prod(p.kernel) * (
+        p.in_channels // max(p.groups, 1))
+    return macs >= ONEDNN_MIN_FLOPS and library.why_not(p) is None
+
+
+def forward_method(p: ConvProblem, backend: str, onednn: bool = True) -> str:
+    """The forward method ``lowering="auto"`` picks for ``p`` on ``backend`` (``onednn=False``:
+    the XLA:CPU rules alone, for programs XLA partitions across devices)."""
     _check_backend(backend)
     if backend == "cpu":
-        return _forward_cpu(p)
+        return "onednn" if onednn and _onednn_pays(p) else _forward_cpu(p)
     return "conv"
 
 
-def weight_grad_method(p: ConvProblem, backend: str) -> str:
+def weight_grad_method(p: ConvProblem, backend: str, onednn: bool = True) -> str:
     """The weight-gradient method ``lowering="auto"`` picks for ``p`` on ``backend``."""
     _check_backend(backend)
     if backend == "cpu":
-        return _weight_grad_cpu(p)
+        return "onednn" if onednn and _onednn_pays(p) else _weight_grad_cpu(p)
     if backend == "gpu":
         return _weight_grad_gpu(p)
     return "vjp"
 
 
-def data_grad_method(p: ConvProblem, backend: str) -> str:
+def data_grad_method(p: ConvProblem, backend: str, onednn: bool = True) -> str:
     """The data-gradient method ``lowering="auto"`` picks for ``p`` on ``backend``."""
     _check_backend(backend)
     if backend == "cpu":
-        return _data_grad_cpu(p)
+        return "onednn" if onednn and _onednn_pays(p) else _data_grad_cpu(p)
     if backend == "gpu":
         return _data_grad_gpu(p)
     return "vjp"

@@ -56,13 +56,16 @@ def why_not(method: str, kernel: Kernel, p: ConvProblem) -> str | None:
     return METHODS[method].why_not(kernel, p)
 
 
-def choose(kernel: Kernel, p: ConvProblem, backend: str) -> str:
-    """The method ``lowering="auto"`` picks for ``kernel`` on ``p`` on ``backend``."""
-    return backends.METHOD[kernel](p, backend)
+def choose(kernel: Kernel, p: ConvProblem, backend: str, *, partitioned: bool = False) -> str:
+    """The method ``lowering="auto"`` picks for ``kernel`` on ``p`` on ``backend``; in a program
+    XLA's SPMD partitioner splits across devices (``partitioned``), never a custom call: the
+    partitioner cannot see inside one and would gather its operands onto every device."""
+    return backends.METHOD[kernel](p, backend, not partitioned)
 
 
 def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, backend: str | None,
-        precision: Precision = None, preferred_element_type: DType = None) -> Array:
+        precision: Precision = None, preferred_element_type: DType = None,
+        partitioned: bool = False) -> Array:
     """``kernel`` on (a, b) by ``method`` (``"auto"``: the table of ``backend``).
 
     The backend is chosen once, by the primitive's lowering for the platform the program
@@ -80,7 +83,7 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
     if method == "auto":
         if backend is None:
             raise ValueError("lowering: method 'auto' needs a backend to choose for")
-        method = choose(kernel, p, backend)
+        method = choose(kernel, p, backend, partitioned=partitioned)
         why = why_not(method, kernel, p)
         if why is not None:  # a table bug (tests/test_lowering_registry.py), never a user's
             raise RuntimeError(f"jaxconv: the {backend} table picked {why}")
@@ -88,10 +91,13 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
         raise ValueError(f"lowering: method must be 'auto' or one of {list(methods(kernel))}, "
                          f"got {method!r}")
     record = METHODS[method]
-    if backend is not None and record.platforms is not None and backend not in record.platforms:
-        # a method of other platforms (lowering="onednn" lowered for a GPU): this backend's own
-        return run(kernel, a, b, p, method=choose(kernel, p, backend), backend=backend,
-                   precision=precision, preferred_element_type=preferred_element_type)
+    if backend is not None and record.platforms is not None and (
+            backend not in record.platforms or partitioned):
+        # a custom call of other platforms (lowering="onednn" lowered for a GPU), or in a
+        # program partitioned across devices: this backend's own XLA formulation
+        return run(kernel, a, b, p, method=choose(kernel, p, backend, partitioned=True),
+                   backend=backend, precision=precision,
+                   preferred_element_type=preferred_element_type, partitioned=partitioned)
     fn = record.kernels[kernel]
     if not record.combinator:
         return typing.cast(KernelFn, fn)(a, b, p, precision, preferred_element_type)
@@ -101,7 +107,8 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
         # the check above); with no backend (a direct call, a forced combinator) one convolution
         sub_method = "auto" if backend is not None else default_leaf(sub_kernel)
         return run(sub_kernel, sa, sb, sub, method=sub_method, backend=backend,
-                   precision=precision, preferred_element_type=preferred_element_type)
+                   precision=precision, preferred_element_type=preferred_element_type,
+                   partitioned=partitioned)
 
     return typing.cast(CombinatorFn, fn)(a, b, p, leaf=leaf)
 

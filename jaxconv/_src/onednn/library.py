@@ -22,6 +22,8 @@ import threading
 
 from jaxlib import version as jaxlib_version
 
+from jaxconv._src.geometry import ConvProblem
+
 SOURCE = pathlib.Path(__file__).with_name("handler.cc")
 #: the FFI targets, one per kernel (registered for the cpu platform only)
 TARGETS = {"forward": "jaxconv_onednn_forward", "data": "jaxconv_onednn_data",
@@ -122,6 +124,18 @@ def _load() -> Status:
         jax.ffi.register_ffi_target(name, capsule, platform="cpu")
     return Status(True, str(path), ".".join(str(v) for v in version),
                   _ISA.get(isa, f"ISA {isa:#x}"))
+
+
+def why_not(p: ConvProblem) -> str | None:
+    """Why the handler does not take ``p`` (not loaded; a negative begin pad, or an end crop
+    beyond the input), or None. Other limits (dtypes) are the caller's: ``lowering/onednn.py``."""
+    found = status()
+    if not found.available:
+        return f"is not available: {found.detail}"
+    if min(p.pads_begin) < 0 or any(i + e < 0 for i, e in zip(p.input_size, p.pads_end)):
+        return (f"needs non-negative pads_begin and an end crop within the input, got "
+                f"pads_begin {list(p.pads_begin)}, pads_end {list(p.pads_end)}")
+    return None
 
 
 def cache_stats() -> dict[str, int]:
