@@ -6,7 +6,7 @@ CPU table chose before oneDNN (``--without-onednn`` semantics: the table's XLA f
 jaxconv with ``lowering="onednn"``, and PyTorch (``torch.ops.aten.convolution_backward`` with
 the one output's mask; ``F.conv*`` for the forward; the faster of NCHW and channels-last).
 
-    python -m benchmarks.onednn_choice --per-list 3 --out benchmarks/results/onednn_choice.json
+    python -m benchmarks.onednn_choice --per-list 2 --out docs/benchmarks/onednn_choice.json
 
 Prints one row per problem and kernel, and writes the JSON (medians in ms; ratios).
 """

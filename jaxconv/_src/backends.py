@@ -101,7 +101,7 @@ def _check_backend(backend: str) -> None:
 
 # Measured with benchmarks/onednn_choice.py (2-core AMD EPYC, AVX2, oneDNN 3.2.0; the first
 # two problems of the resnet_50, mobilenet, mobilenet_dw, 3D and dilated lists, N <= 8;
-# benchmarks/results/onednn_choice.json): oneDNN against the XLA:CPU rules below, per kernel,
+# docs/benchmarks/onednn_choice.json): oneDNN against the XLA:CPU rules below, per kernel,
 # weight 1.4-7.7x (resnet_50 conv1 431 -> 56 ms; 3d_conv_pad:1 33 -> 8.6 ms), data 1.0-4.0x,
 # forward 0.94-4.8x (one tie: resnet_50 res2a_branch1 18.2 vs 17.0 ms), within 1.0-1.3x of
 # PyTorch's own oneDNN. Its fixed cost per call (~0.1 ms through the FFI) loses on the
