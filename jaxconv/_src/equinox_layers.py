@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxconv._src.conv_transpose import conv_transpose
+from jaxconv._src.geometry import dilated_kernel_size
 from jaxconv._src.lax_conv import conv_general_dilated
 from jaxconv._src.typing import DataGradLowering, ForwardLowering, PrecisionLike
 
@@ -127,7 +128,7 @@ class _JaxconvConvTranspose(eqx.Module):
             x, padding_t = layer._circular_pad(x, padding_t)
         # equinox computes conv(x dilated by S, pads padding_t): the ConvTranspose whose
         # pads_begin is DK - 1 - p0t and whose end is DK - 1 - p1t (= pads_end - output_padding)
-        dk = [(k - 1) * d + 1 for k, d in zip(layer.kernel_size, layer.dilation)]
+        dk = [dilated_kernel_size(k, d) for k, d in zip(layer.kernel_size, layer.dilation)]
         begin = [k - 1 - p0 for k, (p0, _) in zip(dk, padding_t)]
         end = [k - 1 - p1 for k, (_, p1) in zip(dk, padding_t)]
         # lax's output size (a zero-size input dilates to size 0; never negative)

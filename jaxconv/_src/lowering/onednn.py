@@ -35,15 +35,15 @@ from jaxconv._src.lowering.method import Method
 from jaxconv._src.onednn import library
 
 
-def _cropped(p: ConvProblem) -> tuple[ConvProblem, list[tuple[int, int]]]:
-    """``p`` fitted exactly (no trailing element the windows never read: oneDNN 3.2's 1x1
-    weight gradient miscomputes with one, tests/test_onednn.py), its negative end pads as a
-    crop of x: the problem, and x's (0, -crop) pads."""
-    ends = [e - r for e, r in zip(p.pads_end, p.remainder)]
+def _cropped(p: ConvProblem) -> tuple[ConvProblem, list[int]]:
+    """``p`` fitted exactly (``p.fit_pads``: no trailing element the windows never read;
+    oneDNN 3.2's 1x1 weight gradient miscomputes with one, tests/test_onednn.py), its negative
+    end pads as a crop of x: the problem, and the elements cropped from x's end per axis."""
+    ends = [hi for _, hi in p.fit_pads]
     crop = [max(0, -e) for e in ends]
     sub = dataclasses.replace(p, input_size=tuple(i - c for i, c in zip(p.input_size, crop)),
                               pads_end=tuple(max(0, e) for e in ends))
-    return sub, [(0, -c) for c in crop]
+    return sub, crop
 
 
 def _dtypes() -> tuple[np.dtype, ...]:
@@ -66,7 +66,7 @@ def _kernel(kernel: Kernel) -> object:
                                 preferred_element_type=preferred_element_type)
         p, axes = fitted, p.data.spatial_axes
         if kernel is not Kernel.DATA:  # a is x
-            a = common.pad_spatial(a, axes, crop)
+            a = common.pad_spatial(a, axes, [(0, -c) for c in crop])
         call = jax.ffi.ffi_call(library.TARGETS[kernel.value],
                                 jax.ShapeDtypeStruct(kernel.out_shape(p), a.dtype))  # type: ignore[no-untyped-call]
         out: Array = call(
@@ -76,7 +76,7 @@ def _kernel(kernel: Kernel) -> object:
             strides=np.array(p.strides, np.int64), dilations=np.array(p.dilations, np.int64),
             pads_begin=np.array(p.pads_begin, np.int64), pads_end=np.array(p.pads_end, np.int64))
         if kernel is Kernel.DATA:  # dx's cropped tail: zeros
-            out = common.pad_spatial(out, axes, [(0, -lo_hi[1]) for lo_hi in crop])
+            out = common.pad_spatial(out, axes, [(0, c) for c in crop])
         return out
     return compute
 
