@@ -47,17 +47,17 @@ MATRIX = [
 IDS = [f"{m[0]}d-{m[1]}-{m[2]}-g{m[3]}-k{'x'.join(map(str, m[7]))}" for m in MATRIX]
 
 
-def _problem(m, seed=0):
+def _problem(m, seed=0, dtype=jnp.float32):
     rank, df, ff, g, ic, oc, spatial, k, s, d, pb, pe = m
     rng = np.random.default_rng(seed)
-    x = h.random(rng, h.data_shape(df, 2, ic, spatial))
-    w = h.random(rng, h.conv_filter_shape(ff, oc, ic // g, k))
+    x = h.random(rng, h.data_shape(df, 2, ic, spatial)).astype(dtype)
+    w = h.random(rng, h.conv_filter_shape(ff, oc, ic // g, k)).astype(dtype)
     attrs = dict(strides=s, dilations=d, pads_begin=pb, pads_end=pe, groups=g, data_format=df,
                  filter_format=ff)
     y_ncx = oracles.conv_output_shape(h.data_to_ncx(np.zeros(x.shape), df).shape,
                                       h.conv_filter_to_oix(np.zeros(w.shape), ff).shape,
                                       strides=s, dilations=d, pads_begin=pb, pads_end=pe, groups=g)
-    dy = h.random(rng, h.data_from_ncx(np.zeros(y_ncx), df).shape)
+    dy = h.random(rng, h.data_from_ncx(np.zeros(y_ncx), df).shape).astype(dtype)
     y, dx, dw = oracles.conv_all(h.data_to_ncx(h.to_f64(x), df),
                                  h.conv_filter_to_oix(h.to_f64(w), ff),
                                  h.data_to_ncx(h.to_f64(dy), df), strides=s, dilations=d,
@@ -78,6 +78,26 @@ def test_every_kernel_equals_torch(m):
     program = jax.jit(lambda x, dy: jaxconv.convolution_backprop_filters(
         x, dy, w.shape, **attrs, lowering="onednn")).lower(x, dy).as_text()
     assert library.TARGETS["weight"] in program and "convolution(" not in program
+
+
+@needs_onednn
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("m", [MATRIX[1], MATRIX[3], MATRIX[4]], ids=[IDS[1], IDS[3], IDS[4]])
+def test_16_bit_dtypes_run_in_onednn_where_this_cpu_has_them(m, dtype):
+    """Where oneDNN computes the dtype on this CPU (asked once at load: bfloat16 from AVX-512
+    BF16, float16 from AVX-512 FP16 or AMX) the program is oneDNN's call; elsewhere the kernel is
+    XLA's. Either way the result equals torch on the same rounded operands, to the dtype's bound."""
+    x, w, dy, attrs, refs = _problem(m, seed=3, dtype=dtype)
+    got = (jaxconv.convolution(x, w, **attrs, lowering="onednn"),
+           jaxconv.convolution_backward_data(dy, w, x.shape, **attrs, lowering="onednn"),
+           jaxconv.convolution_backprop_filters(x, dy, w.shape, **attrs, lowering="onednn"))
+    for out, ref in zip(got, refs):
+        assert out.dtype == dtype
+        h.assert_close(out, ref, dtype)
+    program = jax.jit(lambda x, dy: jaxconv.convolution_backprop_filters(
+        x, dy, w.shape, **attrs, lowering="onednn")).lower(x, dy).as_text()
+    assert (library.TARGETS["weight"] in program) == (dtype in library.status().dtypes)
+    assert ("convolution(" in program) != (dtype in library.status().dtypes)
 
 
 @needs_onednn

@@ -12,8 +12,9 @@ The FFI target is registered for the ``cpu`` platform only (``Method.platforms``
 lowered for another platform never holds the call), and only when the handler is built and
 loads (``onednn/library.py``); otherwise the method does not apply and says why. Operands the
 handler does not take go to the default leaf formulation instead, never into the handler:
-dtypes other than float32 (bfloat16/float16 where oneDNN has the instructions) and a
-``preferred_element_type`` other than the operands' dtype. A negative end pad (a ConvTranspose
+dtypes other than float32 and, where this CPU has the instructions (oneDNN is asked once
+when it loads), bfloat16 and float16; and a ``preferred_element_type`` other than the
+operands' dtype. A negative end pad (a ConvTranspose
 output past its full result) and the trailing elements no window reads are a crop of x's
 tail: the handler computes the exactly fitted problem, and the data gradient's tail is zeros.
 Zero-size problems never reach a method (``registry.run``). Batching happens before: the
@@ -47,10 +48,8 @@ def _cropped(p: ConvProblem) -> tuple[ConvProblem, list[int]]:
 
 
 def _dtypes() -> tuple[np.dtype, ...]:
-    """The dtypes the handler takes on this CPU."""
-    if library.status().bf16:
-        return (np.dtype(np.float32), np.dtype(jax.numpy.bfloat16), np.dtype(np.float16))
-    return (np.dtype(np.float32),)
+    """The dtypes the handler takes on this CPU (probed when it loads)."""
+    return tuple(np.dtype(getattr(jax.numpy, name)) for name in library.status().dtypes)
 
 
 def _kernel(kernel: Kernel) -> object:

@@ -377,12 +377,39 @@ JAXCONV_ONEDNN_BIND(jaxconv_onednn_forward, Forward)
 JAXCONV_ONEDNN_BIND(jaxconv_onednn_data, Data)
 JAXCONV_ONEDNN_BIND(jaxconv_onednn_weight, Weight)
 
-// Plain C for ctypes: the library's version and ISA, and the cache's state and bound.
+// Plain C for ctypes: the library's version and ISA, the dtypes it computes here, and the
+// cache's state and bound.
 extern "C" {
 int jaxconv_onednn_version(int* out) {
   const dnnl_version_t* v = dnnl_version();
   out[0] = v->major; out[1] = v->minor; out[2] = v->patch;
   return static_cast<int>(dnnl_get_effective_cpu_isa());
+}
+// Whether oneDNN on this CPU creates all three kernels' primitives for dtype 0 (f32), 1 (bf16)
+// or 2 (f16) on a small grouped, strided 2D problem: the ISA gates the 16-bit types.
+int jaxconv_onednn_supports(int dtype) {
+  const memory::data_type types[] = {memory::data_type::f32, memory::data_type::bf16,
+                                     memory::data_type::f16};
+  if (dtype < 0 || dtype > 2) return 0;
+  Problem p;
+  p.dtype = types[dtype];
+  p.groups = 2;
+  p.x_dims = {2, 8, 9, 9}; p.y_dims = {2, 8, 5, 5}; p.w_dims = {8, 4, 3, 3};
+  p.data_axes = {0, 1, 2, 3}; p.filter_axes = {0, 1, 2, 3};
+  p.strides = {2, 2}; p.dilations = {1, 1}; p.pads_begin = {1, 1}; p.pads_end = {1, 1};
+  for (Kernel k : {Kernel::kForward, Kernel::kData, Kernel::kWeight}) {
+    p.kernel = k;
+    try {
+      try {
+        Create(p, /*any_activations=*/false);
+      } catch (const dnnl::error&) {
+        Create(p, /*any_activations=*/true);
+      }
+    } catch (const std::exception&) {
+      return 0;
+    }
+  }
+  return 1;
 }
 void jaxconv_onednn_cache_stats(int64_t* out) { TheCache().Stats(out); }
 void jaxconv_onednn_set_cache_capacity(int64_t capacity) { TheCache().SetCapacity(capacity); }

@@ -75,17 +75,15 @@ class Status:
     detail: str
     version: str = ""
     isa: str = ""
-
-    @property
-    def bf16(self) -> bool:
-        """Whether this CPU has the instructions for oneDNN's bfloat16 convolutions."""
-        return self.isa in ("AVX-512 BF16", "AVX-512 FP16") or "AMX" in self.isa
+    #: the dtypes (numpy names) oneDNN creates all three kernels for on this CPU: float32, and
+    #: bfloat16 / float16 where the ISA has them (probed once at load, not guessed from the ISA)
+    dtypes: tuple[str, ...] = ()
 
     def line(self) -> str:
         """One line for ``jaxconv check``."""
         if self.available:
-            return (f"CPU lowering 'onednn': oneDNN {self.version} ({self.isa}) through XLA's FFI, "
-                    f"{self.detail}")
+            return (f"CPU lowering 'onednn': oneDNN {self.version} ({self.isa}; "
+                    f"{', '.join(self.dtypes)}) through XLA's FFI, {self.detail}")
         return f"CPU lowering 'onednn': not available ({self.detail}); XLA's formulations only"
 
 
@@ -122,8 +120,10 @@ def _load() -> Status:
     for name in TARGETS.values():
         capsule = jax.ffi.pycapsule(getattr(handler, name))  # type: ignore[no-untyped-call]
         jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+    dtypes = tuple(name for code, name in enumerate(("float32", "bfloat16", "float16"))
+                   if handler.jaxconv_onednn_supports(code))
     return Status(True, str(path), ".".join(str(v) for v in version),
-                  _ISA.get(isa, f"ISA {isa:#x}"))
+                  _ISA.get(isa, f"ISA {isa:#x}"), dtypes)
 
 
 def why_not(p: ConvProblem) -> str | None:
