@@ -10,13 +10,18 @@ convolution as an argument; the two contenders run the same parameters, data and
 * ``jaxconv_vmap``: the same convolutions in equinox's style: the block is written for one
   example and the loss maps it over the batch with ``jax.vmap`` inside the gradient (the
   batching rule folds the mapped axis back into the convolutions' batch, so the step should
-  cost what ``jaxconv``'s does).
+  cost what ``jaxconv``'s does);
+* ``torch``: PyTorch, when installed: the same block as ``torch.nn`` modules holding the same
+  parameters, the same batch, target and loss, forward + backward + ``torch.optim.SGD``, in
+  its faster memory format (``benchmarks/train_step_torch.py``).
 
 The step is ``jax.jit(value_and_grad(loss))`` plus an SGD update, timed interleaved in one
 process (a fresh random order each repetition, calls per sample autoranged to >= 20 ms,
-medians). Writes JSON and a plot; the ratio is lax's step time over jaxconv's (> 1: jaxconv
-faster), and ``vmap_ratio`` is jaxconv's batched step time over its equinox-style one (1: as
-fast).
+medians). One step of every contender from the same parameters must agree (``loss_gap``,
+``param_gap``: the largest difference from the first contender's). Writes JSON and a plot;
+``speedup`` is lax's step time over jaxconv's (> 1: jaxconv faster), ``torch_ratio`` torch's
+over jaxconv's (>= 1: jaxconv no slower than PyTorch), and ``vmap_ratio`` jaxconv's batched
+step time over its equinox-style one (1: as fast).
 
 usage: python -m benchmarks.train_step [--reps 5] [--batch 8] [--out benchmarks/results/train_step.json]
 """
@@ -40,7 +45,8 @@ import numpy as np
 from jax import lax
 
 import jaxconv
-from jaxconv._src.bench.run import _time_n, calls_per_sample, geomean
+from benchmarks.train_step_torch import torch_step
+from jaxconv._src.bench.run import _time_n, calls_per_sample, cpu_model, geomean
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 Conv = Callable[..., jax.Array]
@@ -138,10 +144,13 @@ BLOCKS = {"mobilenet_v2": mobilenet_v2_inverted_residual, "resnext": resnext_bot
 CONTENDERS = {"lax": (lax.conv_general_dilated, _lax_convt, False),
               "jaxconv": (jaxconv.conv_general_dilated, _jaxconv_convt, False),
               "jaxconv_vmap": (jaxconv.conv_general_dilated, _jaxconv_convt, True)}
+#: every contender the benchmark times: the JAX ones, and PyTorch's nn modules
+NAMES = (*CONTENDERS, "torch")
+LR = 1e-3
 
 
 def make_step(fwd: Callable, conv: Conv, convt: Conv, per_example: bool = False,
-              lr: float = 1e-3) -> Callable:
+              lr: float = LR) -> Callable:
     def model(p: dict[str, jax.Array], x: jax.Array) -> jax.Array:
         if not per_example:
             return fwd(conv, convt, p, x)
@@ -160,32 +169,47 @@ def make_step(fwd: Callable, conv: Conv, convt: Conv, per_example: bool = False,
 
 
 def measure(name: str, batch: int, reps: int,
-            contenders: tuple[str, ...] = tuple(CONTENDERS)) -> dict[str, Any]:
+            contenders: tuple[str, ...] = NAMES) -> dict[str, Any]:
     desc, shapes, x_shape, fwd = BLOCKS[name](batch)
     rng = np.random.default_rng(0)
     params = _init(rng, shapes)
     x = jnp.asarray(rng.standard_normal(x_shape), jnp.float32)
     target = jnp.asarray(rng.standard_normal(jax.eval_shape(
         lambda p, x: fwd(*CONTENDERS["lax"][:2], p, x), params, x).shape), jnp.float32)
-    steps = {k: make_step(fwd, *CONTENDERS[k]) for k in contenders}
-    # same parameters, same loss: one step of each must agree
-    out = {k: s(params, x, target) for k, s in steps.items()}
-    first = next(iter(steps))  # every contender against the first (lax's, by default)
-    loss_gap = max(abs(float(out[first][1]) - float(out[k][1])) for k in steps)
-    param_gap = max(float(jnp.max(jnp.abs(a - b))) for k in steps for a, b in zip(
-        jax.tree.leaves(out[first][0]), jax.tree.leaves(out[k][0])))
-    calls = {k: calls_per_sample(lambda s=s: s(params, x, target)) for k, s in steps.items()}
+    # every contender as a zero-argument step, and what one step from `params` gives
+    steps: dict[str, Callable] = {}
+    first_step: dict[str, tuple[float, dict[str, np.ndarray]]] = {}
+    torch_layout = None
+    for k in contenders:
+        if k == "torch":
+            made = torch_step(name, {n: np.asarray(v) for n, v in params.items()}, np.asarray(x),
+                              np.asarray(target), LR)
+            if made is None:
+                continue  # torch not installed
+            steps[k], info = made
+            first_step[k], torch_layout = (info["loss"], info["params"]), info["layout"]
+            continue
+        step = make_step(fwd, *CONTENDERS[k])
+        new, value = step(params, x, target)
+        first_step[k] = (float(value), {n: np.asarray(v) for n, v in new.items()})
+        steps[k] = lambda s=step: s(params, x, target)
+    # same parameters, same loss: one step of each must agree with the first contender's
+    ref_loss, ref_params = first_step[next(iter(first_step))]
+    loss_gap = max(abs(ref_loss - v) for v, _ in first_step.values())
+    param_gap = max(float(np.max(np.abs(ref_params[n] - new[n]))) for _, new in first_step.values()
+                    for n in ref_params)
+    calls = {k: calls_per_sample(fn) for k, fn in steps.items()}
     order = np.random.default_rng(0)
     times: dict[str, list[float]] = {k: [] for k in steps}
     for _ in range(reps):
         for k in order.permutation(list(steps)):
-            fn = lambda s=steps[k]: s(params, x, target)  # noqa: E731
-            _time_n(fn, 1)
-            times[k].append(_time_n(fn, calls[k]) / calls[k])
+            _time_n(steps[k], 1)
+            times[k].append(_time_n(steps[k], calls[k]) / calls[k])
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"block": name, "description": desc, "input": list(x_shape),
             "median_ms": {k: v * 1e3 for k, v in med.items()},
-            "speedup": _ratio(med, "lax", "jaxconv"), "vmap_ratio": _ratio(med, "jaxconv", "jaxconv_vmap"),
+            "speedup": _ratio(med, "lax", "jaxconv"), "torch_ratio": _ratio(med, "torch", "jaxconv"),
+            "vmap_ratio": _ratio(med, "jaxconv", "jaxconv_vmap"), "torch_layout": torch_layout,
             "loss_gap": loss_gap, "param_gap": param_gap}
 
 
@@ -219,28 +243,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--blocks", nargs="+", choices=sorted(BLOCKS), default=list(BLOCKS))
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--contenders", nargs="+", choices=list(CONTENDERS), default=list(CONTENDERS),
+    ap.add_argument("--contenders", nargs="+", choices=list(NAMES), default=list(NAMES),
                     help="which steps to time (default: all; the first is the reference of the gaps)")
     ap.add_argument("--out", type=pathlib.Path, default=RESULTS / "train_step.json")
     args = ap.parse_args(argv)
     rows = [measure(b, args.batch, args.reps, tuple(args.contenders)) for b in args.blocks]
     result = {"meta": {"jax": jax.__version__, "backend": jax.default_backend(),
-                       "contenders": args.contenders,
+                       "contenders": args.contenders, "cpu": cpu_model(),
                        "cpu_count": os.cpu_count(), "platform": platform.platform(),
                        "batch": args.batch, "reps": args.reps},
               "geomean_speedup": geomean(r["speedup"] for r in rows),
+              "geomean_torch_ratio": geomean(r["torch_ratio"] for r in rows),
               "geomean_vmap_ratio": geomean(r["vmap_ratio"] for r in rows), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     plot(rows, args.out.with_suffix(".png"), jax.default_backend())
-    print(f"{'block':14s} {'lax ms':>9s} {'jaxconv ms':>11s} {'vmap ms':>9s} {'speed-up':>9s} "
-          f"{'vmap ratio':>10s} {'loss gap':>9s}")
+    print(f"{'block':14s} {'lax ms':>9s} {'jaxconv ms':>11s} {'vmap ms':>9s} {'torch ms':>9s} "
+          f"{'speed-up':>9s} {'torch/ours':>10s} {'vmap ratio':>10s} {'loss gap':>9s}")
     for r in rows:
-        m = {k: r["median_ms"].get(k, math.nan) for k in CONTENDERS}
+        m = {k: r["median_ms"].get(k, math.nan) for k in NAMES}
         print(f"{r['block']:14s} {m['lax']:9.2f} {m['jaxconv']:11.2f} {m['jaxconv_vmap']:9.2f} "
-              f"{r['speedup']:9.2f} {r['vmap_ratio']:10.2f} {r['loss_gap']:9.1e}")
-    print(f"geomean speed-up {result['geomean_speedup']:.2f}, vmap ratio "
-          f"{result['geomean_vmap_ratio']:.2f}; wrote {args.out}")
+              f"{m['torch']:9.2f} {r['speedup']:9.2f} {r['torch_ratio']:10.2f} "
+              f"{r['vmap_ratio']:10.2f} {r['loss_gap']:9.1e}")
+    print(f"geomean speed-up {result['geomean_speedup']:.2f}, torch/jaxconv "
+          f"{result['geomean_torch_ratio']:.2f}, vmap ratio {result['geomean_vmap_ratio']:.2f}; "
+          f"wrote {args.out}")
     return 0
 
 

@@ -35,11 +35,19 @@ def test_every_list_parses(name):
 def test_runner_end_to_end(tmp_path):
     out = tmp_path / "r.json"
     assert run.main(["--lists", "conv_shapes_dilated", "--per-list", "1", "--reps", "1",
-                     "--no-torch", "--out", str(out)]) == 0
+                     "--kinds", "wgrad", "fwd", "--no-torch", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    (row,) = result["rows"]
-    assert set(row["median_ms"]) >= {"jaxconv", "jax.vjp"} and row["speedup_vs_vjp"] > 0
-    assert "conv_shapes_dilated" in result["summary"]
+    rows = result["rows"]
+    assert [(r["kind"], r["baseline"]) for r in rows] == [
+        ("wgrad", "jax.vjp"), ("fwd", "lax.conv_general_dilated")]
+    for row in rows:
+        assert set(row["median_ms"]) >= {"jaxconv", "jax.vjp"} and row["speedup_vs_vjp"] > 0
+    assert {"conv_shapes_dilated (weight gradients)", "conv_shapes_dilated (forward)"} <= set(
+        result["summary"])
+    # a deconv line's forward is its data gradient row: no 'fwd' task for it
+    (deconv,) = benchdnn.load("deconv_shapes_2d")[:1]
+    assert [k for _, k in run.tasks_for(["deconv_shapes_2d"], 1, 16)] == ["wgrad", "dgrad"]
+    assert deconv.transposed
 
 
 def test_runner_backend_option(tmp_path, capsys):
@@ -109,6 +117,22 @@ def test_torch_contender_is_the_gradient_alone(monkeypatch, kind, mask, list_nam
         ours = np.transpose(ours, (0, 3, 1, 2))
     h.assert_close(ours, got, np.float32)
     assert impls["torch"].layout in ("NCX", "channels_last")
+
+
+def test_torch_forward_contender_is_the_convolution_alone(monkeypatch):
+    """A forward row's torch contender is ``aten.convolution`` under no_grad (no backward)."""
+    import numpy as np
+
+    torch = pytest.importorskip("torch")
+    backward = []
+    real = torch.ops.aten.convolution_backward
+    monkeypatch.setattr(torch.ops.aten, "convolution_backward",
+                        lambda *a: backward.append(1) or real(*a))
+    prob = benchdnn.load("conv_shapes_dilated", batch_cap=2)[0]
+    impls = run.build(prob, "fwd")
+    got = impls["torch"]().numpy()  # NCX
+    h.assert_close(np.transpose(np.asarray(impls["jaxconv"]()), (0, 3, 1, 2)), got, np.float32)
+    assert not backward
 
 
 def test_timer_waits_for_every_array_of_every_call():

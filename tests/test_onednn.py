@@ -43,6 +43,9 @@ MATRIX = [
     # 1x1, stride 3 over 9 rows: two trailing rows no window reads (oneDNN 3.2's 1x1 weight
     # gradient got this wrong by 38% until the handler received the exactly fitted problem)
     (2, "NXC", "XIO", 1, 4, 3, (9, 7), (1, 1), (3, 1), (1, 2), (0, 0), (0, 0)),
+    # a strided 1x1 with pads on both sides, grouped: its weight gradient is the unit-stride
+    # one on the grid of x it reads, zeros where the grid falls in the padding
+    (2, "NCX", "OIX", 2, 4, 6, (8, 9), (1, 1), (2, 3), (1, 1), (1, 0), (2, 1)),
 ]
 IDS = [f"{m[0]}d-{m[1]}-{m[2]}-g{m[3]}-k{'x'.join(map(str, m[7]))}" for m in MATRIX]
 

@@ -1,14 +1,17 @@
 """Benchmark jaxconv's gradient ops against the plain jax.vjp path and PyTorch.
 
 For every benchdnn problem of the chosen lists it times, interleaved in one
-process, the weight gradient (and the data gradient for the deconv lists and
-grouped problems) through
+process, each kind of computation (``--kinds``): the weight gradient (``wgrad``), the
+data gradient (``dgrad``; for a deconv line the ConvTranspose forward) and the forward
+convolution (``fwd``; not for deconv lines, whose forward is their ``dgrad``) through
 
 * ``jaxconv``: the public op (its lowering chosen per problem),
-* ``jax.vjp``: the obvious JAX path, ``jax.vjp`` of ``lax.conv_general_dilated``,
-* ``torch``: PyTorch, when installed: the gradient alone, ``torch.ops.aten.convolution_backward``
-  with the output mask of that one gradient under ``no_grad`` (oneDNN on CPU, cuDNN on GPU),
-  the faster of NCHW and channels-last, an explicit pad only where pads differ,
+* ``jax.vjp``: the obvious JAX path, ``jax.vjp`` of ``lax.conv_general_dilated`` (for a
+  ``fwd`` row ``lax.conv_general_dilated`` itself: the row's ``baseline`` says which),
+* ``torch``: PyTorch, when installed: that computation alone, ``torch.ops.aten.convolution_backward``
+  with the output mask of the one gradient (``torch.ops.aten.convolution`` for ``fwd``) under
+  ``no_grad`` (oneDNN on CPU, cuDNN on GPU), the faster of NCHW and channels-last, an explicit
+  pad only where pads differ,
 
 and reports medians, ratios, GFLOP/s and compile times, as JSON and a plot.
 
@@ -22,10 +25,10 @@ else ``jaxconv-bench-results/<preset>.json``.
 
 usage:
   jaxconv bench --preset quick            # 3 problems per list (78 s on 2 CPU cores)
-  jaxconv bench --preset full             # every problem of the lists (13-16 minutes on 2 cores)
+  jaxconv bench --preset full             # every problem of the lists, all three kinds
   jaxconv bench --preset smoke            # three small problems (about 10 s)
   jaxconv bench --backend gpu --preset quick
-  jaxconv bench --lists conv_shapes_resnet_50 --reps 7 --out r50.json
+  jaxconv bench --lists conv_shapes_resnet_50 --kinds wgrad --reps 7 --out r50.json
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ from jaxconv._src.bench.torch_contender import _torch_impl
 TARGET_LISTS = ["conv_shapes_resnet_50", "conv_shapes_mobilenet", "conv_shapes_mobilenet_dw",
                 "conv_shapes_3d", "conv_shapes_dilated"]
 DECONV_LISTS = ["deconv_shapes_2d", "deconv_shapes_3d"]
+KINDS = ("wgrad", "dgrad", "fwd")
+KIND_LABELS = {"wgrad": "weight gradients", "dgrad": "data gradients", "fwd": "forward"}
 PRESETS: dict[str, dict[str, Any]] = {
     "quick": dict(lists=TARGET_LISTS + DECONV_LISTS, per_list=3, reps=3),
     "full": dict(lists=TARGET_LISTS + DECONV_LISTS, per_list=None, reps=8),
@@ -112,7 +117,13 @@ def build(prob: benchdnn.Problem, kind: str, dtype=jnp.float32,
                                         precision=precision)
 
     impls: dict[str, Callable] = {}
-    if kind == "wgrad":
+    if kind == "fwd":
+        if prob.transposed:
+            raise ValueError(f"bench: a deconv line's forward is its 'dgrad' row ({prob.name})")
+        ours = jax.jit(lambda x, w: jaxconv.convolution(x, w, **attrs))
+        base = jax.jit(plain)
+        args = (x, w)
+    elif kind == "wgrad":
         if prob.transposed:
             # ConvTranspose y -> x: src = dy (its input), diff_dst = x (its output); XIO weights
             # of the convolution read as the ConvTranspose's XOI (I letter = conv O).
@@ -150,7 +161,7 @@ def measure(prob: benchdnn.Problem, kind: str, reps: int, with_torch: bool = Tru
 
     Args:
       prob: a benchdnn problem (:func:`parse_line`, :func:`load`).
-      kind: ``"wgrad"`` (weight gradient) or ``"dgrad"`` (data gradient).
+      kind: ``"wgrad"`` (weight gradient), ``"dgrad"`` (data gradient) or ``"fwd"``.
       reps: samples per contender; each sample runs enough calls to last >= 20 ms.
       with_torch: also time PyTorch's ``convolution_backward`` (when installed).
       gpu: run on the GPU (float32 at ``Precision.HIGHEST``, torch with TF32 off).
@@ -177,6 +188,7 @@ def measure(prob: benchdnn.Problem, kind: str, reps: int, with_torch: bool = Tru
     med = {name: statistics.median(ts) for name, ts in times.items()}
     row = {
         "list": prob.source, "name": prob.name, "kind": kind, "category": prob.category,
+        "baseline": "lax.conv_general_dilated" if kind == "fwd" else "jax.vjp",
         "problem": {k: v for k, v in prob.__dict__.items() if k not in ("name", "source")},
         "gflop": prob.flops / 1e9,
         "median_ms": {k: v * 1e3 for k, v in med.items()},
@@ -204,10 +216,13 @@ def _slower(r: dict) -> bool:
 
 
 def summarize(rows: list[dict]) -> dict:
+    """Geometric means per list and kind (``"<list> (<kind label>)"``), per category
+    (``"category:<grouped|depthwise> (<kind label>)"``) and over the target lists."""
     out = {}
-    for lst in sorted({r["list"] for r in rows}):
-        sel = [r for r in rows if r["list"] == lst]
-        out[lst] = {
+    for lst, kind in sorted({(r["list"], r["kind"]) for r in rows},
+                            key=lambda lk: (lk[0], KINDS.index(lk[1]))):
+        sel = [r for r in rows if r["list"] == lst and r["kind"] == kind]
+        out[f"{lst} ({KIND_LABELS[kind]})"] = {
             "problems": len(sel),
             "geomean_speedup_vs_vjp": geomean(r["speedup_vs_vjp"] for r in sel),
             "min_speedup_vs_vjp": min(r["speedup_vs_vjp"] for r in sel),
@@ -218,7 +233,7 @@ def summarize(rows: list[dict]) -> dict:
                 / r["median_ms"]["torch"] for r in sel if "torch" in r["median_ms"]),
         }
     for cat in ("grouped", "depthwise"):
-        for kind, label in (("wgrad", "weight gradients"), ("dgrad", "data gradients")):
+        for kind, label in KIND_LABELS.items():
             sel = [r for r in rows if r["category"] == cat and r["kind"] == kind]
             if sel:
                 out[f"category:{cat} ({label})"] = {
@@ -293,8 +308,9 @@ def _progress(items, desc):
         return gen()
 
 
-def tasks_for(lists, per_list, batch_cap, only=None):
-    """(problem, kind) pairs: the first ``per_list`` problems of each list, or exactly ``only``."""
+def tasks_for(lists, per_list, batch_cap, only=None, kinds=KINDS):
+    """(problem, kind) pairs: the first ``per_list`` problems of each list in each of ``kinds``
+    (no ``fwd`` for deconv lines: their forward is ``dgrad``), or exactly ``only``."""
     if only is not None:
         by_name = {p.name: p for lst in lists for p in benchdnn.load(lst, batch_cap)}
         return [(by_name[name], kind) for name, kind in only]
@@ -304,9 +320,7 @@ def tasks_for(lists, per_list, batch_cap, only=None):
         if per_list is not None:
             probs = probs[:per_list]
         for prob in probs:
-            out.append((prob, "wgrad"))
-            if prob.transposed or (prob.groups > 1 and not prob.depthwise):
-                out.append((prob, "dgrad"))
+            out += [(prob, kind) for kind in kinds if not (kind == "fwd" and prob.transposed)]
     return out
 
 
@@ -324,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
                          "float32 at Precision.HIGHEST, torch with TF32 off)")
     ap.add_argument("--lists", nargs="+", help=f"shape lists (file names without .txt in {benchdnn.SHAPES})")
     ap.add_argument("--per-list", type=int, help="first N problems of each list")
+    ap.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
+                    help="what to time per problem (default: all three)")
     ap.add_argument("--reps", type=int)
     ap.add_argument("--batch-cap", type=int,
                     help="cap on the minibatch (default 16, smoke 2; the file's own where "
@@ -350,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.batch_cap is None:
         args.batch_cap = preset.get("batch_cap", 16)
     tasks = tasks_for(lists, per_list, args.batch_cap,
-                      None if args.lists or args.per_list is not None else preset.get("only"))
+                      None if args.lists or args.per_list is not None else preset.get("only"),
+                      tuple(args.kinds))
     rows = []
     with jax.default_device(device):
         for prob, kind in _progress(tasks, "benchmarks"):

@@ -23,12 +23,13 @@ class _CudaResult:
 
 
 def _torch_impl(prob, kind, x, dy, w, gpu=False):
-    """torch doing the same work as jaxconv: the one gradient, and nothing else.
+    """torch doing the same work as jaxconv: the one computation, and nothing else.
 
-    ``torch.ops.aten.convolution_backward`` with the output mask of that gradient
-    (weight: ``[False, True, False]``, data: ``[True, False, False]``; what
-    ``torch.nn.grad.conv2d_weight`` calls), under ``no_grad``: no forward
-    convolution, no autograd graph. Equal pads go to the library as they are;
+    A gradient is ``torch.ops.aten.convolution_backward`` with the output mask of
+    that gradient (weight: ``[False, True, False]``, data: ``[True, False, False]``;
+    what ``torch.nn.grad.conv2d_weight`` calls), under ``no_grad``: no forward
+    convolution, no autograd graph. The forward (``kind="fwd"``) is
+    ``torch.ops.aten.convolution`` under ``no_grad``. Equal pads go to the library as they are;
     unequal ones are applied to ``x`` once, outside the timed call (the row then
     says ``torch_explicit_pad``; the data gradient is then of the padded input, a
     little more work). CPU: oneDNN with as many threads as XLA (every core). GPU:
@@ -79,6 +80,11 @@ def _torch_impl(prob, kind, x, dy, w, gpu=False):
 
         def run():
             with torch.no_grad():
+                if kind == "fwd":
+                    y = torch.ops.aten.convolution(xx, ww, None, list(prob.strides), padding,
+                                                   list(prob.dilations), False, [0] * prob.rank,
+                                                   prob.groups)
+                    return _CudaResult(torch, y) if gpu else y
                 dx, dw, _ = torch.ops.aten.convolution_backward(
                     dd, xx, ww, None, list(prob.strides), padding, list(prob.dilations), False,
                     [0] * prob.rank, prob.groups, mask)

@@ -14,9 +14,10 @@ loads (``onednn/library.py``); otherwise the method does not apply and says why.
 handler does not take go to the default leaf formulation instead, never into the handler:
 dtypes other than float32 and, where this CPU has the instructions (oneDNN is asked once
 when it loads), bfloat16 and float16; and a ``preferred_element_type`` other than the
-operands' dtype. A negative end pad (a ConvTranspose
-output past its full result) and the trailing elements no window reads are a crop of x's
-tail: the handler computes the exactly fitted problem, and the data gradient's tail is zeros.
+operands' dtype. A negative end pad (a ConvTranspose output past its full result) is a crop
+of x's tail (the data gradient's tail is zeros); the weight gradient's problem is fitted
+exactly (no trailing element unread), and a strided 1x1 weight gradient is the unit-stride
+one on the grid of x it reads (``_grid`` below).
 Zero-size problems never reach a method (``registry.run``). Batching happens before: the
 primitive's batching rule folds a mapped operand into the batch or the groups, so the handler
 always sees the problem's own rank.
@@ -36,15 +37,40 @@ from jaxconv._src.lowering.method import Method
 from jaxconv._src.onednn import library
 
 
-def _cropped(p: ConvProblem) -> tuple[ConvProblem, list[int]]:
-    """``p`` fitted exactly (``p.fit_pads``: no trailing element the windows never read;
-    oneDNN 3.2's 1x1 weight gradient miscomputes with one, tests/test_onednn.py), its negative
-    end pads as a crop of x: the problem, and the elements cropped from x's end per axis."""
-    ends = [hi for _, hi in p.fit_pads]
+def _cropped(p: ConvProblem, fitted: bool) -> tuple[ConvProblem, list[int]]:
+    """``p`` with its negative end pads as a crop of x's tail (and, ``fitted``, without the
+    trailing elements no window reads: ``p.fit_pads``): the problem, and the elements cropped
+    from x's end per axis. Not fitted, a negative end pad within the stride's slack is no crop
+    (oneDNN's output size rounds down as ours does: ``floor((I + pb + pe - DK) / S) + 1``)."""
+    ends = [hi for _, hi in p.fit_pads] if fitted else [
+        0 if e < 0 and (i + pb - dk) // s + 1 == o else e for i, o, pb, e, dk, s in zip(
+            p.input_size, p.output_size, p.pads_begin, p.pads_end, p.dilated_kernel, p.strides)]
     crop = [max(0, -e) for e in ends]
     sub = dataclasses.replace(p, input_size=tuple(i - c for i, c in zip(p.input_size, crop)),
                               pads_end=tuple(max(0, e) for e in ends))
     return sub, crop
+
+
+# A 1x1 kernel with strides reads x only at o*S - pb. Its weight gradient is the unit-stride
+# 1x1 problem on that grid of x: x padded (or cropped) to (O - 1)*S + 1 elements from -pb, then
+# every S-th element (zeros where the grid falls in the padding). oneDNN 3.2's strided 1x1
+# weight gradient miscomputes on AVX2 when x has trailing elements no window reads (the
+# lowering matrix caught it: 38% off), and on a fitted (cropped) x it leaves its 1x1 kernel for
+# a generic one, 2.5x slower; on the grid it is oneDNN's unit-stride 1x1 kernel, a product of
+# matrices, for a copy of 1/S^rank of x.
+def _grid_of_1x1(p: ConvProblem) -> bool:
+    return all(k == 1 for k in p.kernel) and any(s > 1 for s in p.strides)
+
+
+def _grid(x: Array, p: ConvProblem) -> tuple[Array, ConvProblem]:
+    ones, zeros = (1,) * p.rank, (0,) * p.rank
+    edges = [(pb, (o - 1) * s + 1 - i - pb) for pb, o, s, i in
+             zip(p.pads_begin, p.output_size, p.strides, p.input_size)]
+    x = common.window(common.pad_spatial(x, p.data.spatial_axes, edges), p, zeros,
+                      p.output_size, p.strides)
+    unit = dataclasses.replace(p, input_size=p.output_size, strides=ones, dilations=ones,
+                               pads_begin=zeros, pads_end=zeros)
+    return x, unit
 
 
 def _dtypes() -> tuple[np.dtype, ...]:
@@ -56,14 +82,21 @@ def _kernel(kernel: Kernel) -> object:
     def compute(a: Array, b: Array, p: ConvProblem, precision: Precision,
                 preferred_element_type: DType) -> Array:
         pet = preferred_element_type
-        fitted, crop = _cropped(p)
+        grid = kernel is Kernel.WEIGHT and _grid_of_1x1(p)
+        # the weight gradient is fitted: oneDNN 3.2's 1x1 one miscomputed with unread elements
+        fitted, crop = _cropped(p, fitted=kernel is Kernel.WEIGHT)
         if (a.dtype not in _dtypes() or b.dtype != a.dtype or min(fitted.input_size) <= 0
                 or (pet is not None and np.dtype(pet) != a.dtype) or library.why_not(p)):
             from jaxconv._src.lowering import registry  # the default leaf (registry imports us)
             return registry.run(kernel, a, b, p, method=registry.default_leaf(kernel),
                                 backend=None, precision=precision,
                                 preferred_element_type=preferred_element_type)
-        p, axes = fitted, p.data.spatial_axes
+        axes = p.data.spatial_axes
+        if grid:  # a is x
+            a, p = _grid(a, p)
+            crop = [0] * p.rank
+        else:
+            p = fitted
         if kernel is not Kernel.DATA:  # a is x
             a = common.pad_spatial(a, axes, [(0, -c) for c in crop])
         call = jax.ffi.ffi_call(library.TARGETS[kernel.value],

@@ -16,6 +16,8 @@
 // an entry stays alive while a thread executes it); scratchpads are per call.  Every oneDNN
 // error becomes an ffi::Error whose message names the op: XLA raises it in Python.
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <list>
@@ -161,6 +163,87 @@ std::shared_ptr<Entry> Create(const Problem& p, bool any_activations) {
   return e;
 }
 
+// Runs entry `e` of kernel `k` on the caller's buffers (x, y, w: which are read and which
+// written depends on k), reordering where the primitive wants another layout.
+void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
+  dnnl::engine& eng = Engine();
+  dnnl::stream s(eng);
+  memory ux(e.user_x, eng, x), uy(e.user_y, eng, y), uw(e.user_w, eng, w);
+  // per call (no state shared between threads): reordered copies and the scratchpad
+  std::vector<uint8_t> bx, by, bw, bs(e.scratch.get_size() + 1);
+  auto prepared = [&](memory& user, const memory::desc& want, std::vector<uint8_t>& buf,
+                      bool input) {
+    if (want == user.get_desc()) return user;
+    buf.resize(want.get_size());
+    memory m(want, eng, buf.data());
+    if (input) dnnl::reorder(user, m).execute(s, user, m);
+    return m;
+  };
+  memory scratch(e.scratch, eng, bs.data());
+  if (k == Kernel::kForward) {
+    memory mx = prepared(ux, e.prim_x, bx, true), mw = prepared(uw, e.prim_w, bw, true);
+    memory my = prepared(uy, e.prim_y, by, false);
+    e.prim.execute(s, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, my},
+                        {DNNL_ARG_SCRATCHPAD, scratch}});
+    if (my.get_data_handle() != uy.get_data_handle()) dnnl::reorder(my, uy).execute(s, my, uy);
+  } else if (k == Kernel::kData) {
+    memory my = prepared(uy, e.prim_y, by, true), mw = prepared(uw, e.prim_w, bw, true);
+    memory mx = prepared(ux, e.prim_x, bx, false);
+    e.prim.execute(s, {{DNNL_ARG_DIFF_DST, my}, {DNNL_ARG_WEIGHTS, mw},
+                        {DNNL_ARG_DIFF_SRC, mx}, {DNNL_ARG_SCRATCHPAD, scratch}});
+    if (mx.get_data_handle() != ux.get_data_handle()) dnnl::reorder(mx, ux).execute(s, mx, ux);
+  } else {
+    memory mx = prepared(ux, e.prim_x, bx, true), my = prepared(uy, e.prim_y, by, true);
+    memory mw = prepared(uw, e.prim_w, bw, false);
+    e.prim.execute(s, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_DIFF_DST, my},
+                        {DNNL_ARG_DIFF_WEIGHTS, mw}, {DNNL_ARG_SCRATCHPAD, scratch}});
+    if (mw.get_data_handle() != uw.get_data_handle()) dnnl::reorder(mw, uw).execute(s, mw, uw);
+  }
+  s.wait();
+}
+
+// The primitive for `p`. oneDNN may implement a kernel both on the caller's activations and on
+// its own blocked layout (the activations reordered in and out); which is faster depends on
+// the problem (a strided 1x1 weight gradient on AVX-512: 19 ms on NHWC, 12.5 ms blocked with
+// its reorders), so where the two differ each runs on zero-filled buffers (after a warm-up,
+// the better of two alternating trials) and the faster is kept. Problems whose buffers exceed
+// kTrialBytes keep the caller's layout without a trial.
+constexpr size_t kTrialBytes = size_t{1} << 29;
+
+double Seconds(const Entry& e, Kernel k, void* x, void* y, void* w) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Execute(e, k, x, y, w);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::shared_ptr<Entry> Choose(const Problem& p) {
+  std::shared_ptr<Entry> user, any;
+  try {
+    user = Create(p, /*any_activations=*/false);
+  } catch (const dnnl::error&) {  // no implementation on the caller's layout
+  }
+  try {
+    any = Create(p, /*any_activations=*/true);
+  } catch (const dnnl::error&) {
+    if (!user) throw;
+  }
+  if (!user || !any) return user ? user : any;
+  if (any->prim_x == user->user_x && any->prim_y == user->user_y) return user;
+  const size_t bytes =
+      user->user_x.get_size() + user->user_y.get_size() + user->user_w.get_size();
+  if (bytes > kTrialBytes) return user;
+  std::vector<uint8_t> bx(user->user_x.get_size()), by(user->user_y.get_size()),
+      bw(user->user_w.get_size());
+  const Entry* candidates[2] = {user.get(), any.get()};
+  double best[2] = {1e300, 1e300};
+  for (const Entry* c : candidates) Execute(*c, p.kernel, bx.data(), by.data(), bw.data());
+  for (int round = 0; round < 2; ++round)
+    for (int c = 0; c < 2; ++c)
+      best[c] = std::min(best[c], Seconds(*candidates[c], p.kernel, bx.data(), by.data(),
+                                          bw.data()));
+  return best[1] < best[0] ? any : user;
+}
+
 // The bounded LRU cache of primitives (XLA may call a handler from several threads).
 class Cache {
  public:
@@ -175,14 +258,9 @@ class Cache {
         return it->second.first;
       }
     }
-    // Created outside the lock (primitive creation JIT-compiles): two threads may both
-    // create one; the second insert finds the first and keeps it.
-    std::shared_ptr<Entry> e;
-    try {
-      e = Create(p, /*any_activations=*/false);
-    } catch (const dnnl::error&) {
-      e = Create(p, /*any_activations=*/true);  // no implementation on the caller's layout
-    }
+    // Created outside the lock (primitive creation JIT-compiles, Choose runs trials): two
+    // threads may both create one; the second insert finds the first and keeps it.
+    std::shared_ptr<Entry> e = Choose(p);
     std::lock_guard<std::mutex> lock(mu_);
     auto it = map_.find(key);
     if (it != map_.end()) return it->second.first;
@@ -233,6 +311,15 @@ class Cache {
 Cache& TheCache() {
   static Cache* cache = new Cache();
   return *cache;
+}
+
+// oneDNN's primitives run on OpenMP threads, one team as wide as the machine; XLA runs
+// independent operations of a program concurrently (a layer's data and weight gradients), and
+// two teams on the same cores take longer than the two calls one after the other. One call at
+// a time (benchmarks/onednn_threads.py measures it).
+std::mutex& RunMutex() {
+  static std::mutex* mu = new std::mutex();
+  return *mu;
 }
 
 std::vector<int64_t> ToVector(ffi::Span<const int64_t> s) {
@@ -296,40 +383,8 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
       return ffi::Error::InvalidArgument(prefix + "axis out of range");
   try {
     std::shared_ptr<Entry> e = TheCache().Get(p);
-    dnnl::engine& eng = Engine();
-    dnnl::stream s(eng);
-    memory ux(e->user_x, eng, x), uy(e->user_y, eng, y), uw(e->user_w, eng, w);
-    // per call (no state shared between threads): reordered copies and the scratchpad
-    std::vector<uint8_t> bx, by, bw, bs(e->scratch.get_size() + 1);
-    auto prepared = [&](memory& user, const memory::desc& want, std::vector<uint8_t>& buf,
-                        bool input) {
-      if (want == user.get_desc()) return user;
-      buf.resize(want.get_size());
-      memory m(want, eng, buf.data());
-      if (input) dnnl::reorder(user, m).execute(s, user, m);
-      return m;
-    };
-    memory scratch(e->scratch, eng, bs.data());
-    if (k == Kernel::kForward) {
-      memory mx = prepared(ux, e->prim_x, bx, true), mw = prepared(uw, e->prim_w, bw, true);
-      memory my = prepared(uy, e->prim_y, by, false);
-      e->prim.execute(s, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, my},
-                          {DNNL_ARG_SCRATCHPAD, scratch}});
-      if (my.get_data_handle() != uy.get_data_handle()) dnnl::reorder(my, uy).execute(s, my, uy);
-    } else if (k == Kernel::kData) {
-      memory my = prepared(uy, e->prim_y, by, true), mw = prepared(uw, e->prim_w, bw, true);
-      memory mx = prepared(ux, e->prim_x, bx, false);
-      e->prim.execute(s, {{DNNL_ARG_DIFF_DST, my}, {DNNL_ARG_WEIGHTS, mw},
-                          {DNNL_ARG_DIFF_SRC, mx}, {DNNL_ARG_SCRATCHPAD, scratch}});
-      if (mx.get_data_handle() != ux.get_data_handle()) dnnl::reorder(mx, ux).execute(s, mx, ux);
-    } else {
-      memory mx = prepared(ux, e->prim_x, bx, true), my = prepared(uy, e->prim_y, by, true);
-      memory mw = prepared(uw, e->prim_w, bw, false);
-      e->prim.execute(s, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_DIFF_DST, my},
-                          {DNNL_ARG_DIFF_WEIGHTS, mw}, {DNNL_ARG_SCRATCHPAD, scratch}});
-      if (mw.get_data_handle() != uw.get_data_handle()) dnnl::reorder(mw, uw).execute(s, mw, uw);
-    }
-    s.wait();
+    std::lock_guard<std::mutex> one_at_a_time(RunMutex());
+    Execute(*e, k, x, y, w);
   } catch (const dnnl::error& ex) {
     return ffi::Error::Internal(prefix + ex.what() + " (status " +
                                 std::to_string(static_cast<int>(ex.status)) + ")");

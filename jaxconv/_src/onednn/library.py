@@ -104,6 +104,8 @@ def status() -> Status:
 def _load() -> Status:
     import jax
 
+    if os.environ.get("JAXCONV_ONEDNN", "1") == "0":  # read once per process, as the library
+        return Status(False, "switched off by JAXCONV_ONEDNN=0")
     root = prefix()
     lib = library_file(root)
     if lib is None:
