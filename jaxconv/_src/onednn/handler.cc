@@ -16,7 +16,12 @@
 // an entry stays alive while a thread executes it); scratchpads are per call.  Every oneDNN
 // error becomes an ffi::Error whose message names the op: XLA raises it in Python.
 
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -52,9 +57,11 @@ struct Problem {
   int64_t groups;
   std::vector<int64_t> x_dims, y_dims, w_dims;  // buffer shapes (x, y data; w filter)
   std::vector<int64_t> data_axes, filter_axes, strides, dilations, pads_begin, pads_end;
+  int threads = 0;  // 1: created for one thread (a chunk on XLA's pool); 0: OpenMP's own
 
   std::string Key() const {
     std::ostringstream os;
+    os << threads << ';';
     auto put = [&os](const std::vector<int64_t>& v) {
       for (int64_t e : v) os << e << ',';
       os << ';';
@@ -104,6 +111,23 @@ memory::desc FilterMd(const Problem& p) {
   return memory::desc(d, p.dtype, s);
 }
 
+// Where the activations live for a primitive: the caller's buffers, oneDNN's own choice, or
+// oneDNN's channel-blocked layout (nChw16c on AVX-512, nChw8c below), which its direct kernels
+// run fastest on for many problems but which "any" does not pick where a kernel also takes
+// the caller's layout.
+enum class Activations { kCaller, kAny, kBlocked };
+
+memory::desc Blocked(const memory::desc& md) {
+  using tag = memory::format_tag;
+  const bool wide = dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core;
+  switch (md.get_ndims()) {
+    case 3: return memory::desc(md.get_dims(), md.get_data_type(), wide ? tag::nCw16c : tag::nCw8c);
+    case 4: return memory::desc(md.get_dims(), md.get_data_type(), wide ? tag::nChw16c : tag::nChw8c);
+    default:
+      return memory::desc(md.get_dims(), md.get_data_type(), wide ? tag::nCdhw16c : tag::nCdhw8c);
+  }
+}
+
 memory::desc Any(const memory::desc& md) {
   return memory::desc(md.get_dims(), md.get_data_type(), memory::format_tag::any);
 }
@@ -124,7 +148,7 @@ dnnl::primitive_attr Attr() {
 
 memory::dims Dims(const std::vector<int64_t>& v) { return memory::dims(v.begin(), v.end()); }
 
-std::shared_ptr<Entry> Create(const Problem& p, bool any_activations) {
+std::shared_ptr<Entry> Create(const Problem& p, Activations where) {
   auto e = std::make_shared<Entry>();
   e->user_x = DataMd(p.x_dims, p.data_axes, p.dtype);
   e->user_y = DataMd(p.y_dims, p.data_axes, p.dtype);
@@ -132,8 +156,12 @@ std::shared_ptr<Entry> Create(const Problem& p, bool any_activations) {
   memory::dims dil;
   for (int64_t d : p.dilations) dil.push_back(d - 1);  // oneDNN: 0 = no dilation
   const auto st = Dims(p.strides), pb = Dims(p.pads_begin), pe = Dims(p.pads_end);
-  const auto x = any_activations ? Any(e->user_x) : e->user_x;
-  const auto y = any_activations ? Any(e->user_y) : e->user_y;
+  auto place = [where](const memory::desc& md) {
+    return where == Activations::kCaller ? md
+           : where == Activations::kAny  ? Any(md)
+                                         : Blocked(md);
+  };
+  const auto x = place(e->user_x), y = place(e->user_y);
   const auto w = Any(e->user_w);
   const auto algo = dnnl::algorithm::convolution_direct;
   auto attr = Attr();
@@ -163,23 +191,47 @@ std::shared_ptr<Entry> Create(const Problem& p, bool any_activations) {
   return e;
 }
 
+// Working memory of the calling thread, kept between calls: a fresh allocation of an
+// activation's size costs a page fault per 4 KiB, and zero-filling it is wasted work. Each
+// thread runs one primitive at a time; a buffer larger than kKeepBytes is released after use.
+constexpr size_t kKeepBytes = size_t{64} << 20;
+
+class Buffer {
+ public:
+  uint8_t* Get(size_t bytes) {
+    if (bytes > size_) {
+      data_.reset(new uint8_t[bytes]);
+      size_ = bytes;
+    }
+    return data_.get();
+  }
+  void Trim() {
+    if (size_ > kKeepBytes) {
+      data_.reset();
+      size_ = 0;
+    }
+  }
+
+ private:
+  std::unique_ptr<uint8_t[]> data_;
+  size_t size_ = 0;
+};
+
 // Runs entry `e` of kernel `k` on the caller's buffers (x, y, w: which are read and which
 // written depends on k), reordering where the primitive wants another layout.
 void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
   dnnl::engine& eng = Engine();
   dnnl::stream s(eng);
   memory ux(e.user_x, eng, x), uy(e.user_y, eng, y), uw(e.user_w, eng, w);
-  // per call (no state shared between threads): reordered copies and the scratchpad
-  std::vector<uint8_t> bx, by, bw, bs(e.scratch.get_size() + 1);
-  auto prepared = [&](memory& user, const memory::desc& want, std::vector<uint8_t>& buf,
-                      bool input) {
+  // this thread's own (no state shared between threads): reordered copies and the scratchpad
+  thread_local Buffer bx, by, bw, bs;
+  auto prepared = [&](memory& user, const memory::desc& want, Buffer& buf, bool input) {
     if (want == user.get_desc()) return user;
-    buf.resize(want.get_size());
-    memory m(want, eng, buf.data());
+    memory m(want, eng, buf.Get(want.get_size()));
     if (input) dnnl::reorder(user, m).execute(s, user, m);
     return m;
   };
-  memory scratch(e.scratch, eng, bs.data());
+  memory scratch(e.scratch, eng, bs.Get(e.scratch.get_size() + 1));
   if (k == Kernel::kForward) {
     memory mx = prepared(ux, e.prim_x, bx, true), mw = prepared(uw, e.prim_w, bw, true);
     memory my = prepared(uy, e.prim_y, by, false);
@@ -200,14 +252,17 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
     if (mw.get_data_handle() != uw.get_data_handle()) dnnl::reorder(mw, uw).execute(s, mw, uw);
   }
   s.wait();
+  for (Buffer* b : {&bx, &by, &bw, &bs}) b->Trim();
 }
 
-// The primitive for `p`. oneDNN may implement a kernel both on the caller's activations and on
-// its own blocked layout (the activations reordered in and out); which is faster depends on
-// the problem (a strided 1x1 weight gradient on AVX-512: 19 ms on NHWC, 12.5 ms blocked with
-// its reorders), so where the two differ each runs on zero-filled buffers (after a warm-up,
-// the better of two alternating trials) and the faster is kept. Problems whose buffers exceed
-// kTrialBytes keep the caller's layout without a trial.
+// The primitive for `p`. oneDNN may implement a kernel on the caller's activations, on the
+// layout "any" gives, and on its channel-blocked layout (the activations reordered in and
+// out); which is fastest depends on the problem and the ISA (on AVX-512: a strided 1x1
+// weight gradient 19 ms on NHWC, 12.5 ms blocked with its reorders; resnet_50's 1x1 forward
+// 2.2 ms NHWC, 1.7 blocked), so where they differ each runs on zero-filled buffers (after a
+// warm-up, the best of two alternating trials) and the fastest is kept: once per problem and
+// process, as XLA autotunes GPU kernels. Problems whose buffers exceed kTrialBytes take the
+// first candidate without a trial.
 constexpr size_t kTrialBytes = size_t{1} << 29;
 
 double Seconds(const Entry& e, Kernel k, void* x, void* y, void* w) {
@@ -217,31 +272,30 @@ double Seconds(const Entry& e, Kernel k, void* x, void* y, void* w) {
 }
 
 std::shared_ptr<Entry> Choose(const Problem& p) {
-  std::shared_ptr<Entry> user, any;
-  try {
-    user = Create(p, /*any_activations=*/false);
-  } catch (const dnnl::error&) {  // no implementation on the caller's layout
+  std::vector<std::shared_ptr<Entry>> found;
+  for (Activations where : {Activations::kCaller, Activations::kAny, Activations::kBlocked}) {
+    std::shared_ptr<Entry> e;
+    try {
+      e = Create(p, where);
+    } catch (const dnnl::error&) {  // no implementation there
+      if (where == Activations::kBlocked && found.empty()) throw;
+      continue;
+    }
+    bool same = false;  // the same activation layouts as an earlier candidate
+    for (const auto& f : found) same |= f->prim_x == e->prim_x && f->prim_y == e->prim_y;
+    if (!same) found.push_back(e);
   }
-  try {
-    any = Create(p, /*any_activations=*/true);
-  } catch (const dnnl::error&) {
-    if (!user) throw;
-  }
-  if (!user || !any) return user ? user : any;
-  if (any->prim_x == user->user_x && any->prim_y == user->user_y) return user;
-  const size_t bytes =
-      user->user_x.get_size() + user->user_y.get_size() + user->user_w.get_size();
-  if (bytes > kTrialBytes) return user;
-  std::vector<uint8_t> bx(user->user_x.get_size()), by(user->user_y.get_size()),
-      bw(user->user_w.get_size());
-  const Entry* candidates[2] = {user.get(), any.get()};
-  double best[2] = {1e300, 1e300};
-  for (const Entry* c : candidates) Execute(*c, p.kernel, bx.data(), by.data(), bw.data());
+  const Entry& first = *found.front();
+  const size_t bytes = first.user_x.get_size() + first.user_y.get_size() + first.user_w.get_size();
+  if (found.size() == 1 || bytes > kTrialBytes) return found.front();
+  std::vector<uint8_t> bx(first.user_x.get_size()), by(first.user_y.get_size()),
+      bw(first.user_w.get_size());
+  std::vector<double> best(found.size(), 1e300);
+  for (const auto& c : found) Execute(*c, p.kernel, bx.data(), by.data(), bw.data());
   for (int round = 0; round < 2; ++round)
-    for (int c = 0; c < 2; ++c)
-      best[c] = std::min(best[c], Seconds(*candidates[c], p.kernel, bx.data(), by.data(),
-                                          bw.data()));
-  return best[1] < best[0] ? any : user;
+    for (size_t c = 0; c < found.size(); ++c)
+      best[c] = std::min(best[c], Seconds(*found[c], p.kernel, bx.data(), by.data(), bw.data()));
+  return found[std::min_element(best.begin(), best.end()) - best.begin()];
 }
 
 // The bounded LRU cache of primitives (XLA may call a handler from several threads).
@@ -328,6 +382,113 @@ std::vector<int64_t> ToVector(ffi::Span<const int64_t> s) {
 
 std::vector<int64_t> Shape(const ffi::AnyBuffer& b) { return ToVector(b.dimensions()); }
 
+// XLA's intra-op thread pool runs the rest of the program; oneDNN's OpenMP team would be a
+// second pool on the same cores (its idle workers spin after each call: a oneDNN call beside
+// an independent XLA computation took 1.13x the two apart). So where the minibatch splits,
+// the call runs on XLA's pool: one chunk of the batch per thread, each a single-threaded
+// oneDNN primitive (OpenMP's thread count of that thread set to 1 while it runs: no team, no
+// spinning), the weight gradient's partial sums added at the end. Chunks are claimed from a
+// counter by the calling thread and by the tasks it schedules, so a call never waits for a
+// task that has not started (XLA may run several handlers on its pool at once).
+struct OpenMp {
+  int (*get_max_threads)() = nullptr;
+  void (*set_num_threads)(int) = nullptr;
+
+  OpenMp() {  // the runtime oneDNN was loaded with (none: a oneDNN without OpenMP)
+    void* gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (gomp == nullptr) return;
+    get_max_threads = reinterpret_cast<int (*)()>(dlsym(gomp, "omp_get_max_threads"));
+    set_num_threads = reinterpret_cast<void (*)(int)>(dlsym(gomp, "omp_set_num_threads"));
+  }
+  bool ok() const { return get_max_threads != nullptr && set_num_threads != nullptr; }
+};
+
+const OpenMp& Omp() {
+  static OpenMp* omp = new OpenMp();
+  return *omp;
+}
+
+// How many chunks of the batch the call runs as on XLA's pool (1: as one OpenMP call). The
+// batch must be the data buffers' outer axis; a 16-bit weight gradient stays whole (its
+// partial sums would round).
+int64_t Chunks(const Problem& p, ffi::ThreadPool& pool) {
+  if (!Omp().ok() || p.data_axes[0] != 0) return 1;
+  if (p.kernel == Kernel::kWeight && p.dtype != memory::data_type::f32) return 1;
+  return std::min<int64_t>(pool.num_threads(), p.x_dims[0]);
+}
+
+size_t ElementSize(memory::data_type t) { return t == memory::data_type::f32 ? 4 : 2; }
+
+struct Job {  // shared by the caller and its tasks
+  Problem p;
+  int64_t chunks;
+  char *x, *y, *w;
+  std::vector<std::vector<float>> partial;  // weight gradient: chunk i > 0 writes partial[i]
+  std::atomic<int64_t> next{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t finished = 0;
+  std::exception_ptr error;
+};
+
+void RunChunk(Job& job, int64_t i) {
+  Problem q = job.p;
+  const int64_t n = q.x_dims[0], begin = i * n / job.chunks, end = (i + 1) * n / job.chunks;
+  const size_t bytes = ElementSize(q.dtype);
+  size_t xs = bytes, ys = bytes;  // one example of x and of y, in bytes
+  for (size_t a = 1; a < q.x_dims.size(); ++a) {
+    xs *= q.x_dims[a];
+    ys *= q.y_dims[a];
+  }
+  q.x_dims[0] = q.y_dims[0] = end - begin;
+  q.threads = 1;
+  void* w = job.w;
+  if (q.kernel == Kernel::kWeight && i > 0) w = job.partial[i].data();
+  const int saved = Omp().get_max_threads();
+  Omp().set_num_threads(1);
+  try {
+    Execute(*TheCache().Get(q), q.kernel, job.x + begin * xs, job.y + begin * ys, w);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(job.mu);
+    if (!job.error) job.error = std::current_exception();
+  }
+  Omp().set_num_threads(saved);
+}
+
+void Work(const std::shared_ptr<Job>& job) {
+  for (int64_t i; (i = job->next.fetch_add(1)) < job->chunks;) {
+    RunChunk(*job, i);
+    std::lock_guard<std::mutex> lock(job->mu);
+    if (++job->finished == job->chunks) job->cv.notify_all();
+  }
+}
+
+void RunOnPool(const Problem& p, int64_t chunks, ffi::ThreadPool& pool, void* x, void* y,
+               void* w) {
+  auto job = std::make_shared<Job>();
+  job->p = p;
+  job->chunks = chunks;
+  job->x = static_cast<char*>(x);
+  job->y = static_cast<char*>(y);
+  job->w = static_cast<char*>(w);
+  int64_t w_size = 1;
+  for (int64_t d : p.w_dims) w_size *= d;
+  if (p.kernel == Kernel::kWeight) {
+    job->partial.resize(chunks);
+    for (int64_t i = 1; i < chunks; ++i) job->partial[i].resize(w_size);
+  }
+  for (int64_t t = 1; t < chunks; ++t) pool.Schedule([job] { Work(job); });
+  Work(job);
+  std::unique_lock<std::mutex> lock(job->mu);
+  job->cv.wait(lock, [&] { return job->finished == job->chunks; });
+  if (job->error) std::rethrow_exception(job->error);
+  if (p.kernel == Kernel::kWeight) {
+    float* out = reinterpret_cast<float*>(job->w);
+    for (int64_t i = 1; i < chunks; ++i)
+      for (int64_t j = 0; j < w_size; ++j) out[j] += job->partial[i][j];
+  }
+}
+
 // oneDNN's data type of an FFI dtype; undef for the dtypes the lowering does not take.
 memory::data_type DataType(ffi::DataType t) {
   switch (t) {
@@ -343,7 +504,7 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
                ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> data_axes,
                ffi::Span<const int64_t> filter_axes, ffi::Span<const int64_t> strides,
                ffi::Span<const int64_t> dilations, ffi::Span<const int64_t> pads_begin,
-               ffi::Span<const int64_t> pads_end, int64_t groups) {
+               ffi::Span<const int64_t> pads_end, int64_t groups, ffi::ThreadPool pool) {
   const std::string prefix = std::string(op) + ": oneDNN lowering: ";
   const memory::data_type dtype = DataType(a.element_type());
   if (dtype == memory::data_type::undef || b.element_type() != a.element_type() ||
@@ -382,9 +543,14 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
         p.filter_axes[i] < 0 || p.filter_axes[i] >= static_cast<int64_t>(rank))
       return ffi::Error::InvalidArgument(prefix + "axis out of range");
   try {
-    std::shared_ptr<Entry> e = TheCache().Get(p);
-    std::lock_guard<std::mutex> one_at_a_time(RunMutex());
-    Execute(*e, k, x, y, w);
+    const int64_t chunks = Chunks(p, pool);
+    if (chunks > 1) {
+      RunOnPool(p, chunks, pool, x, y, w);
+    } else {
+      std::shared_ptr<Entry> e = TheCache().Get(p);
+      std::lock_guard<std::mutex> one_at_a_time(RunMutex());
+      Execute(*e, k, x, y, w);
+    }
   } catch (const dnnl::error& ex) {
     return ffi::Error::Internal(prefix + ex.what() + " (status " +
                                 std::to_string(static_cast<int>(ex.status)) + ")");
@@ -402,9 +568,10 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
                         ffi::Span<const int64_t> filter_axes,                               \
                         ffi::Span<const int64_t> strides, ffi::Span<const int64_t> dilations,\
                         ffi::Span<const int64_t> pads_begin,                                \
-                        ffi::Span<const int64_t> pads_end, int64_t groups) {                \
+                        ffi::Span<const int64_t> pads_end, int64_t groups,                  \
+                        ffi::ThreadPool pool) {                                             \
     return Run(KERNEL, op, a, b, out, data_axes, filter_axes, strides, dilations,           \
-               pads_begin, pads_end, groups);                                               \
+               pads_begin, pads_end, groups, pool);                                         \
   }
 
 JAXCONV_ONEDNN_HANDLER(Forward, Kernel::kForward)
@@ -426,7 +593,8 @@ JAXCONV_ONEDNN_HANDLER(Weight, Kernel::kWeight)
                                     .Attr<ffi::Span<const int64_t>>("dilations")        \
                                     .Attr<ffi::Span<const int64_t>>("pads_begin")       \
                                     .Attr<ffi::Span<const int64_t>>("pads_end")         \
-                                    .Attr<int64_t>("groups"));
+                                    .Attr<int64_t>("groups")                            \
+                                    .Ctx<ffi::ThreadPool>());
 
 JAXCONV_ONEDNN_BIND(jaxconv_onednn_forward, Forward)
 JAXCONV_ONEDNN_BIND(jaxconv_onednn_data, Data)
@@ -455,11 +623,7 @@ int jaxconv_onednn_supports(int dtype) {
   for (Kernel k : {Kernel::kForward, Kernel::kData, Kernel::kWeight}) {
     p.kernel = k;
     try {
-      try {
-        Create(p, /*any_activations=*/false);
-      } catch (const dnnl::error&) {
-        Create(p, /*any_activations=*/true);
-      }
+      Choose(p);
     } catch (const std::exception&) {
       return 0;
     }
