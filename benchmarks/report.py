@@ -14,9 +14,11 @@ from jaxconv._src.bench import run
 def render(result: dict) -> str:
     meta, rows = result["meta"], result["rows"]
     summary = run.summarize(rows)  # recomputed: the tables always follow run.py's summary
+    cpu = f", {meta['cpu']}" if meta.get("cpu") else ""
     out = [f"Measured with `{meta['command']}` (jax {meta['jax']}, backend {meta['backend']}, "
-           f"{meta['cpu_count']} CPUs{', ' + meta['cpu'] if meta.get('cpu') else ''}, {meta['platform']}; median of {meta['reps']} interleaved "
-           f"runs, float32, NXC/XIO, minibatch capped at {meta['batch_cap']}).", "",
+           f"{meta['cpu_count']} CPUs{cpu}, {meta['platform']}; median of {meta['reps']} "
+           f"interleaved runs, float32, NXC/XIO, minibatch capped at {meta['batch_cap']}).", "",
+           *([f"{meta['onednn']}.", ""] if meta.get("onednn") else []),
            "| list | problems | geomean speed-up vs jax.vjp | min speed-up | geomean jaxconv/torch "
            "| geomean best(jaxconv, jaxconv+opts)/torch |",
            "|---|---|---|---|---|---|"]

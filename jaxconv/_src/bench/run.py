@@ -51,6 +51,7 @@ from jax import lax
 
 import jaxconv
 from jaxconv._src.bench import benchdnn
+from jaxconv._src.onednn import library
 from jaxconv._src.bench.timing import (  # noqa: F401 - re-exported for the scripts and tests
     _bind,
     _time,
@@ -378,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         "meta": {"jax": jax.__version__, "backend": device.platform,
                  "precision": "HIGHEST (torch: TF32 off)" if gpu else "default",
                  "devices": [str(device)], "cpu_count": os.cpu_count(), "cpu": cpu_model(),
+                 "onednn": library.status().line(),
                  "platform": platform.platform(), "reps": reps, "batch_cap": args.batch_cap,
                  "command": " ".join(["jaxconv bench", *(argv if argv is not None else sys.argv[1:])])},
         "summary": summarize(rows),
