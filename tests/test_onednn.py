@@ -50,10 +50,10 @@ MATRIX = [
 IDS = [f"{m[0]}d-{m[1]}-{m[2]}-g{m[3]}-k{'x'.join(map(str, m[7]))}" for m in MATRIX]
 
 
-def _problem(m, seed=0, dtype=jnp.float32):
+def _problem(m, seed=0, dtype=jnp.float32, batch=2):
     rank, df, ff, g, ic, oc, spatial, k, s, d, pb, pe = m
     rng = np.random.default_rng(seed)
-    x = h.random(rng, h.data_shape(df, 2, ic, spatial)).astype(dtype)
+    x = h.random(rng, h.data_shape(df, batch, ic, spatial)).astype(dtype)
     w = h.random(rng, h.conv_filter_shape(ff, oc, ic // g, k)).astype(dtype)
     attrs = dict(strides=s, dilations=d, pads_begin=pb, pads_end=pe, groups=g, data_format=df,
                  filter_format=ff)
@@ -81,6 +81,21 @@ def test_every_kernel_equals_torch(m):
     program = jax.jit(lambda x, dy: jaxconv.convolution_backprop_filters(
         x, dy, w.shape, **attrs, lowering="onednn")).lower(x, dy).as_text()
     assert library.TARGETS["weight"] in program and "convolution(" not in program
+
+
+@needs_onednn
+@pytest.mark.parametrize("batch", [1, 3, 5])
+def test_batches_one_call_or_chunks_on_xlas_pool(batch):
+    """Batch 1 runs as one OpenMP call; larger batches as chunks on XLA's thread pool, of
+    unequal sizes where the threads do not divide the batch (the weight gradient's partial sums
+    added): every kernel equals torch."""
+    m = MATRIX[3]  # depthwise 5x4, strided, asymmetric pads
+    x, w, dy, attrs, (y_ref, dx_ref, dw_ref) = _problem(m, seed=4, batch=batch)
+    h.assert_close(jaxconv.convolution(x, w, **attrs, lowering="onednn"), y_ref, jnp.float32)
+    h.assert_close(jaxconv.convolution_backward_data(dy, w, x.shape, **attrs, lowering="onednn"),
+                   dx_ref, jnp.float32)
+    h.assert_close(jaxconv.convolution_backprop_filters(x, dy, w.shape, **attrs,
+                                                        lowering="onednn"), dw_ref, jnp.float32)
 
 
 @needs_onednn

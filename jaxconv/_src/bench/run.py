@@ -51,7 +51,6 @@ from jax import lax
 
 import jaxconv
 from jaxconv._src.bench import benchdnn
-from jaxconv._src.onednn import library
 from jaxconv._src.bench.timing import (  # noqa: F401 - re-exported for the scripts and tests
     _bind,
     _time,
@@ -63,6 +62,7 @@ from jaxconv._src.bench.timing import (  # noqa: F401 - re-exported for the scri
     same_program,
 )
 from jaxconv._src.bench.torch_contender import _torch_impl
+from jaxconv._src.onednn import library
 
 TARGET_LISTS = ["conv_shapes_resnet_50", "conv_shapes_mobilenet", "conv_shapes_mobilenet_dw",
                 "conv_shapes_3d", "conv_shapes_dilated"]
@@ -309,6 +309,18 @@ def _progress(items, desc):
         return gen()
 
 
+#: a data gradient is left out where jax.vjp's dense convolution would take this many
+#: multiply-adds: 3d_conv_large_shape:2 (a 192^3 kernel over a 192^3 input, one output)
+#: has 4.5e8 of its own, but jax.vjp convolves the padded dy with the whole kernel at every
+#: input position, 3.2e15 (hours)
+MAX_DENSE_DATA_MACS = 1e12
+
+
+def _dense_data_macs(prob: benchdnn.Problem) -> float:
+    return (prob.batch * math.prod(prob.input_size) * prob.in_channels * math.prod(prob.kernel)
+            * prob.out_channels / prob.groups)
+
+
 def tasks_for(lists, per_list, batch_cap, only=None, kinds=KINDS):
     """(problem, kind) pairs: the first ``per_list`` problems of each list in each of ``kinds``
     (no ``fwd`` for deconv lines: their forward is ``dgrad``), or exactly ``only``."""
@@ -321,7 +333,8 @@ def tasks_for(lists, per_list, batch_cap, only=None, kinds=KINDS):
         if per_list is not None:
             probs = probs[:per_list]
         for prob in probs:
-            out += [(prob, kind) for kind in kinds if not (kind == "fwd" and prob.transposed)]
+            out += [(prob, kind) for kind in kinds if not (kind == "fwd" and prob.transposed)
+                    and not (kind == "dgrad" and _dense_data_macs(prob) > MAX_DENSE_DATA_MACS)]
     return out
 
 
@@ -369,23 +382,25 @@ def main(argv: list[str] | None = None) -> int:
     tasks = tasks_for(lists, per_list, args.batch_cap,
                       None if args.lists or args.per_list is not None else preset.get("only"),
                       tuple(args.kinds))
-    rows = []
+    rows: list[dict] = []
+    out = args.out or results_dir() / f"{args.preset}{'-gpu' if gpu else ''}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def result() -> dict:
+        return {"meta": meta, "summary": summarize(rows) if rows else {}, "rows": rows}
+
+    meta = {"jax": jax.__version__, "backend": device.platform,
+            "precision": "HIGHEST (torch: TF32 off)" if gpu else "default",
+            "devices": [str(device)], "cpu_count": os.cpu_count(), "cpu": cpu_model(),
+            "onednn": library.status().line(),
+            "platform": platform.platform(), "reps": reps, "batch_cap": args.batch_cap,
+            "command": " ".join(["jaxconv bench", *(argv if argv is not None else sys.argv[1:])])}
     with jax.default_device(device):
         for prob, kind in _progress(tasks, "benchmarks"):
             rows.append(measure(prob, kind, reps, with_torch=not args.no_torch, gpu=gpu))
-    out = args.out or results_dir() / f"{args.preset}{'-gpu' if gpu else ''}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    result = {
-        "meta": {"jax": jax.__version__, "backend": device.platform,
-                 "precision": "HIGHEST (torch: TF32 off)" if gpu else "default",
-                 "devices": [str(device)], "cpu_count": os.cpu_count(), "cpu": cpu_model(),
-                 "onednn": library.status().line(),
-                 "platform": platform.platform(), "reps": reps, "batch_cap": args.batch_cap,
-                 "command": " ".join(["jaxconv bench", *(argv if argv is not None else sys.argv[1:])])},
-        "summary": summarize(rows),
-        "rows": rows,
-    }
-    out.write_text(json.dumps(result, indent=1))
+            # the rows so far, after each (a long run stopped midway keeps them)
+            out.write_text(json.dumps({**result(), "partial": True}, indent=1))
+    out.write_text(json.dumps(result(), indent=1))
     plot(rows, out.with_suffix(".png"), device.platform)
     print("median time per call in ms; x vjp = jax.vjp's time / jaxconv's; /torch = jaxconv's "
           "time / torch's")
@@ -396,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['list'][:26]:26s} {r['name'][:28]:28s} {r['kind']:5s} {m['jaxconv']:9.2f} "
               f"{m['jax.vjp']:9.2f} {m.get('torch', float('nan')):9.2f} "
               f"{r['speedup_vs_vjp']:7.2f} {r.get('jaxconv_over_torch', float('nan')):7.2f}")
-    print(json.dumps(result["summary"], indent=1))
+    print(json.dumps(summarize(rows), indent=1))
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0
 
