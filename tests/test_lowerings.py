@@ -159,24 +159,30 @@ def test_forward_lowerings_low_precision_and_second_order(method, dtype):
 @pytest.fixture
 def xla_cpu_rules(monkeypatch):
     """The CPU table without the onednn extra: the XLA:CPU rules the tests below pin down."""
-    monkeypatch.setattr(backends, "_onednn_pays", lambda p: False)
+    monkeypatch.setattr(backends, "_onednn_pays", lambda p, kernel=None: False)
 
 
 def test_cpu_table_picks_onednn_where_built_and_large_enough():
     """With the extra built, every kernel of a problem of at least ONEDNN_MIN_FLOPS
     multiply-adds is oneDNN's on CPU (never on the other backends); below it, and without the
     extra, the XLA:CPU rules."""
-    def problem(n, size, cin, cout):
+    def problem(n, size, cin, cout, k=3):
         return geometry.convolution_problem(
             "convolution", geometry.Names(), x_shape=(n, size, size, cin), y_shape=None,
-            w_shape=(3, 3, cin, cout), strides=None, pads_begin=None, pads_end=None,
+            w_shape=(k, k, cin, cout), strides=None, pads_begin=None, pads_end=None,
             dilations=None, auto_pad="none", groups=1, data_format="NXC", filter_format="XIO")
 
     big, small = problem(8, 32, 16, 32), problem(1, 4, 2, 2)  # 3.3e7 and 288 multiply-adds
+    # 1x1, 2 -> 2 channels: one multiply-add per element of x and y, bound by memory
+    thin = problem(8, 128, 2, 2, k=1)
+    whole = problem(2, 33, 16, 4, k=33)  # one window over the whole input: XLA's product
     built = library.status().available
     for kernel in Kernel:
         assert (lowering.choose(kernel, big, "cpu") == "onednn") == built
         assert lowering.choose(kernel, small, "cpu") != "onednn"
+        assert (lowering.choose(kernel, thin, "cpu") == "onednn") == (
+            built and kernel is Kernel.WEIGHT)
+        assert lowering.choose(kernel, whole, "cpu") != "onednn"
         for backend in ("gpu", "default"):
             assert lowering.choose(kernel, big, backend) != "onednn"
 

@@ -110,10 +110,29 @@ def _check_backend(backend: str) -> None:
 ONEDNN_MIN_FLOPS = 1e5
 
 
-def _onednn_pays(p: ConvProblem) -> bool:
-    """Whether the CPU table picks ``"onednn"`` (built, loaded, applicable, large enough)."""
-    macs = p.batch * math.prod(p.output_size) * p.out_channels * math.prod(p.kernel) * (
+#: a forward or data gradient of fewer multiply-adds per element of x and y is bound by
+#: memory, where XLA's loop is as fast as oneDNN's call (vnet:conv4, 1x1x1 with 2 -> 2 channels
+#: on 2 x 128x128x64: data gradient 1.9 ms against 3.4, forward 1.5 against 2.0; its weight
+#: gradient 13 -> 1.2 ms stays oneDNN's; strided depthwise rows, at 1.8, gain 2-120x)
+ONEDNN_MIN_MACS_PER_ELEMENT = 1.5
+
+
+def _macs(p: ConvProblem) -> int:
+    return p.batch * math.prod(p.output_size) * p.out_channels * math.prod(p.kernel) * (
         p.in_channels // max(p.groups, 1))
+
+
+def _onednn_pays(p: ConvProblem, kernel: Kernel = Kernel.WEIGHT) -> bool:
+    """Whether the CPU table picks ``"onednn"`` for ``kernel`` of ``p`` (built, loaded,
+    applicable, large enough; a forward or data gradient not bound by memory)."""
+    if all(o == 1 for o in p.output_size) and math.prod(p.kernel) > 1:
+        # one window over the whole input (3d_conv_large_shape): oneDNN's direct kernels do
+        # not tile it (its reference code: 192^3 weight gradient 18 s, XLA's product 0.4 s)
+        return False
+    macs = _macs(p)
+    elements = math.prod(p.x_shape) + math.prod(p.y_shape)
+    if kernel is not Kernel.WEIGHT and macs < ONEDNN_MIN_MACS_PER_ELEMENT * elements:
+        return False
     return macs >= ONEDNN_MIN_FLOPS and library.why_not(p) is None
 
 
@@ -122,7 +141,7 @@ def forward_method(p: ConvProblem, backend: str, onednn: bool = True) -> str:
     the XLA:CPU rules alone, for programs XLA partitions across devices)."""
     _check_backend(backend)
     if backend == "cpu":
-        return "onednn" if onednn and _onednn_pays(p) else _forward_cpu(p)
+        return "onednn" if onednn and _onednn_pays(p, Kernel.FORWARD) else _forward_cpu(p)
     return "conv"
 
 
@@ -140,7 +159,7 @@ def data_grad_method(p: ConvProblem, backend: str, onednn: bool = True) -> str:
     """The data-gradient method ``lowering="auto"`` picks for ``p`` on ``backend``."""
     _check_backend(backend)
     if backend == "cpu":
-        return "onednn" if onednn and _onednn_pays(p) else _data_grad_cpu(p)
+        return "onednn" if onednn and _onednn_pays(p, Kernel.DATA) else _data_grad_cpu(p)
     if backend == "gpu":
         return _data_grad_gpu(p)
     return "vjp"

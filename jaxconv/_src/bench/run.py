@@ -309,10 +309,10 @@ def _progress(items, desc):
         return gen()
 
 
-#: a data gradient is left out where jax.vjp's dense convolution would take this many
-#: multiply-adds: 3d_conv_large_shape:2 (a 192^3 kernel over a 192^3 input, one output)
-#: has 4.5e8 of its own, but jax.vjp convolves the padded dy with the whole kernel at every
-#: input position, 3.2e15 (hours)
+#: a data gradient (and forward) is left out where jax.vjp's dense convolution would take
+#: this many multiply-adds: 3d_conv_large_shape:2 (a 192^3 kernel over a 192^3 input, one
+#: output) has 4.5e8 of its own, but jax.vjp convolves the padded dy with the whole kernel at
+#: every input position, 3.2e15 (hours); its forward, a 192^3 window, ran for minutes
 MAX_DENSE_DATA_MACS = 1e12
 
 
@@ -334,7 +334,7 @@ def tasks_for(lists, per_list, batch_cap, only=None, kinds=KINDS):
             probs = probs[:per_list]
         for prob in probs:
             out += [(prob, kind) for kind in kinds if not (kind == "fwd" and prob.transposed)
-                    and not (kind == "dgrad" and _dense_data_macs(prob) > MAX_DENSE_DATA_MACS)]
+                    and not (kind != "wgrad" and _dense_data_macs(prob) > MAX_DENSE_DATA_MACS)]
     return out
 
 

@@ -17,7 +17,8 @@ when it loads), bfloat16 and float16; and a ``preferred_element_type`` other tha
 operands' dtype. A negative end pad (a ConvTranspose output past its full result) is a crop
 of x's tail (the data gradient's tail is zeros); the weight gradient's problem is fitted
 exactly (no trailing element unread), and a strided 1x1 weight gradient is the unit-stride
-one on the grid of x it reads (``_grid`` below).
+one on the grid of x it reads, and its data gradient the unit-stride one put back on the
+grid (``_grid`` below).
 Zero-size problems never reach a method (``registry.run``). Batching happens before: the
 primitive's batching rule folds a mapped operand into the batch or the groups, so the handler
 always sees the problem's own rank.
@@ -52,7 +53,8 @@ def _cropped(p: ConvProblem, fitted: bool) -> tuple[ConvProblem, list[int]]:
 
 
 # A 1x1 kernel with strides reads x only at o*S - pb. Its weight gradient is the unit-stride
-# 1x1 problem on that grid of x: x padded (or cropped) to (O - 1)*S + 1 elements from -pb, then
+# 1x1 problem on that grid of x (and its data gradient the unit-stride one's, put back on the
+# grid with zeros between: oneDNN 3.2's strided 1x1 data gradient ran 1.4x behind jax.vjp): x padded (or cropped) to (O - 1)*S + 1 elements from -pb, then
 # every S-th element (zeros where the grid falls in the padding). oneDNN 3.2's strided 1x1
 # weight gradient miscomputes on AVX2 when x has trailing elements no window reads (the
 # lowering matrix caught it: 38% off), and on a fitted (cropped) x it leaves its 1x1 kernel for
@@ -62,15 +64,30 @@ def _grid_of_1x1(p: ConvProblem) -> bool:
     return all(k == 1 for k in p.kernel) and any(s > 1 for s in p.strides)
 
 
-def _grid(x: Array, p: ConvProblem) -> tuple[Array, ConvProblem]:
+def _edges(p: ConvProblem) -> list[tuple[int, int]]:
+    """x padded (or cropped) by these to span the grid: (O - 1)*S + 1 elements from -pb."""
+    return [(pb, (o - 1) * s + 1 - i - pb) for pb, o, s, i in
+            zip(p.pads_begin, p.output_size, p.strides, p.input_size)]
+
+
+def _unit(p: ConvProblem) -> ConvProblem:
+    """The unit-stride 1x1 problem on the grid."""
     ones, zeros = (1,) * p.rank, (0,) * p.rank
-    edges = [(pb, (o - 1) * s + 1 - i - pb) for pb, o, s, i in
-             zip(p.pads_begin, p.output_size, p.strides, p.input_size)]
-    x = common.window(common.pad_spatial(x, p.data.spatial_axes, edges), p, zeros,
-                      p.output_size, p.strides)
-    unit = dataclasses.replace(p, input_size=p.output_size, strides=ones, dilations=ones,
+    return dataclasses.replace(p, input_size=p.output_size, strides=ones, dilations=ones,
                                pads_begin=zeros, pads_end=zeros)
-    return x, unit
+
+
+def _grid(x: Array, p: ConvProblem) -> Array:
+    """The elements of x a strided 1x1 kernel reads (zeros where they fall in the padding)."""
+    return common.window(common.pad_spatial(x, p.data.spatial_axes, _edges(p)), p,
+                         (0,) * p.rank, p.output_size, p.strides)
+
+
+def _from_grid(dx: Array, p: ConvProblem) -> Array:
+    """The transpose of ``_grid``'s x: the grid's values S apart (zeros between), then the
+    padding removed (and a cropped tail given back as zeros)."""
+    return common.pad_spatial(dx, p.data.spatial_axes, [(-lo, -hi) for lo, hi in _edges(p)],
+                              interior=[s - 1 for s in p.strides])
 
 
 def _dtypes() -> tuple[np.dtype, ...]:
@@ -82,7 +99,7 @@ def _kernel(kernel: Kernel) -> object:
     def compute(a: Array, b: Array, p: ConvProblem, precision: Precision,
                 preferred_element_type: DType) -> Array:
         pet = preferred_element_type
-        grid = kernel is Kernel.WEIGHT and _grid_of_1x1(p)
+        grid = kernel is not Kernel.FORWARD and _grid_of_1x1(p)
         # the weight gradient is fitted: oneDNN 3.2's 1x1 one miscomputed with unread elements
         fitted, crop = _cropped(p, fitted=kernel is Kernel.WEIGHT)
         if (a.dtype not in _dtypes() or b.dtype != a.dtype or min(fitted.input_size) <= 0
@@ -91,10 +108,11 @@ def _kernel(kernel: Kernel) -> object:
             return registry.run(kernel, a, b, p, method=registry.default_leaf(kernel),
                                 backend=None, precision=precision,
                                 preferred_element_type=preferred_element_type)
-        axes = p.data.spatial_axes
-        if grid:  # a is x
-            a, p = _grid(a, p)
-            crop = [0] * p.rank
+        axes, whole = p.data.spatial_axes, p
+        if grid:
+            if kernel is Kernel.WEIGHT:  # a is x
+                a = _grid(a, p)
+            p, crop = _unit(p), [0] * p.rank
         else:
             p = fitted
         if kernel is not Kernel.DATA:  # a is x
@@ -107,7 +125,9 @@ def _kernel(kernel: Kernel) -> object:
             filter_axes=np.array(p.filter_layout.spec(swap=p.filter_swap), np.int64),
             strides=np.array(p.strides, np.int64), dilations=np.array(p.dilations, np.int64),
             pads_begin=np.array(p.pads_begin, np.int64), pads_end=np.array(p.pads_end, np.int64))
-        if kernel is Kernel.DATA:  # dx's cropped tail: zeros
+        if kernel is Kernel.DATA and grid:  # dx: the grid's values, zeros between
+            out = _from_grid(out, whole)
+        elif kernel is Kernel.DATA:  # dx's cropped tail: zeros
             out = common.pad_spatial(out, axes, [(0, c) for c in crop])
         return out
     return compute
