@@ -52,14 +52,14 @@ def _cropped(p: ConvProblem, fitted: bool) -> tuple[ConvProblem, list[int]]:
     return sub, crop
 
 
-# A 1x1 kernel with strides reads x only at o*S - pb. Its weight gradient is the unit-stride
-# 1x1 problem on that grid of x (and its data gradient the unit-stride one's, put back on the
-# grid with zeros between: oneDNN 3.2's strided 1x1 data gradient ran 1.4x behind jax.vjp): x padded (or cropped) to (O - 1)*S + 1 elements from -pb, then
-# every S-th element (zeros where the grid falls in the padding). oneDNN 3.2's strided 1x1
-# weight gradient miscomputes on AVX2 when x has trailing elements no window reads (the
-# lowering matrix caught it: 38% off), and on a fitted (cropped) x it leaves its 1x1 kernel for
-# a generic one, 2.5x slower; on the grid it is oneDNN's unit-stride 1x1 kernel, a product of
-# matrices, for a copy of 1/S^rank of x.
+# A 1x1 kernel with strides reads x only at o*S - pb: the grid of x padded (or cropped) to
+# (O - 1)*S + 1 elements from -pb, every S-th element (zeros where it falls in the padding).
+# Its weight gradient is the unit-stride 1x1 problem on that grid, and its data gradient the
+# unit-stride one's put back on the grid with zeros between. oneDNN 3.2's strided 1x1 weight
+# gradient miscomputes on AVX2 when x has trailing elements no window reads (the lowering
+# matrix caught it: 38% off), and on a fitted (cropped) x it leaves its 1x1 kernel for a
+# generic one, 2.5x slower; its strided 1x1 data gradient ran 1.4x behind jax.vjp. On the grid
+# each is oneDNN's unit-stride 1x1 kernel, a product of matrices, for a copy of 1/S^rank of x.
 def _grid_of_1x1(p: ConvProblem) -> bool:
     return all(k == 1 for k in p.kernel) and any(s > 1 for s in p.strides)
 
