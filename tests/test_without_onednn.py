@@ -1,12 +1,11 @@
-"""The suite's seed-op tests once more, without oneDNN, where the ``onednn`` extra is installed.
+"""The vendor ops' tests once more, without oneDNN, where the ``onednn`` extra is installed.
 
 With the extra built, ``lowering="auto"`` gives oneDNN every problem it pays on, so the rest of
 the suite checks the XLA:CPU formulations only where a test forces them. Here a child process
 with ``JAXCONV_ONEDNN=0`` (the handler left unloaded, as without the extra) runs the tests of
-the seed ops' families (oneDNN's convolution, OpenVINO's, Ascend's), every upstream vector
+the vendor ops' families (oneDNN's convolution, OpenVINO's, Ascend's), every upstream vector
 (ONNX's ConvTranspose ones too) and the empty problems, so that the configuration without
-oneDNN stays tested (issue 25: "CI runs the suite with and
-without it"). Where the extra is not installed the main run is that configuration already.
+oneDNN stays tested. Where the extra is not installed the main run is that configuration already.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import pytest
 from jaxconv._src.onednn import library
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# about 110 s on one core: the seed families' tests and every upstream vector
+# about 110 s on one core: the vendor families' tests and every upstream vector
 FILES = ["tests/test_convolution.py", "tests/test_openvino.py", "tests/test_tbe.py",
          "tests/test_convolution_vectors.py", "tests/test_conv_transpose_vectors.py",
          "tests/test_openvino_vectors.py", "tests/test_empty_problems.py"]
@@ -29,7 +28,7 @@ FILES = ["tests/test_convolution.py", "tests/test_openvino.py", "tests/test_tbe.
 
 @pytest.mark.skipif(not library.status().available,
                     reason="the onednn extra is not built: the main run is already without it")
-def test_the_seed_op_tests_pass_without_onednn():
+def test_the_vendor_op_tests_pass_without_onednn():
     env = dict(os.environ, JAXCONV_ONEDNN="0", JAX_PLATFORMS="cpu")
     line = subprocess.run(
         [sys.executable, "-c", "from jaxconv._src.onednn import library; "
