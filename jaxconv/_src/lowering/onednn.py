@@ -31,7 +31,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from jaxconv._src.geometry import ConvProblem
+from jaxconv._src.geometry import ConvProblem, conv_output_size
 from jaxconv._src.kernel import Array, DType, Kernel, Precision
 from jaxconv._src.lowering import common
 from jaxconv._src.lowering.method import Method
@@ -44,8 +44,9 @@ def _cropped(p: ConvProblem, fitted: bool) -> tuple[ConvProblem, list[int]]:
     from x's end per axis. Not fitted, a negative end pad within the stride's slack is no crop
     (oneDNN's output size rounds down as ours does: ``floor((I + pb + pe - DK) / S) + 1``)."""
     ends = [hi for _, hi in p.fit_pads] if fitted else [
-        0 if e < 0 and (i + pb - dk) // s + 1 == o else e for i, o, pb, e, dk, s in zip(
-            p.input_size, p.output_size, p.pads_begin, p.pads_end, p.dilated_kernel, p.strides)]
+        0 if e < 0 and conv_output_size(i, k, s, d, pb, 0) == o else e
+        for i, o, k, s, d, pb, e in zip(p.input_size, p.output_size, p.kernel, p.strides,
+                                        p.dilations, p.pads_begin, p.pads_end)]
     crop = [max(0, -e) for e in ends]
     sub = dataclasses.replace(p, input_size=tuple(i - c for i, c in zip(p.input_size, crop)),
                               pads_end=tuple(max(0, e) for e in ends))
@@ -64,12 +65,6 @@ def _grid_of_1x1(p: ConvProblem) -> bool:
     return all(k == 1 for k in p.kernel) and any(s > 1 for s in p.strides)
 
 
-def _edges(p: ConvProblem) -> list[tuple[int, int]]:
-    """x padded (or cropped) by these to span the grid: (O - 1)*S + 1 elements from -pb."""
-    return [(pb, (o - 1) * s + 1 - i - pb) for pb, o, s, i in
-            zip(p.pads_begin, p.output_size, p.strides, p.input_size)]
-
-
 def _unit(p: ConvProblem) -> ConvProblem:
     """The unit-stride 1x1 problem on the grid."""
     ones, zeros = (1,) * p.rank, (0,) * p.rank
@@ -79,14 +74,15 @@ def _unit(p: ConvProblem) -> ConvProblem:
 
 def _grid(x: Array, p: ConvProblem) -> Array:
     """The elements of x a strided 1x1 kernel reads (zeros where they fall in the padding)."""
-    return common.window(common.pad_spatial(x, p.data.spatial_axes, _edges(p)), p,
+    # for a 1x1 kernel the fitted pads span the grid: (O - 1)*S + 1 elements from -pb
+    return common.window(common.pad_spatial(x, p.data.spatial_axes, p.fit_pads), p,
                          (0,) * p.rank, p.output_size, p.strides)
 
 
 def _from_grid(dx: Array, p: ConvProblem) -> Array:
     """The transpose of ``_grid``'s x: the grid's values S apart (zeros between), then the
     padding removed (and a cropped tail given back as zeros)."""
-    return common.pad_spatial(dx, p.data.spatial_axes, [(-lo, -hi) for lo, hi in _edges(p)],
+    return common.pad_spatial(dx, p.data.spatial_axes, [(-lo, -hi) for lo, hi in p.fit_pads],
                               interior=[s - 1 for s in p.strides])
 
 

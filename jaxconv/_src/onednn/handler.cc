@@ -11,9 +11,11 @@
 //
 // The roles are mapped onto oneDNN's logical dims by memory descriptors with strides (no
 // copies of the caller's data); oneDNN picks its own weight format (a reorder in and out),
-// and runs on the caller's activations where its implementation takes them, else on a
-// reordered copy.  Primitives are cached by problem in a bounded LRU cache (thread-safe;
-// an entry stays alive while a thread executes it); scratchpads are per call.  Every oneDNN
+// and the activations stay in the caller's layout or are reordered into oneDNN's, whichever
+// ran faster on the problem's first call (Choose).  Where the batch splits, a call runs as
+// single-threaded chunks on XLA's own thread pool (RunOnPool), else as one OpenMP call at a
+// time.  Primitives are cached by problem in a bounded LRU cache (thread-safe; an entry stays
+// alive while a thread executes it); working memory is each thread's own.  Every oneDNN
 // error becomes an ffi::Error whose message names the op: XLA raises it in Python.
 
 #include <dlfcn.h>
@@ -21,8 +23,8 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <exception>
 #include <chrono>
+#include <exception>
 #include <cstdint>
 #include <cstring>
 #include <list>
@@ -367,10 +369,10 @@ Cache& TheCache() {
   return *cache;
 }
 
-// oneDNN's primitives run on OpenMP threads, one team as wide as the machine; XLA runs
-// independent operations of a program concurrently (a layer's data and weight gradients), and
-// two teams on the same cores take longer than the two calls one after the other. One call at
-// a time (benchmarks/onednn_threads.py measures it).
+// A call that does not split into chunks (RunOnPool below) runs on an OpenMP team as wide as
+// the machine; XLA runs independent operations of a program concurrently (a layer's data and
+// weight gradients), and two teams on the same cores take longer than the two calls one after
+// the other: one such call at a time.
 std::mutex& RunMutex() {
   static std::mutex* mu = new std::mutex();
   return *mu;
