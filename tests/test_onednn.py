@@ -83,14 +83,20 @@ def test_every_kernel_equals_torch(m):
     assert library.TARGETS["weight"] in program and "convolution(" not in program
 
 
+# MATRIX[1] with more channels and positions: 3.1e6 multiply-adds per example, above the
+# handler's kMinChunkMacs (2^21), so that its batch splits into chunks on XLA's pool
+LARGE = (2, "NXC", "XIO", 2, 32, 48, (40, 36), (3, 2), (2, 1), (1, 2), (1, 0), (0, 1))
+
+
 @needs_onednn
 @pytest.mark.parametrize("batch", [1, 3, 5])
 def test_batches_one_call_or_chunks_on_xlas_pool(batch):
-    """Batch 1 runs as one OpenMP call; larger batches as chunks on XLA's thread pool, of
-    unequal sizes where the threads do not divide the batch (the weight gradient's partial sums
-    added): every kernel equals torch."""
-    m = MATRIX[3]  # depthwise 5x4, strided, asymmetric pads
-    x, w, dy, attrs, (y_ref, dx_ref, dw_ref) = _problem(m, seed=4, batch=batch)
+    """The handler's ways of running a call, each equal to torch: a problem below 2^21
+    multiply-adds whole on the calling thread (the matrix above); one large example as one
+    OpenMP call (batch 1); larger batches as chunks on XLA's thread pool, of unequal sizes
+    where the chunks do not divide the batch (3, 5 on two threads; the weight gradient's
+    partial sums added)."""
+    x, w, dy, attrs, (y_ref, dx_ref, dw_ref) = _problem(LARGE, seed=4, batch=batch)
     h.assert_close(jaxconv.convolution(x, w, **attrs, lowering="onednn"), y_ref, jnp.float32)
     h.assert_close(jaxconv.convolution_backward_data(dy, w, x.shape, **attrs, lowering="onednn"),
                    dx_ref, jnp.float32)

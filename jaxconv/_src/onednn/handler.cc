@@ -12,9 +12,9 @@
 // The roles are mapped onto oneDNN's logical dims by memory descriptors with strides (no
 // copies of the caller's data); oneDNN picks its own weight format (a reorder in and out),
 // and the activations stay in the caller's layout or are reordered into oneDNN's, whichever
-// ran faster on the problem's first call (Choose).  Where the batch splits, a call runs as
-// single-threaded chunks on XLA's own thread pool (RunOnPool), else as one OpenMP call at a
-// time.  Primitives are cached by problem in a bounded LRU cache (thread-safe; an entry stays
+// ran faster on the problem's first call (Choose).  A small problem runs whole, single-
+// threaded, on the calling thread; where the batch splits, a call runs as single-threaded
+// chunks on XLA's own thread pool (RunOnPool, Chunks); else as one OpenMP call at a time.  Primitives are cached by problem in a bounded LRU cache (thread-safe; an entry stays
 // alive while a thread executes it); working memory is each thread's own.  Every oneDNN
 // error becomes an ffi::Error whose message names the op: XLA raises it in Python.
 
@@ -410,13 +410,32 @@ const OpenMp& Omp() {
   return *omp;
 }
 
-// How many chunks of the batch the call runs as on XLA's pool (1: as one OpenMP call). The
-// batch must be the data buffers' outer axis; a 16-bit weight gradient stays whole (its
-// partial sums would round).
+// Multiply-adds of a problem: y's elements times the taps and input channels each one sums.
+double Macs(const Problem& p) {
+  double y = 1, w = 1;
+  for (int64_t d : p.y_dims) y *= static_cast<double>(d);
+  for (int64_t d : p.w_dims) w *= static_cast<double>(d);
+  return y / static_cast<double>(p.w_dims[p.filter_axes[0]]) * w;
+}
+
+// Handing a chunk to another thread (waking it, waiting for it) costs about 10-20 us: a chunk
+// of fewer multiply-adds than this (~50 us on one AVX-512 core) is not worth it, and a problem
+// of fewer than this runs whole on the calling thread (no OpenMP team to start either:
+// benchdnn's dilated_conv:14, 1.5e5 multiply-adds, took 50 us in two chunks against 32 for
+// XLA's own convolution).
+constexpr double kMinChunkMacs = double{1 << 21};
+
+// How the call runs: 0 as one OpenMP call, n >= 1 as n chunks of the batch on XLA's pool (1:
+// whole, single-threaded, on the calling thread). The batch must be the data buffers' outer
+// axis; a 16-bit weight gradient stays whole (its partial sums would round).
 int64_t Chunks(const Problem& p, ffi::ThreadPool& pool) {
-  if (!Omp().ok() || p.data_axes[0] != 0) return 1;
-  if (p.kernel == Kernel::kWeight && p.dtype != memory::data_type::f32) return 1;
-  return std::min<int64_t>(pool.num_threads(), p.x_dims[0]);
+  if (!Omp().ok() || p.data_axes[0] != 0) return 0;
+  if (p.kernel == Kernel::kWeight && p.dtype != memory::data_type::f32) return 0;
+  const double macs = Macs(p);
+  const int64_t by_work = std::max<int64_t>(1, static_cast<int64_t>(macs / kMinChunkMacs));
+  const int64_t n = std::min<int64_t>({pool.num_threads(), p.x_dims[0], by_work});
+  if (n == 1 && macs >= kMinChunkMacs) return 0;  // one large example: OpenMP's team
+  return n;
 }
 
 size_t ElementSize(memory::data_type t) { return t == memory::data_type::f32 ? 4 : 2; }
@@ -546,7 +565,7 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
       return ffi::Error::InvalidArgument(prefix + "axis out of range");
   try {
     const int64_t chunks = Chunks(p, pool);
-    if (chunks > 1) {
+    if (chunks >= 1) {
       RunOnPool(p, chunks, pool, x, y, w);
     } else {
       std::shared_ptr<Entry> e = TheCache().Get(p);
