@@ -188,9 +188,9 @@ def test_cpu_table_picks_onednn_where_built_and_large_enough():
 
 
 def test_forward_auto_choice(xla_cpu_rules):
-    def problem(groups, ic, kernel, strides=1):
+    def problem(groups, ic, kernel, strides=1, n=2, size=9):
         return geometry.convolution_problem(
-            "t", geometry.Names(), x_shape=(2, *[9] * len(kernel), ic), y_shape=None,
+            "t", geometry.Names(), x_shape=(n, *[size] * len(kernel), ic), y_shape=None,
             w_shape=(*kernel, ic // groups, max(8, ic)), strides=strides, pads_begin=None,
             pads_end=None, dilations=None, auto_pad="valid", groups=groups,
             data_format="NXC", filter_format="XIO")
@@ -205,6 +205,7 @@ def test_forward_auto_choice(xla_cpu_rules):
     assert cpu(1, 8, (1, 1)) == "dot"  # 1x1: one product
     assert cpu(1, 2, (1, 1)) == "conv"  # ... but not with < 4 channels
     assert cpu(1, 8, (3, 3, 3)) == "dot"  # 3D, stride 1
+    assert cpu(1, 4, (2, 1, 1), n=1, size=2) == "conv"  # ... past the smallest (< 1e4 MACs)
     assert cpu(1, 8, (2, 2, 2), strides=2) == "conv"
     assert cpu(1, 8, (3, 3)) == "conv"  # 2D dense: XLA's convolution
     assert cpu(2, 8, (3, 3, 3)) == "block_diagonal"  # 3D, few channels per group: one dense problem
@@ -216,9 +217,9 @@ def test_forward_auto_choice(xla_cpu_rules):
 
 
 def test_auto_choice(xla_cpu_rules):
-    def problem(groups, ic, kernel):
+    def problem(groups, ic, kernel, n=2, size=9):
         return geometry.convolution_problem(
-            "t", geometry.Names(), x_shape=(2, *[9] * len(kernel), ic), y_shape=None,
+            "t", geometry.Names(), x_shape=(n, *[size] * len(kernel), ic), y_shape=None,
             w_shape=(*kernel, ic // groups, max(8, ic)), strides=None, pads_begin=None, pads_end=None,
             dilations=None, auto_pad="valid", groups=groups, data_format="NXC",
             filter_format="XIO")
@@ -231,8 +232,10 @@ def test_auto_choice(xla_cpu_rules):
     assert cpu(128, 256, (3, 3)) == "feature_group"  # past 64 groups
     assert cpu(4, 4, (3, 3)) == "shifted"
     assert cpu(2, 4, (1, 1)) == "dot"
-    # 3D: per-tap products, except with fewer than 4 channels per group.
+    # 3D: per-tap products, except with fewer than 4 channels per group, and jax.vjp's own
+    # program for the smallest (< 1e5 multiply-adds).
     assert cpu(1, 4, (3, 3, 3)) == "dot"
+    assert cpu(1, 4, (3, 3, 3), 1, 5) == "vjp"
     assert cpu(2, 8, (3, 3, 3)) == "block_diagonal"  # 3D, <= 5 channels per group: one dense problem
     assert cpu(2, 16, (3, 3, 3)) == "dot"  # 3D grouped: per-tap products, not per_group
     assert cpu(4, 8, (3, 3, 3)) == "block_diagonal"
@@ -594,8 +597,9 @@ def _convs(text: str) -> list[str]:
     return re.findall(r"stablehlo\.convolution.*", text)
 
 
-def test_auto_lowering_reaches_the_program_of_each_platform():
-    """One traced op, lowered for CPU, CUDA, ROCm and TPU, carries each backend's rule."""
+def test_auto_lowering_reaches_the_program_of_each_platform(xla_cpu_rules):
+    """One traced op, lowered for CPU, CUDA, ROCm and TPU, carries each backend's rule (on
+    CPU the XLA:CPU rules: an exported program holds no oneDNN call)."""
     # Grouped 2D weight gradient: CPU one dense convolution per group ("per_group"); GPU and
     # TPU jax.vjp's batch_group conv.
     x, dy = jnp.ones((2, 9, 9, 8)), jnp.ones((2, 7, 7, 8))
@@ -606,8 +610,9 @@ def test_auto_lowering_reaches_the_program_of_each_platform():
     for plat in ("cuda", "rocm", "tpu"):
         assert "batch_group_count = 2" in text[plat], plat
         assert "dot_general" not in text[plat] and len(_convs(text[plat])) == 1, plat
-    # Dense 3D weight gradient: per-tap products on CPU and GPU, jax.vjp's convolution on TPU.
-    x3, dy3 = jnp.ones((1, 6, 6, 6, 4)), jnp.ones((1, 4, 4, 4, 8))
+    # Dense 3D weight gradient (past the smallest, 8.8e5 multiply-adds): per-tap products on
+    # CPU and GPU, jax.vjp's convolution on TPU.
+    x3, dy3 = jnp.ones((2, 10, 10, 10, 4)), jnp.ones((2, 8, 8, 8, 8))
     fn3 = functools.partial(jaxconv.convolution_backprop_filters, filter_shape=(3, 3, 3, 4, 8))
     for plat, products in (("cpu", True), ("cuda", True), ("tpu", False)):
         t = _exported(fn3, plat, x3, dy3)

@@ -118,6 +118,16 @@ ONEDNN_MIN_FLOPS = 1e5
 ONEDNN_MIN_MACS_PER_ELEMENT = 1.5
 
 
+#: XLA:CPU's 3D per-tap products beat its convolution on benchdnn's 3D problems (1e7-1e10
+#: multiply-adds, below); on the smallest ones of the dilated list (2 x 16 channels, windows of
+#: 2-5 taps, 1e3-6e4 multiply-adds, 10-40 us per call) they lost to it: forward below 1e4
+#: (dilated_conv:26-31, 0.64-0.95x of jax.vjp's time) and weight gradient below 1e5
+#: (dilated_conv:32-40, 0.76-0.97x), where the extra slices and the sum cost more than the
+#: arithmetic they reorganise; there the dense weight gradient is jax.vjp's own program
+#: (2-core AMD EPYC, Zen 5; jaxconv bench --lists conv_shapes_dilated).
+PER_TAP_3D_MIN_MACS = {"forward": 1e4, "weight": 1e5}
+
+
 def _macs(p: ConvProblem) -> int:
     return p.batch * math.prod(p.output_size) * p.out_channels * math.prod(p.kernel) * (
         p.in_channels // max(p.groups, 1))
@@ -194,7 +204,9 @@ def _forward_cpu(p: ConvProblem) -> str:
         return "per_group"
     if p.groups > 1:
         return "dot"
-    if icg >= 4 and (all(k == 1 for k in p.kernel) or (p.rank == 3 and unstrided)):
+    if icg >= 4 and all(k == 1 for k in p.kernel):
+        return "dot"
+    if icg >= 4 and p.rank == 3 and unstrided and _macs(p) >= PER_TAP_3D_MIN_MACS["forward"]:
         return "dot"
     return "conv"
 
@@ -214,7 +226,10 @@ def _weight_grad_cpu(p: ConvProblem) -> str:
     # slices cost more there than the library convolution saves.
     if len(p.kernel) == 3 and p.in_channels > p.groups and (p.groups == 1 or
                                                             p.in_channels // p.groups >= 4):
-        return "dot"
+        if _macs(p) >= PER_TAP_3D_MIN_MACS["weight"]:
+            return "dot"
+        if p.groups == 1:
+            return "vjp"  # the smallest: jax.vjp's own program (its pads inside the convolution)
     if p.groups > 1 and p.in_channels == p.groups:
         return "shifted"
     # XLA:CPU's 1D/2D convolution expands batch_group_count into a dense problem: 30-80x
