@@ -21,7 +21,10 @@ medians). One step of every contender from the same parameters must agree (``los
 ``param_gap``: the largest difference from the first contender's). Writes JSON and a plot;
 ``speedup`` is lax's step time over jaxconv's (> 1: jaxconv faster), ``torch_ratio`` torch's
 over jaxconv's (>= 1: jaxconv no slower than PyTorch), and ``vmap_ratio`` jaxconv's batched
-step time over its equinox-style one (1: as fast).
+step time over its equinox-style one (1: as fast). ``page_faults_per_step`` and
+``system_ms_per_step`` say how much of each contender's step was the kernel handing out fresh
+memory (XLA:CPU allocates each execution's temporaries anew; glibc's settings, recorded in
+``meta.malloc_env``, decide whether those are new pages: docs/performance.md).
 
 usage: python -m benchmarks.train_step [--reps 5] [--batch 8] [--out benchmarks/results/train_step.json]
 """
@@ -34,6 +37,7 @@ import math
 import os
 import pathlib
 import platform
+import resource
 import statistics
 import sys
 from collections.abc import Callable
@@ -201,16 +205,27 @@ def measure(name: str, batch: int, reps: int,
     calls = {k: calls_per_sample(fn) for k, fn in steps.items()}
     order = np.random.default_rng(0)
     times: dict[str, list[float]] = {k: [] for k in steps}
+    # what the process asked of the kernel per step: minor page faults (fresh memory: XLA:CPU
+    # allocates each execution's temporaries anew) and system CPU time, summed over the reps
+    faults = {k: 0 for k in steps}
+    sys_s = {k: 0.0 for k in steps}
     for _ in range(reps):
         for k in order.permutation(list(steps)):
             _time_n(steps[k], 1)
+            before = resource.getrusage(resource.RUSAGE_SELF)
             times[k].append(_time_n(steps[k], calls[k]) / calls[k])
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            faults[k] += after.ru_minflt - before.ru_minflt
+            sys_s[k] += after.ru_stime - before.ru_stime
     med = {k: statistics.median(v) for k, v in times.items()}
+    n_steps = {k: reps * calls[k] for k in steps}
     return {"block": name, "description": desc, "input": list(x_shape),
             "median_ms": {k: v * 1e3 for k, v in med.items()},
             "speedup": _ratio(med, "lax", "jaxconv"), "torch_ratio": _ratio(med, "torch", "jaxconv"),
             "vmap_ratio": _ratio(med, "jaxconv", "jaxconv_vmap"), "torch_layout": torch_layout,
-            "loss_gap": loss_gap, "param_gap": param_gap}
+            "loss_gap": loss_gap, "param_gap": param_gap,
+            "page_faults_per_step": {k: faults[k] / n_steps[k] for k in steps},
+            "system_ms_per_step": {k: sys_s[k] / n_steps[k] * 1e3 for k in steps}}
 
 
 def _ratio(med: dict[str, float], num: str, den: str) -> float:
@@ -251,7 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     result = {"meta": {"jax": jax.__version__, "backend": jax.default_backend(),
                        "contenders": args.contenders, "cpu": cpu_model(),
                        "cpu_count": os.cpu_count(), "platform": platform.platform(),
-                       "batch": args.batch, "reps": args.reps},
+                       "batch": args.batch, "reps": args.reps,
+                       # glibc's allocator settings decide how much of a step is page faults
+                       "malloc_env": {k: v for k, v in os.environ.items()
+                                      if k.startswith(("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD"))}},
               "geomean_speedup": geomean(r["speedup"] for r in rows),
               "geomean_torch_ratio": geomean(r["torch_ratio"] for r in rows),
               "geomean_vmap_ratio": geomean(r["vmap_ratio"] for r in rows), "rows": rows}
@@ -259,12 +277,14 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(result, indent=1))
     plot(rows, args.out.with_suffix(".png"), jax.default_backend())
     print(f"{'block':14s} {'lax ms':>9s} {'jaxconv ms':>11s} {'vmap ms':>9s} {'torch ms':>9s} "
-          f"{'speed-up':>9s} {'torch/ours':>10s} {'vmap ratio':>10s} {'loss gap':>9s}")
+          f"{'speed-up':>9s} {'torch/ours':>10s} {'vmap ratio':>10s} {'loss gap':>9s}  "
+          f"page faults per step")
     for r in rows:
         m = {k: r["median_ms"].get(k, math.nan) for k in NAMES}
         print(f"{r['block']:14s} {m['lax']:9.2f} {m['jaxconv']:11.2f} {m['jaxconv_vmap']:9.2f} "
               f"{m['torch']:9.2f} {r['speedup']:9.2f} {r['torch_ratio']:10.2f} "
-              f"{r['vmap_ratio']:10.2f} {r['loss_gap']:9.1e}")
+              f"{r['vmap_ratio']:10.2f} {r['loss_gap']:9.1e}  "
+              + " ".join(f"{k} {v:.0f}" for k, v in r["page_faults_per_step"].items()))
     print(f"geomean speed-up {result['geomean_speedup']:.2f}, torch/jaxconv "
           f"{result['geomean_torch_ratio']:.2f}, vmap ratio {result['geomean_vmap_ratio']:.2f}; "
           f"wrote {args.out}")

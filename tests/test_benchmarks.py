@@ -176,3 +176,19 @@ def test_programs_dump_and_compare(tmp_path):
     b.write_text(json.dumps(changed))
     assert programs.compare(json.loads(a.read_text()), changed) == [key]
     assert programs.main(["compare", str(a), str(b)]) == 1
+
+
+def test_train_step_contenders_agree_and_count_page_faults():
+    """benchmarks/train_step.py on its smallest block: every contender's step from the same
+    parameters gives the same loss and parameters (torch's nn modules too, when installed),
+    and each row says what the kernel did for each contender (page faults, system time)."""
+    from benchmarks import train_step
+
+    contenders = ("lax", "jaxconv", "jaxconv_vmap", "torch")
+    r = train_step.measure("unet3d", 1, 1, contenders)
+    timed = set(r["median_ms"])
+    assert {"lax", "jaxconv", "jaxconv_vmap"} <= timed <= set(contenders)
+    assert r["loss_gap"] < 1e-5 and r["param_gap"] < 1e-6
+    assert set(r["page_faults_per_step"]) == set(r["system_ms_per_step"]) == timed
+    assert all(v >= 0 for v in [*r["page_faults_per_step"].values(),
+                                *r["system_ms_per_step"].values()])
