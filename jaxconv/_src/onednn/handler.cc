@@ -14,9 +14,10 @@
 // and the activations stay in the caller's layout or are reordered into oneDNN's, whichever
 // ran faster on the problem's first call (Choose).  A small problem runs whole, single-
 // threaded, on the calling thread; where the batch splits, a call runs as single-threaded
-// chunks on XLA's own thread pool (RunOnPool, Chunks); else as one OpenMP call at a time.  Primitives are cached by problem in a bounded LRU cache (thread-safe; an entry stays
-// alive while a thread executes it); working memory is each thread's own.  Every oneDNN
-// error becomes an ffi::Error whose message names the op: XLA raises it in Python.
+// chunks on XLA's own thread pool (RunOnPool, Chunks); else as one OpenMP call at a time.
+// Primitives are cached by problem in a bounded LRU cache (thread-safe; an entry stays alive
+// while a thread executes it); working memory is each thread's own.  Every oneDNN error
+// becomes an ffi::Error whose message names the op: XLA raises it in Python.
 
 #include <dlfcn.h>
 
