@@ -395,6 +395,11 @@ def test_data_gradient_auto_choice_and_unknown(xla_cpu_rules):
     assert cpu(_problem_strided(2, groups=2)) == "block_diagonal"  # <= 64 channels
     assert cpu(_problem_strided(2, channels=128, groups=2)) == "per_group"
     assert cpu(_problem_strided(2, channels=256, groups=128)) == "dot"
+    one_by_one = geometry.convolution_problem(  # 1x1x1 over 2 channels (vnet:conv4): the grid
+        "t", geometry.Names(), x_shape=(1, 8, 8, 8, 2), y_shape=None, w_shape=(1, 1, 1, 2, 2),
+        strides=1, pads_begin=None, pads_end=None, dilations=None, auto_pad="valid", groups=1,
+        data_format="NXC", filter_format="XIO")
+    assert cpu(one_by_one) == "grid"
     for p in (_problem_strided(2), _problem_strided(1), _problem_strided(2, groups=2)):
         assert backends.data_grad_method(p, "gpu") == "vjp"
         assert backends.data_grad_method(p, "default") == "vjp"
