@@ -188,7 +188,8 @@ def test_train_step_contenders_agree_and_count_page_faults():
     r = train_step.measure("unet3d", 1, 1, contenders)
     timed = set(r["median_ms"])
     assert {"lax", "jaxconv", "jaxconv_vmap"} <= timed <= set(contenders)
-    assert r["loss_gap"] < 1e-5 and r["param_gap"] < 1e-6
+    tol = h.TOLERANCE["float32"]  # losses and parameters of order 1
+    assert r["loss_gap"] < tol and r["param_gap"] < tol
     assert set(r["page_faults_per_step"]) == set(r["system_ms_per_step"]) == timed
     assert all(v >= 0 for v in [*r["page_faults_per_step"].values(),
                                 *r["system_ms_per_step"].values()])

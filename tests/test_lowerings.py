@@ -224,8 +224,8 @@ def test_auto_choice(xla_cpu_rules):
             dilations=None, auto_pad="valid", groups=groups, data_format="NXC",
             filter_format="XIO")
 
-    def cpu(*args):
-        return backends.weight_grad_method(problem(*args), "cpu")
+    def cpu(*args, **kw):
+        return backends.weight_grad_method(problem(*args, **kw), "cpu")
 
     assert cpu(1, 4, (3, 3)) == "conv"
     assert cpu(2, 4, (3, 3)) == "per_group"  # one dense problem per group
@@ -235,7 +235,7 @@ def test_auto_choice(xla_cpu_rules):
     # 3D: per-tap products, except with fewer than 4 channels per group, and jax.vjp's own
     # program for the smallest (< 1e5 multiply-adds).
     assert cpu(1, 4, (3, 3, 3)) == "dot"
-    assert cpu(1, 4, (3, 3, 3), 1, 5) == "vjp"
+    assert cpu(1, 4, (3, 3, 3), n=1, size=5) == "vjp"
     assert cpu(2, 8, (3, 3, 3)) == "block_diagonal"  # 3D, <= 5 channels per group: one dense problem
     assert cpu(2, 16, (3, 3, 3)) == "dot"  # 3D grouped: per-tap products, not per_group
     assert cpu(4, 8, (3, 3, 3)) == "block_diagonal"

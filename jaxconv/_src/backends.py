@@ -204,9 +204,8 @@ def _forward_cpu(p: ConvProblem) -> str:
         return "per_group"
     if p.groups > 1:
         return "dot"
-    if icg >= 4 and all(k == 1 for k in p.kernel):
-        return "dot"
-    if icg >= 4 and p.rank == 3 and unstrided and _macs(p) >= PER_TAP_3D_MIN_MACS["forward"]:
+    per_tap_3d = p.rank == 3 and unstrided and _macs(p) >= PER_TAP_3D_MIN_MACS["forward"]
+    if icg >= 4 and (all(k == 1 for k in p.kernel) or per_tap_3d):
         return "dot"
     return "conv"
 
