@@ -211,6 +211,16 @@ def test_forward_auto_choice(xla_cpu_rules):
     assert cpu(2, 8, (3, 3, 3)) == "block_diagonal"  # 3D, few channels per group: one dense problem
     assert cpu(2, 8, (3, 3, 3), strides=2) == "dot"  # ... at stride 1
     assert cpu(2, 128, (3, 3, 3)) == "dot"  # ... and at most 64 channels
+    # one window over the whole input: one product, or XLA's convolution for one output
+    # channel per group (its reduction over the window)
+    assert cpu(1, 8, (9, 9)) == "dot"
+    assert cpu(4, 8, (9, 9)) == "dot"  # 2 output channels per group
+    whole_one = geometry.convolution_problem(
+        "t", geometry.Names(), x_shape=(2, 9, 9, 9, 8), y_shape=None, w_shape=(9, 9, 9, 8, 1),
+        strides=None, pads_begin=None, pads_end=None, dilations=None, auto_pad="valid",
+        groups=1, data_format="NXC", filter_format="XIO")
+    assert backends.forward_method(whole_one, "cpu") == "conv"
+    assert backends.data_grad_method(whole_one, "cpu") == "dot"
     for args in [(4, 4, (3, 3)), (2, 8, (3, 3)), (1, 8, (3, 3, 3))]:
         assert backends.forward_method(problem(*args), "gpu") == "conv"
         assert backends.forward_method(problem(*args), "default") == "conv"
@@ -430,13 +440,15 @@ def _problem_strided(s, channels=8, groups=1):
         groups=groups, data_format="NXC", filter_format="XIO")
 
 
-@pytest.mark.parametrize("rank,df,ff,groups,dilation,pad", [
-    (1, "NCX", "OIX", 1, 1, 0), (2, "NXC", "XIO", 2, 2, 1), (3, "NCX", "XIO", 1, 1, 1),
-    (2, "NCX", "OIX", 4, 1, 0)])
+@pytest.mark.parametrize("rank,df,ff,groups,dilation,pad,stride", [
+    (1, "NCX", "OIX", 1, 1, 0, 1), (2, "NXC", "XIO", 2, 2, 1, 3), (3, "NCX", "XIO", 1, 1, 1, 1),
+    (2, "NCX", "OIX", 4, 1, 0, 2)])
 @pytest.mark.parametrize("oc", [8, 40], ids=["outer-sum", "dot_general"])
-def test_dot_for_a_window_covering_the_input(rank, df, ff, groups, dilation, pad, oc):
-    """Every output extent 1 (benchdnn's 3d_conv_large_shape): an outer product over the batch,
-    summed element-wise (at most 8 output channels per group) or by one dot_general."""
+def test_dot_for_a_window_covering_the_input(rank, df, ff, groups, dilation, pad, stride, oc):
+    """Every output extent 1 (benchdnn's 3d_conv_large_shape): the CPU table's "dot" computes
+    each kernel as one product over the window's axes, never a loop over its taps. The weight
+    gradient is an outer product over the batch, summed element-wise (at most 8 output channels
+    per group) or by one dot_general; the forward and the data gradient one dot_general each."""
     spatial = (5, 4, 3)[:rank]
     kernel = tuple((i + 2 * pad - 1) // dilation + 1 for i in spatial)
     pads_end = tuple((k - 1) * dilation + 1 - i - pad for k, i in zip(kernel, spatial))
@@ -446,20 +458,44 @@ def test_dot_for_a_window_covering_the_input(rank, df, ff, groups, dilation, pad
     x = h.random(rng, h.data_shape(df, 2, ic, spatial))
     dy = h.random(rng, h.data_shape(df, 2, oc, (1,) * rank))
     w_shape = h.conv_filter_shape(ff, oc, ic // groups, kernel)
-    kw = dict(dilations=dilation, pads_begin=pad, pads_end=pads_end, groups=groups,
-              data_format=df, filter_format=ff, precision=HIGHEST)
-    from jaxconv._src import geometry as geo
-    p = geo.convolution_problem("t", geo.Names(), x_shape=x.shape, y_shape=dy.shape,
-                                w_shape=w_shape, strides=None, pads_begin=pad, pads_end=pads_end,
-                                dilations=dilation, auto_pad="none", groups=groups,
-                                data_format=df, filter_format=ff)
-    assert backends.weight_grad_method(p, "cpu") == "dot"
-    got = jaxconv.convolution_backprop_filters(x, dy, w_shape, **kw)
-    _, _, dw = oracles.conv_all(
-        h.data_to_ncx(h.to_f64(x), df), h.conv_filter_to_oix(np.zeros(w_shape), ff),
-        h.data_to_ncx(h.to_f64(dy), df), strides=(1,) * rank, dilations=(dilation,) * rank,
+    w = h.random(rng, w_shape)
+    kw = dict(strides=stride, dilations=dilation, pads_begin=pad, pads_end=pads_end,
+              groups=groups, data_format=df, filter_format=ff, precision=HIGHEST)
+    p = geometry.convolution_problem(
+        "t", geometry.Names(), x_shape=x.shape, y_shape=dy.shape, w_shape=w_shape,
+        strides=stride, pads_begin=pad, pads_end=pads_end, dilations=dilation, auto_pad="none",
+        groups=groups, data_format=df, filter_format=ff)
+    for kernel_kind in Kernel:
+        assert lowering.choose(kernel_kind, p, "cpu") == "dot"
+
+    def forward(x, w):
+        return jaxconv.convolution(x, w, **kw)
+
+    def data(dy, w):
+        return jaxconv.convolution_backward_data(dy, w, x.shape, **kw)
+
+    got = (forward(x, w), data(dy, w), jaxconv.convolution_backprop_filters(x, dy, w_shape, **kw))
+    y, dx, dw = oracles.conv_all(
+        h.data_to_ncx(h.to_f64(x), df), h.conv_filter_to_oix(h.to_f64(w), ff),
+        h.data_to_ncx(h.to_f64(dy), df), strides=(stride,) * rank, dilations=(dilation,) * rank,
         pads_begin=(pad,) * rank, pads_end=pads_end, groups=groups)
-    h.assert_close(got, h.conv_filter_from_oix(dw, ff), jnp.float32)
+    for g, want in zip(got, (h.data_from_ncx(y, df), h.data_from_ncx(dx, df),
+                             h.conv_filter_from_oix(dw, ff))):
+        h.assert_close(g, want, jnp.float32)
+    for fn, args in ((forward, (x, w)), (data, (dy, w))):
+        assert len(_dot_generals(fn, *args)) == 1, fn.__name__
+
+
+def test_whole_window_derivatives_to_order_2():
+    """The one-product kernels of a whole window, under grad: their transposes are each
+    other's (a strided, dilated, grouped 2D window)."""
+    rng = np.random.default_rng(5)
+    x = h.random(rng, (2, 6, 5, 4))
+    w = h.random(rng, (3, 2, 2, 6))
+    kw = dict(strides=3, dilations=(2, 3), pads_begin=(0, 1), pads_end=(1, 0), groups=2,
+              data_format="NXC", filter_format="XIO", precision=HIGHEST)
+    assert jaxconv.convolution(x, w, **kw).shape == (2, 1, 1, 6)
+    h.check_grads(lambda x, w: jaxconv.convolution(x, w, **kw), (x, w), order=2)
 
 
 @pytest.mark.parametrize("shape,summed,spatial,plan", [

@@ -133,13 +133,21 @@ def _macs(p: ConvProblem) -> int:
         p.in_channels // max(p.groups, 1))
 
 
+def _whole_window(p: ConvProblem) -> bool:
+    """One window over the whole input (every output extent 1, more than one tap; benchdnn's
+    3d_conv_large_shape, a classifier head written as a convolution): "dot" computes each
+    kernel as one product over the window's axes (``lowering/taps.py``). The per-tap forms
+    would loop over the taps (a 33^3 window: 35,937 products, minutes to compile) and
+    XLA:CPU's convolution ran 3d_conv_large_shape:1's data gradient at 0.01 GFLOP/s."""
+    return all(o == 1 for o in p.output_size) and math.prod(p.kernel) > 1
+
+
 def _onednn_pays(p: ConvProblem, kernel: Kernel = Kernel.WEIGHT) -> bool:
     """Whether the CPU table picks ``"onednn"`` for ``kernel`` of ``p`` (built, loaded,
     applicable, large enough; a forward or data gradient not bound by memory)."""
-    if all(o == 1 for o in p.output_size) and math.prod(p.kernel) > 1:
-        # one window over the whole input (3d_conv_large_shape): oneDNN's direct kernels do
-        # not tile it (its reference code: 192^3 weight gradient 18 s against XLA's 1.0 s,
-        # Zen 4 EPYC, in the full bench run)
+    if _whole_window(p):
+        # oneDNN's direct kernels do not tile it (its reference code: 192^3 weight gradient
+        # 18 s against XLA's 1.0 s, Zen 4 EPYC, in the full bench run)
         return False
     macs = _macs(p)
     elements = math.prod(p.x_shape) + math.prod(p.y_shape)
@@ -194,6 +202,12 @@ def _forward_cpu(p: ConvProblem) -> str:
     small = _operands_fit(p)
     icg = p.in_channels // p.groups
     unstrided = all(s == 1 for s in p.strides)
+    if _whole_window(p):
+        # one product, no per-tap loop; with one output channel per group (a reduction over
+        # the window) XLA's convolution, which splits it across threads, ran faster: 33^3x16
+        # -> 1, N2 0.33 vs 0.55 ms; 12x12 depthwise C64, N8 0.037 vs 0.072; "dot" won at
+        # 33^3x16 -> 8 (0.79 vs 5.5) and 7x7x512 -> 1000, N16 (11 vs 104; 2-core Zen 3 EPYC)
+        return "conv" if p.out_channels // p.groups == 1 else "dot"
     if not small:
         return "conv"
     if p.groups > 1 and icg == 1:
@@ -263,6 +277,10 @@ def _data_grad_cpu(p: ConvProblem) -> str:
     # * "phases" when a stride is > 1 (at most 64 phases), else "grid".
     undilated = all(d == 1 for d in p.dilations)
     small = math.prod(p.x_shape) <= DOT_MAX_RESULT_ELEMENTS
+    if _whole_window(p):
+        # one product: 33^3x16 -> 1, N2 0.4-1.4 ms against jax.vjp's 335; 7x7x512 -> 1000,
+        # N16 6 ms against 266 (2-core Zen 3 EPYC)
+        return "dot"
     if _block_diagonal_pays(p, "data"):
         return "block_diagonal"
     if small and all(k == 1 for k in p.kernel):

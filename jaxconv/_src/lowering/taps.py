@@ -11,6 +11,15 @@ convolution reaches XLA). (``"shifted"`` reuses it with a multiply for ICg = 1.)
 
 Data gradient: the stride phases of ``phases.py``, each as per-tap products.
 
+One window over the whole (padded) input, every O = 1 (a classifier head written as a
+convolution, benchdnn's 3d_conv_large_shape): the taps are no loop but axes of one product.
+The window xw[n, k, ic] = x[n, k*D - pb, ic] gives
+    y[n, oc] = sum_{k,ic} xw[n, k, ic] W[oc, ic, k]      (contract the window and channels)
+    dxw[n, k, ic] = sum_oc dy[n, oc] W[oc, ic, k]        (contract the output channels)
+and dx is dxw spread back to the positions k*D - pb (``lax.pad``: interior D - 1, edges -pb
+and I + pb - dk, negative widths crop): one dot_general each, batched over the groups,
+where the loop would emit prod(K) of them (35,937 for a 33^3 window: minutes to compile).
+
 Weight gradient: dW[oc, ic, k] = sum_{n,t} xs_k[n, ic, t] dy[n, oc, t] with xs_k the
 strided slice of padded x at k*D: a dot_general per tap contracting batch and spatial axes
 (batched over the groups when there are several). Every O = 1: the window covers the padded
@@ -20,6 +29,8 @@ the batch only, or, for a few output channels, those N outer products summed ele
 """
 
 from __future__ import annotations
+
+import math
 
 import jax.numpy as jnp
 import numpy as np
@@ -34,6 +45,8 @@ from jaxconv._src.lowering.method import Method
 def forward_taps(x: Array, w: Array, p: ConvProblem, precision: Precision,
                  preferred_element_type: DType, *, elementwise: bool = False) -> Array:
     """y from x and W, one product (``elementwise``: one multiply-add) per kernel tap."""
+    if _whole_window(p):
+        return _forward_whole_window(x, w, p, precision, preferred_element_type)
     d, g = p.data, p.groups
     o_ax, i_ax, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
     icg, ocg = p.in_channels // g, p.out_channels // g
@@ -48,6 +61,99 @@ def forward_taps(x: Array, w: Array, p: ConvProblem, precision: Precision,
     y = common.tap_products(xl, wc, reads, precision, acc, elementwise=elementwise)
     return common.from_channels_last(y, p).astype(
         preferred_element_type if preferred_element_type is not None else x.dtype)
+
+
+def _whole_window(p: ConvProblem) -> bool:
+    """Every output extent 1 with more than one tap: one window over the whole input."""
+    return all(o == 1 for o in p.output_size) and math.prod(p.kernel) > 1
+
+
+def _window_channels_last(x: Array, p: ConvProblem) -> Array:
+    """The one window of x, (N, *K, G, ICg): x[n, k*D - pb, g*ICg + ic]."""
+    xc = common.pad_spatial(x, p.data.spatial_axes, p.fit_pads)
+    xw = common.channels_last(common.window(xc, p, (0,) * p.rank, p.kernel, p.dilations), p)
+    return xw.reshape(*xw.shape[:-1], p.groups, p.in_channels // p.groups)
+
+
+def _filter_by_role(w: Array, p: ConvProblem) -> tuple[Array, list[str]]:
+    """W in its own layout with the O axis split in place into (G, OCg) (a free reshape), and
+    the role of each axis: the products contract it as it lies (no copy of a 33^3 window)."""
+    o_ax, i_ax, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
+    roles = {o_ax: ["g", "oc"], i_ax: ["ic"], **{a: [f"k{j}"] for j, a in enumerate(w_sp)}}
+    g = p.groups
+    wg = w.reshape(w.shape[:o_ax] + (g, p.out_channels // g) + w.shape[o_ax + 1:])
+    return wg, [r for a in range(w.ndim) for r in roles[a]]
+
+
+def _product(a: Array, a_axes: list[str], b: Array, b_axes: list[str], contract: list[str],
+             out: list[str], precision: Precision, acc: DType) -> Array:
+    """dot_general by axis names: contract ``contract``, batch over the groups ("g") when
+    there are several (one group: no size-1 batch dimension, docs/performance.md "GPU"),
+    result in the order ``out``."""
+    batch = ["g"] if a.shape[a_axes.index("g")] > 1 else []
+    if not batch:
+        a, a_axes = lax.index_in_dim(a, 0, a_axes.index("g"), False), [x for x in a_axes if x != "g"]
+        b, b_axes = lax.index_in_dim(b, 0, b_axes.index("g"), False), [x for x in b_axes if x != "g"]
+    dims = (([a_axes.index(x) for x in contract], [b_axes.index(x) for x in contract]),
+            ([a_axes.index(x) for x in batch], [b_axes.index(x) for x in batch]))
+    res = lax.dot_general(a, b, dims, precision=precision, preferred_element_type=acc)
+    got = batch + [x for axes in (a_axes, b_axes) for x in axes if x not in contract + batch]
+    return jnp.transpose(res, [got.index(x) for x in out if x in got])
+
+
+def _forward_whole_window(x: Array, w: Array, p: ConvProblem, precision: Precision,
+                          preferred_element_type: DType) -> Array:
+    ks = [f"k{j}" for j in range(p.rank)]
+    xw = _window_channels_last(x, p)  # (N, *K, G, ICg)
+    wg, w_axes = _filter_by_role(w, p)
+    acc = common.accumulation_dtype(x.dtype, preferred_element_type)
+    y = _product(xw, ["n", *ks, "g", "ic"], wg, w_axes, [*ks, "ic"], ["n", "g", "oc"],
+                 precision, acc)
+    y = y.reshape(y.shape[0], *(1,) * p.rank, p.out_channels)  # (N, 1.., G*OCg)
+    return common.from_channels_last(y, p).astype(
+        preferred_element_type if preferred_element_type is not None else x.dtype)
+
+
+def _filter_first(batch: int, ocg: int) -> bool:
+    """Whether the whole-window data gradient puts W before dy in its product.
+
+    XLA:CPU copies one side transposed: dy first, W with O innermost (prod(K) * ICg * OCg
+    elements); W first, the result ((prod(K) * ICg) x N, a transpose with N innermost, slow
+    for a small batch). Measured (2-core AMD EPYC, Zen 3, float32, NXC/XIO, ms, W first vs dy
+    first): W first won at OCg >= 4N and >= 16 (7x7x512 -> 1000, N16 6.0 vs 66; -> 64 0.45 vs
+    1.2; 33^3x16 -> 64, N2 7.5 vs 73; 4x4x256 -> 32, N8 0.065 vs 0.11), dy first below
+    (33^3x16 -> 8, N2 1.9 vs 3.4; -> 1 0.42 vs 1.4; 6x6x256 -> 256 g4, N32 0.55 vs 0.76).
+    """
+    return ocg >= max(16, 4 * batch)
+
+
+def _data_grad_whole_window(dy: Array, w: Array, p: ConvProblem, precision: Precision,
+                            preferred_element_type: DType) -> Array:
+    g, r = p.groups, p.rank
+    ks = [f"k{j}" for j in range(r)]
+    dyc = common.channels_last(dy, p).reshape(dy.shape[p.data.batch_axis], g, p.out_channels // g)
+    wg, w_axes = _filter_by_role(w, p)
+    acc = common.accumulation_dtype(dy.dtype, preferred_element_type)
+    if _filter_first(dyc.shape[0], p.out_channels // g):
+        dxw = _product(wg, w_axes, dyc, ["n", "g", "oc"], ["oc"], ["n", *ks, "g", "ic"],
+                       precision, acc)
+    else:
+        dxw = _product(dyc, ["n", "g", "oc"], wg, w_axes, ["oc"], ["n", *ks, "g", "ic"],
+                       precision, acc)
+    dxw = common.from_channels_last(dxw.reshape(*dxw.shape[:r + 1], p.in_channels), p)
+    out_dtype = preferred_element_type if preferred_element_type is not None else dy.dtype
+    config = [(0, 0, 0)] * dxw.ndim
+    for ax, i, pb, dk, dl in zip(p.data.spatial_axes, p.input_size, p.pads_begin,
+                                 p.dilated_kernel, p.dilations):
+        config[ax] = (-pb, i + pb - dk, dl - 1)  # tap k lands on k*D - pb; negative widths crop
+    return lax.pad(dxw.astype(out_dtype), jnp.zeros((), out_dtype), config)
+
+
+def _data_grad_dot(dy: Array, w: Array, p: ConvProblem, precision: Precision,
+                   preferred_element_type: DType) -> Array:
+    if _whole_window(p):
+        return _data_grad_whole_window(dy, w, p, precision, preferred_element_type)
+    return phases.data_grad_dot(dy, w, p, precision, preferred_element_type)
 
 
 def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, precision: Precision,
@@ -140,5 +246,5 @@ def _weight_grad_dot(x: Array, dy: Array, p: ConvProblem, precision: Precision,
 
 DOT = Method(
     "dot", "one matrix product per kernel tap",
-    {Kernel.FORWARD: forward_taps, Kernel.DATA: phases.data_grad_dot,
+    {Kernel.FORWARD: forward_taps, Kernel.DATA: _data_grad_dot,
      Kernel.WEIGHT: _weight_grad_dot})
