@@ -50,6 +50,7 @@ from jax import lax
 
 import jaxconv
 from benchmarks.train_step_torch import torch_step
+from jaxconv._src import host_memory
 from jaxconv._src.bench.run import _time_n, calls_per_sample, cpu_model, geomean
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -269,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                        "batch": args.batch, "reps": args.reps,
                        # glibc's allocator settings decide how much of a step is page faults
                        "malloc_env": {k: v for k, v in os.environ.items()
-                                      if k.startswith(("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD"))}},
+                                      if k.startswith(("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD"))},
+                       "keeps_freed_memory": host_memory.keeps_freed_memory()},
               "geomean_speedup": geomean(r["speedup"] for r in rows),
               "geomean_torch_ratio": geomean(r["torch_ratio"] for r in rows),
               "geomean_vmap_ratio": geomean(r["vmap_ratio"] for r in rows), "rows": rows}

@@ -87,12 +87,15 @@ def _check(args: argparse.Namespace) -> int:
     """Verifies every op against jax.vjp of lax.conv_general_dilated on this backend."""
     import jax
 
-    from jaxconv._src import checks
+    from jaxconv._src import checks, host_memory
     from jaxconv._src.onednn import library
 
     print(f"jaxconv check: backend {jax.default_backend()} ({jax.devices()[0].device_kind}), "
           f"float32, Precision.HIGHEST, tolerance {checks.TOLERANCE:.0e} relative")
     print(library.status().line())
+    memory = host_memory.line(jax.default_backend())
+    if memory:
+        print(memory)
     results = checks.run_checks()
     print(checks.format_table(results))
     failed = [r.op for r in results if not r.ok]
