@@ -141,12 +141,16 @@ def why_not(p: ConvProblem) -> str | None:
 
 
 def cache_stats() -> dict[str, int]:
-    """The primitive cache: entries, capacity, hits, misses (zeros when not loaded)."""
+    """The primitive cache: entries, capacity, hits, misses, and over the process the reference
+    implementations left out of the first-call trials (``reference_skipped``) and those timed
+    (``reference_trials``: only where nothing else implements a problem); zeros when not
+    loaded."""
+    names = ("entries", "capacity", "hits", "misses", "reference_skipped", "reference_trials")
     if not status().available:
-        return {"entries": 0, "capacity": 0, "hits": 0, "misses": 0}
-    out = (ctypes.c_int64 * 4)()
+        return dict.fromkeys(names, 0)
+    out = (ctypes.c_int64 * len(names))()
     _HANDLES[-1].jaxconv_onednn_cache_stats(out)
-    return dict(zip(("entries", "capacity", "hits", "misses"), (int(v) for v in out)))
+    return dict(zip(names, (int(v) for v in out)))
 
 
 def set_cache_capacity(entries: int) -> None:
