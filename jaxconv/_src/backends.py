@@ -133,19 +133,10 @@ def _macs(p: ConvProblem) -> int:
         p.in_channels // max(p.groups, 1))
 
 
-def _whole_window(p: ConvProblem) -> bool:
-    """One window over the whole input (every output extent 1, more than one tap; benchdnn's
-    3d_conv_large_shape, a classifier head written as a convolution): "dot" computes each
-    kernel as one product over the window's axes (``lowering/taps.py``). The per-tap forms
-    would loop over the taps (a 33^3 window: 35,937 products, minutes to compile) and
-    XLA:CPU's convolution ran 3d_conv_large_shape:1's data gradient at 0.01 GFLOP/s."""
-    return all(o == 1 for o in p.output_size) and math.prod(p.kernel) > 1
-
-
 def _onednn_pays(p: ConvProblem, kernel: Kernel = Kernel.WEIGHT) -> bool:
     """Whether the CPU table picks ``"onednn"`` for ``kernel`` of ``p`` (built, loaded,
     applicable, large enough; a forward or data gradient not bound by memory)."""
-    if _whole_window(p):
+    if p.whole_window:
         # oneDNN's direct kernels do not tile it (its reference code: 192^3 weight gradient
         # 18 s against XLA's 1.0 s, Zen 4 EPYC, in the full bench run)
         return False
@@ -202,11 +193,13 @@ def _forward_cpu(p: ConvProblem) -> str:
     small = _operands_fit(p)
     icg = p.in_channels // p.groups
     unstrided = all(s == 1 for s in p.strides)
-    if _whole_window(p):
-        # one product, no per-tap loop; with one output channel per group (a reduction over
-        # the window) XLA's convolution, which splits it across threads, ran faster: 33^3x16
-        # -> 1, N2 0.33 vs 0.55 ms; 12x12 depthwise C64, N8 0.037 vs 0.072; "dot" won at
-        # 33^3x16 -> 8 (0.79 vs 5.5) and 7x7x512 -> 1000, N16 (11 vs 104; 2-core Zen 3 EPYC)
+    if p.whole_window:
+        # "dot" is one product over the window's axes (lowering/taps.py), not the per-tap
+        # loop of the rules below (a 33^3 window: 35,937 products, minutes to compile); with
+        # one output channel per group (a reduction over the window) XLA's convolution, which
+        # splits it across threads, ran faster: 33^3x16 -> 1, N2 0.33 vs 0.55 ms; 12x12
+        # depthwise C64, N8 0.037 vs 0.072; "dot" won at 33^3x16 -> 8 (0.79 vs 5.5) and
+        # 7x7x512 -> 1000, N16 (11 vs 104; 2-core Zen 3 EPYC)
         return "conv" if p.out_channels // p.groups == 1 else "dot"
     if not small:
         return "conv"
@@ -277,8 +270,9 @@ def _data_grad_cpu(p: ConvProblem) -> str:
     # * "phases" when a stride is > 1 (at most 64 phases), else "grid".
     undilated = all(d == 1 for d in p.dilations)
     small = math.prod(p.x_shape) <= DOT_MAX_RESULT_ELEMENTS
-    if _whole_window(p):
-        # one product: 33^3x16 -> 1, N2 0.4-1.4 ms against jax.vjp's 335; 7x7x512 -> 1000,
+    if p.whole_window:
+        # one product (XLA:CPU's convolution ran 3d_conv_large_shape:1's at 0.01 GFLOP/s):
+        # 33^3x16 -> 1, N2 0.4-1.4 ms against jax.vjp's 335; 7x7x512 -> 1000,
         # N16 6 ms against 266 (2-core Zen 3 EPYC)
         return "dot"
     if _block_diagonal_pays(p, "data"):

@@ -10,6 +10,7 @@ all of them share.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from jax import lax
@@ -63,6 +64,12 @@ class ConvProblem:
     @property
     def dilated_kernel(self) -> tuple[int, ...]:
         return tuple(dilated_kernel_size(k, d) for k, d in zip(self.kernel, self.dilations))
+
+    @property
+    def whole_window(self) -> bool:
+        """One window over the whole (padded) input: every output extent 1, more than one tap
+        (a classifier head written as a convolution; benchdnn's 3d_conv_large_shape)."""
+        return all(o == 1 for o in self.output_size) and math.prod(self.kernel) > 1
 
     @property
     def remainder(self) -> tuple[int, ...]:

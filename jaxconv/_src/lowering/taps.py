@@ -30,8 +30,6 @@ the batch only, or, for a few output channels, those N outer products summed ele
 
 from __future__ import annotations
 
-import math
-
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -45,7 +43,7 @@ from jaxconv._src.lowering.method import Method
 def forward_taps(x: Array, w: Array, p: ConvProblem, precision: Precision,
                  preferred_element_type: DType, *, elementwise: bool = False) -> Array:
     """y from x and W, one product (``elementwise``: one multiply-add) per kernel tap."""
-    if _whole_window(p):
+    if p.whole_window:
         return _forward_whole_window(x, w, p, precision, preferred_element_type)
     d, g = p.data, p.groups
     o_ax, i_ax, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
@@ -61,11 +59,6 @@ def forward_taps(x: Array, w: Array, p: ConvProblem, precision: Precision,
     y = common.tap_products(xl, wc, reads, precision, acc, elementwise=elementwise)
     return common.from_channels_last(y, p).astype(
         preferred_element_type if preferred_element_type is not None else x.dtype)
-
-
-def _whole_window(p: ConvProblem) -> bool:
-    """Every output extent 1 with more than one tap: one window over the whole input."""
-    return all(o == 1 for o in p.output_size) and math.prod(p.kernel) > 1
 
 
 def _window_channels_last(x: Array, p: ConvProblem) -> Array:
@@ -151,7 +144,7 @@ def _data_grad_whole_window(dy: Array, w: Array, p: ConvProblem, precision: Prec
 
 def _data_grad_dot(dy: Array, w: Array, p: ConvProblem, precision: Precision,
                    preferred_element_type: DType) -> Array:
-    if _whole_window(p):
+    if p.whole_window:
         return _data_grad_whole_window(dy, w, p, precision, preferred_element_type)
     return phases.data_grad_dot(dy, w, p, precision, preferred_element_type)
 
