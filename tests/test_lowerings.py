@@ -9,6 +9,7 @@ compiled program of the platform it is lowered for.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax.numpy as jnp
@@ -185,6 +186,30 @@ def test_cpu_table_picks_onednn_where_built_and_large_enough():
         assert lowering.choose(kernel, whole, "cpu") != "onednn"
         for backend in ("gpu", "default"):
             assert lowering.choose(kernel, big, backend) != "onednn"
+
+
+@pytest.mark.skipif(not library.status().available, reason="the onednn extra is not built")
+@pytest.mark.parametrize("isa,onednn", [("AVX2", False), ("AVX-512 BF16", True)])
+def test_small_dense_weight_gradient_stays_xla_without_avx512(monkeypatch, isa, onednn):
+    """A dense weight gradient of fewer than ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS multiply-adds is
+    oneDNN's gemm-based implementation without AVX-512 (slower than XLA's): the XLA:CPU rules
+    there; the forward and larger problems keep oneDNN."""
+    status = dataclasses.replace(library.status(), isa=isa)
+    monkeypatch.setattr(library, "status", lambda: status)
+    # benchdnn dilated_conv:14 at N16: 1.5e5 multiply-adds
+    dense = geometry.convolution_problem(
+        "t", geometry.Names(), x_shape=(16, 8, 5, 8), y_shape=None, w_shape=(3, 3, 8, 8),
+        strides=None, pads_begin=(1, 3), pads_end=(1, 0), dilations=(1, 3), auto_pad="none",
+        groups=1, data_format="NXC", filter_format="XIO")
+    assert backends._macs(dense) < backends.ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
+    assert (lowering.choose(Kernel.WEIGHT, dense, "cpu") == "onednn") == onednn
+    assert lowering.choose(Kernel.FORWARD, dense, "cpu") == "onednn"
+    big = geometry.convolution_problem(
+        "t", geometry.Names(), x_shape=(16, 16, 10, 8), y_shape=None, w_shape=(3, 3, 8, 8),
+        strides=None, pads_begin=1, pads_end=1, dilations=None, auto_pad="none", groups=1,
+        data_format="NXC", filter_format="XIO")
+    assert backends._macs(big) >= backends.ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
+    assert lowering.choose(Kernel.WEIGHT, big, "cpu") == "onednn"
 
 
 def test_forward_auto_choice(xla_cpu_rules):

@@ -110,6 +110,15 @@ def _check_backend(backend: str) -> None:
 ONEDNN_MIN_FLOPS = 1e5
 
 
+#: Without AVX-512, oneDNN 3.2 computes the weight gradient of a small dense problem by its
+#: gemm-based implementation (im2col, then a product), and XLA's convolution beat it: benchdnn
+#: dilated_conv:11, 13 and 14 (1.1e5-2.2e5 multiply-adds, "x64:gemm:jit") ran at 0.74, 0.80
+#: and 0.24x jax.vjp's speed (71 vs 53 us, 86 vs 69, 88 vs 21; 2-core Zen 3 EPYC, AVX2, full
+#: bench run), where on AVX-512 its direct kernel won (dilated_conv:14 14 vs 18 us, Zen 5).
+#: Below this many multiply-adds such a weight gradient stays with the XLA:CPU rules.
+ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS = 3e5
+
+
 #: a forward or data gradient of fewer multiply-adds per element of x and y is bound by
 #: memory, where XLA's loop is as fast as oneDNN's call (measured on a 2-core AMD EPYC, Zen 4
 #: with AVX-512, jaxconv bench --preset full: vnet:conv4, 1x1x1 with 2 -> 2 channels
@@ -143,6 +152,9 @@ def _onednn_pays(p: ConvProblem, kernel: Kernel = Kernel.WEIGHT) -> bool:
     macs = _macs(p)
     elements = math.prod(p.x_shape) + math.prod(p.y_shape)
     if kernel is not Kernel.WEIGHT and macs < ONEDNN_MIN_MACS_PER_ELEMENT * elements:
+        return False
+    if (kernel is Kernel.WEIGHT and p.groups == 1 and macs < ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
+            and not library.status().isa.startswith("AVX-512")):
         return False
     return macs >= ONEDNN_MIN_FLOPS and library.why_not(p) is None
 
