@@ -269,20 +269,20 @@ def test_a_program_partitioned_across_devices_keeps_the_batch_sharded():
         import jax, jax.numpy as jnp, numpy as np, jaxconv
         from jax.sharding import NamedSharding, PartitionSpec as P
         mesh = jax.make_mesh((8,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
-        x = jnp.ones((16, 12, 12, 8)); dy = jnp.ones((16, 10, 10, 16))
+        x = jnp.ones((16, 12, 12, 16)); dy = jnp.ones((16, 10, 10, 16))  # 4.6e5 MACs a device
         shard = NamedSharding(mesh, P("batch"))
         xs, dys = jax.device_put(x, shard), jax.device_put(dy, shard)
         for lowering in ("auto", "onednn"):
             f = jax.jit(lambda x, dy: jaxconv.convolution_backprop_filters(
-                x, dy, (3, 3, 8, 16), lowering=lowering))
+                x, dy, (3, 3, 16, 16), lowering=lowering))
             hlo = f.lower(xs, dys).compile().as_text()
             print(lowering, "custom-call" if "jaxconv_onednn" in hlo else "xla",
                   "all-gather" in hlo, hlo.count("all-reduce("))
             single = jax.jit(lambda x, dy: jaxconv.convolution_backprop_filters(
-                x, dy, (3, 3, 8, 16), lowering=lowering)).lower(x, dy).as_text()
+                x, dy, (3, 3, 16, 16), lowering=lowering)).lower(x, dy).as_text()
             print("one device", "jaxconv_onednn" in single)
         local = jax.shard_map(lambda x, dy: jax.lax.psum(jaxconv.convolution_backprop_filters(
-            x, dy, (3, 3, 8, 16)), "batch"), mesh=mesh, in_specs=(P("batch"), P("batch")),
+            x, dy, (3, 3, 16, 16)), "batch"), mesh=mesh, in_specs=(P("batch"), P("batch")),
             out_specs=P())
         print("shard_map", "jaxconv_onednn" in jax.jit(local).lower(xs, dys).as_text())
     """)
