@@ -154,7 +154,7 @@ def _onednn_pays(p: ConvProblem, kernel: Kernel = Kernel.WEIGHT) -> bool:
     if kernel is not Kernel.WEIGHT and macs < ONEDNN_MIN_MACS_PER_ELEMENT * elements:
         return False
     if (kernel is Kernel.WEIGHT and p.groups == 1 and macs < ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
-            and not library.status().isa.startswith("AVX-512")):
+            and not library.status().avx512):
         return False
     return macs >= ONEDNN_MIN_FLOPS and library.why_not(p) is None
 

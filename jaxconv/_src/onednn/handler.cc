@@ -271,7 +271,7 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
 // nothing else implements the problem, and then it is not timed: on resnet_50's conv1 (3 -> 64
 // channels, 7x7 stride 2; AVX2) the blocked layouts fell to "ref:any", whose weight gradient
 // took 15 s for N2 against 3-8 ms for "jit:avx2" on the caller's layout, and its three trial
-// runs made the first call of N16 take 108-250 s. A candidate whose warm-up run took over
+// runs made the first call of N16 take 95-250 s. A candidate whose warm-up run took over
 // kTrialSlower times the fastest warm-up is not timed further either.
 constexpr size_t kTrialBytes = size_t{1} << 29;
 constexpr double kTrialSlower = 4.0;

@@ -79,6 +79,11 @@ class Status:
     #: bfloat16 / float16 where the ISA has them (probed once at load, not guessed from the ISA)
     dtypes: tuple[str, ...] = ()
 
+    @property
+    def avx512(self) -> bool:
+        """Whether oneDNN runs its AVX-512 kernels here (the CPU table's rules differ)."""
+        return self.isa.startswith("AVX-512")
+
     def line(self) -> str:
         """One line for ``jaxconv check``."""
         if self.available:
