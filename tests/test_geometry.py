@@ -224,3 +224,46 @@ def test_auto_pad_typos_get_the_closest_value_in_the_family_vocabulary(value, ex
     with pytest.raises(ValueError) as e:
         canonical_auto_pad("op", "zzz", explicit)
     assert "did you mean" not in str(e.value)
+
+
+# ---- output positions whose windows read only padding --------------------------------
+
+
+def _padding_only_problem(i, k, s, d, pb, pe):
+    return geo.convolution_problem(
+        "t", geo.Names(), x_shape=(1, 1, i), y_shape=None, w_shape=(1, 1, k), strides=(s,),
+        dilations=(d,),
+        pads_begin=(pb,), pads_end=(pe,), auto_pad="explicit", groups=1, data_format="NCX",
+        filter_format="OIX")
+
+
+def test_padding_only_outputs_against_every_window():
+    """Per output position, whether any tap lands on x (enumerated), against the leading and
+    trailing counts; and the problem without them keeps every other window where it was."""
+    checked = 0
+    for i, k, s, d, pb, pe in itertools.product(range(1, 6), (1, 2, 3), (1, 2, 3), (1, 2),
+                                                range(0, 7), range(0, 7)):
+        if geo.conv_output_size(i, k, s, d, pb, pe) <= 0:
+            continue
+        p = _padding_only_problem(i, k, s, d, pb, pe)
+        (o,) = p.output_size
+        # by the window's span (a dilated window straddling x with no tap on it counts)
+        reads = [j * s - pb + (k - 1) * d >= 0 and j * s - pb < i for j in range(o)]
+        taps = [any(0 <= j * s - pb + t * d < i for t in range(k)) for j in range(o)]
+        assert all(r for r, t in zip(reads, taps) if t)  # nothing left out reads x
+        lead = next((j for j, r in enumerate(reads) if r), o)
+        trail = 0 if lead == o else next(j for j, r in enumerate(reversed(reads)) if r)
+        assert sum(reads) == o - lead - trail  # the positions that read x are contiguous
+        if lead < o:
+            assert p.padding_only_outputs == ((lead, trail),), (i, k, s, d, pb, pe)
+        else:  # no window reads x: split between the two ends any way, all o of them
+            assert sum(p.padding_only_outputs[0]) == o, (i, k, s, d, pb, pe)
+        live = p.without_padding_only_outputs()
+        (o2,) = live.output_size
+        assert o2 == sum(reads)
+        if o2:
+            assert geo.conv_output_size(i, k, s, d, live.pads_begin[0], live.pads_end[0]) == o2
+            for j in range(o2):  # window j of the new problem starts where window lead + j did
+                assert j * s - live.pads_begin[0] == (lead + j) * s - pb
+        checked += 1
+    assert checked > 2000

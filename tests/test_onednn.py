@@ -46,6 +46,11 @@ MATRIX = [
     # a strided 1x1 with pads on both sides, grouped: its weight gradient is the unit-stride
     # one on the grid of x it reads, zeros where the grid falls in the padding
     (2, "NCX", "OIX", 2, 4, 6, (8, 9), (1, 1), (2, 3), (1, 1), (1, 0), (2, 1)),
+    # output positions whose windows read only padding (their dy is cut before oneDNN's data
+    # and weight gradients): a 1x1x1 kernel with pads (benchdnn 3d_conv_pad:4), and pads past
+    # the kernel with a stride past it (the cut leaves a negative begin pad: x's head cropped)
+    (3, "NXC", "XIO", 1, 4, 3, (4, 3, 5), (1, 1, 1), (1, 1, 1), (1, 1, 1), (1, 1, 1), (1, 1, 1)),
+    (2, "NCX", "OIX", 2, 4, 6, (7, 6), (2, 1), (3, 2), (1, 1), (4, 1), (3, 2)),
 ]
 IDS = [f"{m[0]}d-{m[1]}-{m[2]}-g{m[3]}-k{'x'.join(map(str, m[7]))}" for m in MATRIX]
 
@@ -86,6 +91,24 @@ def test_every_kernel_equals_torch(m):
 # MATRIX[1] with more channels and positions: 3.1e6 multiply-adds per example, above the
 # handler's kMinChunkMacs (2^21), so that its batch splits into chunks on XLA's pool
 LARGE = (2, "NXC", "XIO", 2, 32, 48, (40, 36), (3, 2), (2, 1), (1, 2), (1, 0), (0, 1))
+
+
+@needs_onednn
+def test_windows_that_read_only_padding():
+    """Every window in the padding (stride 10 past a one-element x, pads 5 each side): y, dx and
+    dW equal torch's (zeros for both gradients), with no oneDNN call for the gradients."""
+    m = (1, "NXC", "XIO", 1, 2, 3, (1,), (1,), (10,), (1,), (5,), (5,))
+    x, w, dy, attrs, (y_ref, dx_ref, dw_ref) = _problem(m)
+    assert dy.shape[1] == 2
+    h.assert_close(jaxconv.convolution(x, w, **attrs, lowering="onednn"), y_ref, jnp.float32)
+    dx = jaxconv.convolution_backward_data(dy, w, x.shape, **attrs, lowering="onednn")
+    dw = jaxconv.convolution_backprop_filters(x, dy, w.shape, **attrs, lowering="onednn")
+    h.assert_close(dx, dx_ref, jnp.float32)
+    h.assert_close(dw, dw_ref, jnp.float32)
+    assert not np.any(np.asarray(dx)) and not np.any(np.asarray(dw))
+    program = jax.jit(lambda dy, w: jaxconv.convolution_backward_data(
+        dy, w, x.shape, **attrs, lowering="onednn")).lower(dy, w).as_text()
+    assert "custom_call" not in program
 
 
 @needs_onednn

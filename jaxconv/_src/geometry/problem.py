@@ -89,6 +89,36 @@ class ConvProblem:
         )
 
     @property
+    def padding_only_outputs(self) -> tuple[tuple[int, int], ...]:
+        """Per axis, how many leading and trailing output positions have their whole window in
+        the padding: their y is zero, and their dy reaches neither dx nor the weight gradient.
+
+        Output o's window covers padded-input positions [o*S, o*S + DK - 1] and x occupies
+        [pb, pb + I - 1]: it misses x on the left while o*S + DK - 1 < pb, on the right from
+        o*S > pb + I - 1 on (a 1x1 kernel with pads, or pads past the dilated kernel). A dilated
+        window whose span straddles x with no tap on it is not counted (kept, which is exact).
+        """
+        out = []
+        for i, o, s, dk, pb in zip(self.input_size, self.output_size, self.strides,
+                                   self.dilated_kernel, self.pads_begin):
+            lead = min(o, max(0, -((dk - 1 - pb) // s)))  # ceil((pb - dk + 1) / s)
+            trail = min(o - lead, max(0, o - ((pb + i - 1) // s + 1)))
+            out.append((lead, trail))
+        return tuple(out)
+
+    def without_padding_only_outputs(self) -> ConvProblem:
+        """The problem on the output positions whose windows read x (``padding_only_outputs``
+        removed): pads reduced by a stride per position (the end pad may become negative: x's
+        tail no remaining window reads); the output extent 0 where every window misses x."""
+        cut = self.padding_only_outputs
+        return dataclasses.replace(
+            self,
+            output_size=tuple(o - lo - hi for o, (lo, hi) in zip(self.output_size, cut)),
+            pads_begin=tuple(pb - lo * s for pb, (lo, _), s in zip(self.pads_begin, cut,
+                                                                   self.strides)),
+            pads_end=tuple(pe - hi * s for pe, (_, hi), s in zip(self.pads_end, cut, self.strides)))
+
+    @property
     def x_shape(self) -> tuple[int, ...]:
         return self.data.shape(self.batch, self.in_channels, self.input_size)
 

@@ -134,14 +134,16 @@ def _load() -> Status:
 
 
 def why_not(p: ConvProblem) -> str | None:
-    """Why the handler does not take ``p`` (not loaded; a negative begin pad, or an end crop
-    beyond the input), or None. Other limits (dtypes) are the caller's: ``lowering/onednn.py``."""
+    """Why the handler does not take ``p`` (not loaded; negative pads that crop more than the
+    input), or None. Negative pads reach it as crops of x (``lowering/onednn.py``); other limits
+    (dtypes) are the caller's there."""
     found = status()
     if not found.available:
         return f"is not available: {found.detail}"
-    if min(p.pads_begin) < 0 or any(i + e < 0 for i, e in zip(p.input_size, p.pads_end)):
-        return (f"needs non-negative pads_begin and an end crop within the input, got "
-                f"pads_begin {list(p.pads_begin)}, pads_end {list(p.pads_end)}")
+    if any(i + min(b, 0) + min(e, 0) < 0
+           for i, b, e in zip(p.input_size, p.pads_begin, p.pads_end)):
+        return (f"needs negative pads (crops) within the input, got pads_begin "
+                f"{list(p.pads_begin)}, pads_end {list(p.pads_end)}")
     return None
 
 
