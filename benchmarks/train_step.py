@@ -26,7 +26,8 @@ step time over its equinox-style one (1: as fast). ``page_faults_per_step`` and
 memory (XLA:CPU allocates each execution's temporaries anew; glibc's settings, recorded in
 ``meta.malloc_env``, decide whether those are new pages: docs/performance.md).
 
-usage: python -m benchmarks.train_step [--reps 5] [--batch 8] [--out benchmarks/results/train_step.json]
+usage: python -m benchmarks.train_step [--reps 5] [--batch 8] [--keep-freed-memory]
+                                       [--out benchmarks/results/train_step.json]
 """
 
 from __future__ import annotations
@@ -262,7 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--contenders", nargs="+", choices=list(NAMES), default=list(NAMES),
                     help="which steps to time (default: all; the first is the reference of the gaps)")
     ap.add_argument("--out", type=pathlib.Path, default=RESULTS / "train_step.json")
+    ap.add_argument("--keep-freed-memory", action="store_true",
+                    help="call jaxconv.keep_freed_memory() first (freed memory kept in the process)")
     args = ap.parse_args(argv)
+    if args.keep_freed_memory and not jaxconv.keep_freed_memory():
+        raise SystemExit("--keep-freed-memory: needs Linux with glibc")
     rows = [measure(b, args.batch, args.reps, tuple(args.contenders)) for b in args.blocks]
     result = {"meta": {"jax": jax.__version__, "backend": jax.default_backend(),
                        "contenders": args.contenders, "cpu": cpu_model(),
@@ -271,7 +276,9 @@ def main(argv: list[str] | None = None) -> int:
                        # glibc's allocator settings decide how much of a step is page faults
                        "malloc_env": {k: v for k, v in os.environ.items()
                                       if k.startswith(("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD"))},
-                       "keeps_freed_memory": host_memory.keeps_freed_memory()},
+                       "keeps_freed_memory": host_memory.keeps_freed_memory()
+                       or args.keep_freed_memory,
+                       "keep_freed_memory_called": args.keep_freed_memory},
               "geomean_speedup": geomean(r["speedup"] for r in rows),
               "geomean_torch_ratio": geomean(r["torch_ratio"] for r in rows),
               "geomean_vmap_ratio": geomean(r["vmap_ratio"] for r in rows), "rows": rows}

@@ -19,6 +19,7 @@ from jaxconv._src.convolution import (
     convolution_backward_data,
     convolution_backward_weights,
 )
+from jaxconv._src.host_memory import keep_freed_memory
 from jaxconv._src.lax_conv import conv_general_dilated
 from jaxconv._src.openvino import (
     convolution_backprop_data,
@@ -45,6 +46,7 @@ __all__ = [
     "from_openvino_ir",
     "group_convolution",
     "group_convolution_backprop_data",
+    "keep_freed_memory",
     "tbe",
     "xla_cpu_compiler_options",
 ]

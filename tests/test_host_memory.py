@@ -1,8 +1,10 @@
-"""The allocator line of ``jaxconv check``, and the settings it recommends, measured.
+"""The allocator line of ``jaxconv check``, ``jaxconv.keep_freed_memory``, and the settings
+they recommend, measured.
 
 XLA:CPU frees each call's temporaries; with glibc's defaults a block above 32 MiB is a fresh
-mapping every call (every page faulted in again), with the recommended settings it is reused.
-The second test runs one program in two fresh processes and counts the page faults per call.
+mapping every call (every page faulted in again); with the recommended environment, or after
+``jaxconv.keep_freed_memory()``, it is reused. One test runs one program in three fresh
+processes (defaults, the environment, the call) and counts the page faults per call.
 """
 
 from __future__ import annotations
@@ -43,11 +45,18 @@ def test_line_says_which_case_and_only_on_cpu():
     assert host_memory.RECOMMENDED in host_memory.line("cpu", {})
     assert "fewer faults" in host_memory.line("cpu", {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"})
     assert "keeps freed memory" in host_memory.line("cpu", RECOMMENDED)
+    assert "jaxconv.keep_freed_memory()" in host_memory.line("cpu", {})
     assert host_memory.line("gpu", {}) is None
 
 
 _PROBE = """
-import resource, statistics, jax, jax.numpy as jnp
+import resource, statistics, sys, jax, jax.numpy as jnp
+if sys.argv[1:] == ["call"]:
+    import jaxconv
+    assert jaxconv.keep_freed_memory()
+    assert not jax.config.read("jax_cpu_enable_async_dispatch")
+    from jaxconv._src import host_memory
+    assert host_memory.line("cpu").startswith("host memory: kept by jaxconv.keep_freed_memory()")
 x = jnp.ones((4096, 4096), jnp.float32)  # sin(x) is a 64 MiB temporary of each call
 v = jnp.ones((4096, 1), jnp.float32)
 f = jax.jit(lambda x, v: jnp.sin(x) @ v)
@@ -74,9 +83,9 @@ def test_recommended_settings_end_the_page_faults_of_each_call():
             if not k.startswith(("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD"))}
     base["JAX_PLATFORMS"] = "cpu"
 
-    def faults(env):
-        out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True,
-                             text=True, timeout=300, check=True)
+    def faults(env, *args):
+        out = subprocess.run([sys.executable, "-c", _PROBE, *args], env=env,
+                             capture_output=True, text=True, timeout=300, check=True)
         return float(out.stdout.split()[-1])
 
     # The median call after five: with the settings the heap still grows now and then (a
@@ -88,3 +97,35 @@ def test_recommended_settings_end_the_page_faults_of_each_call():
         pages //= 512
     assert faults(base) > pages / 2  # the temporary is faulted in again every call
     assert faults({**base, **RECOMMENDED}) < pages / 50
+    assert faults(base, "call") < pages / 50  # jaxconv.keep_freed_memory() first
+
+
+_LATE = """
+import jax, jax.numpy as jnp, jaxconv
+jnp.ones(3).block_until_ready()
+try:
+    jaxconv.keep_freed_memory()
+except RuntimeError as e:
+    print(e)
+print(jax.config.read("jax_cpu_enable_async_dispatch"))
+"""
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc's allocator settings (Linux only)")
+def test_keep_freed_memory_after_the_first_computation_is_an_error():
+    """Too late (JAX's CPU client exists, its dispatch mode fixed): an error naming the function
+    and what to do instead, and nothing changed."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", _LATE], env=env, capture_output=True, text=True,
+                         timeout=300, check=True).stdout.splitlines()
+    assert out[0].startswith("keep_freed_memory: JAX's backends already exist")
+    assert host_memory.RECOMMENDED in out[0]
+    assert out[1] == "True"
+
+
+def test_keep_freed_memory_does_nothing_without_glibc(monkeypatch):
+    import jax
+
+    monkeypatch.setattr(host_memory, "_glibc", lambda: False)
+    assert host_memory.keep_freed_memory() is False
+    assert jax.config.read("jax_cpu_enable_async_dispatch")

@@ -1,15 +1,17 @@
-"""Whether this process's allocator keeps the memory XLA:CPU frees: a line for ``jaxconv check``.
+"""Whether this process's allocator keeps the memory XLA:CPU frees, and a way to make it.
 
 XLA:CPU allocates the temporaries of each execution of a compiled program as one block and
 frees it at the end. With glibc's default settings a block above 32 MiB (a training step's,
 usually) comes from a fresh ``mmap`` every call, so every page of it is faulted in and zeroed
 again: half of a small CPU training step (docs/performance.md, "Training steps"). glibc reads
-its settings at start-up, from the environment; jaxconv does not change them (they are the
-whole process's), it only says which case this process is in.
+its settings from the environment at start-up (:data:`RECOMMENDED`); :func:`keep_freed_memory`
+sets them from inside Python, before JAX's CPU client exists. :func:`line` says which case the
+process is in, for ``jaxconv check``.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 from collections.abc import Mapping
@@ -20,6 +22,17 @@ _ENV = {"MALLOC_ARENA_MAX": "arena_max", "MALLOC_MMAP_MAX_": "mmap_max",
 
 RECOMMENDED = ("MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4000000000 "
                "MALLOC_TOP_PAD_=268435456")
+
+
+#: whether :func:`keep_freed_memory` took effect in this process
+_KEPT_BY_CALL = False
+
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
+
+
+def _glibc() -> bool:
+    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
 
 def _settings(env: Mapping[str, str]) -> dict[str, str]:
@@ -51,14 +64,67 @@ def keeps_freed_memory(env: Mapping[str, str] | None = None) -> bool:
             and trim is not None and trim >= 1 << 28)
 
 
+def keep_freed_memory() -> bool:
+    """Makes this process keep the memory XLA:CPU frees, so that the next execution reuses it.
+
+    For CPU training: a step's temporaries above 32 MiB are otherwise fresh pages every call,
+    each faulted in and zeroed (a ResNet-50 bottleneck at batch 8 on two cores: 9,409 faults
+    and about 12 ms a step; docs/performance.md, "Training steps"). Call it first, before JAX
+    computes anything on the CPU. It turns off JAX's asynchronous dispatch on the CPU
+    (``jax_cpu_enable_async_dispatch``: each computation then runs on the thread that calls
+    it, and from Python's main thread its temporaries come from glibc's main heap, which the
+    settings below govern; a worker thread's heap maps large blocks afresh whatever they say;
+    computations across several devices are dispatched as before), and sets glibc's
+    ``M_MMAP_MAX`` to 0
+    (large blocks come from the heap), ``M_TRIM_THRESHOLD`` to 2 GiB and ``M_TOP_PAD`` to 256
+    MiB (freed memory stays in the process). The process's resident memory then stays at its
+    peak. Starting Python with :data:`RECOMMENDED` in the environment does the same and keeps
+    asynchronous dispatch.
+
+    Returns:
+      True where the settings were applied (Linux with glibc), False elsewhere (nothing done).
+
+    Raises:
+      RuntimeError: JAX's backends already exist (their dispatch mode is fixed when they are
+        created); call it before the first computation.
+
+    Example:
+      >>> import jaxconv
+      >>> jaxconv.keep_freed_memory()  # doctest: +SKIP
+      True
+    """
+    global _KEPT_BY_CALL
+    from jax._src import xla_bridge
+
+    if not _glibc():
+        return False
+    if xla_bridge.backends_are_initialized():
+        raise RuntimeError(
+            "keep_freed_memory: JAX's backends already exist (asynchronous dispatch is fixed "
+            "when the CPU client is created); call it before the first computation, or start "
+            "Python with " + RECOMMENDED)
+    import jax
+
+    libc = ctypes.CDLL(None)
+    done = [libc.mallopt(_M_MMAP_MAX, 0), libc.mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1),
+            libc.mallopt(_M_TOP_PAD, 1 << 28)]
+    if not all(done):  # mallopt returns 1 on success
+        return False
+    jax.config.update("jax_cpu_enable_async_dispatch", False)  # type: ignore[no-untyped-call]
+    _KEPT_BY_CALL = True
+    return True
+
+
 def line(backend: str, env: Mapping[str, str] | None = None) -> str | None:
     """One line for ``jaxconv check`` on CPU under glibc; None elsewhere (nothing to say)."""
-    if backend != "cpu" or platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    if backend != "cpu" or not _glibc():
         return None
+    if _KEPT_BY_CALL and env is None:
+        return "host memory: kept by jaxconv.keep_freed_memory() (XLA:CPU's temporaries are reused)"
     if keeps_freed_memory(env):
         return "host memory: glibc keeps freed memory (XLA:CPU's temporaries are reused)"
     hugetlb = _settings(os.environ if env is None else env).get("hugetlb")
     extra = " (glibc.malloc.hugetlb set: fewer faults, still zeroed)" if hugetlb in ("1", "2") else ""
     return ("host memory: glibc's defaults" + extra + ": XLA:CPU's temporaries above 32 MiB are "
-            "fresh pages every call; for CPU training start Python with " + RECOMMENDED
-            + " (docs/performance.md, \"Training steps\")")
+            "fresh pages every call; for CPU training call jaxconv.keep_freed_memory() first, or "
+            "start Python with " + RECOMMENDED + " (docs/performance.md, \"Training steps\")")
