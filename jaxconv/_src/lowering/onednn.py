@@ -121,7 +121,7 @@ def _kernel(kernel: Kernel) -> object:
         dead = p.padding_only_outputs
         if kernel is not Kernel.FORWARD and any(lo or hi for lo, hi in dead):
             # dy at output positions whose windows read only padding reaches neither dx nor
-            # dW: the gradient of the problem without them (measured, below)
+            # dW: the gradient of the problem without them (measured: above _kernel)
             live = p.without_padding_only_outputs()
             if 0 in live.output_size:
                 return jnp.zeros(kernel.out_shape(p), a.dtype)
