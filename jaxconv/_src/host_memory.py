@@ -68,9 +68,9 @@ def keep_freed_memory() -> bool:
     """Makes this process keep the memory XLA:CPU frees, so that the next execution reuses it.
 
     For CPU training: a step's temporaries above 32 MiB are otherwise fresh pages every call,
-    each faulted in and zeroed (a ResNet-50 bottleneck at batch 8 on two cores: 9,409 faults a
-    step, 75 ms against 64; docs/performance.md, "Training steps"). Call it first, before JAX
-    computes anything on the CPU. It turns off JAX's asynchronous dispatch on the CPU
+    each faulted in and zeroed (a ResNet-50 bottleneck at batch 8 on a 2-core Zen 3 EPYC: 9,409
+    faults a step, 75 ms against 64; docs/performance.md, "Training steps"). Call it first,
+    before JAX computes anything on the CPU. It turns off JAX's asynchronous dispatch on the CPU
     (``jax_cpu_enable_async_dispatch``: each computation then runs on the thread that calls
     it, and from Python's main thread its temporaries come from glibc's main heap, which the
     settings below govern; a worker thread's heap maps large blocks afresh whatever they say;

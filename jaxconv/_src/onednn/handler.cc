@@ -249,34 +249,38 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
   memory ux(e.user_x, eng, x), uy(e.user_y, eng, y), uw(e.user_w, eng, w);
   // this thread's own (no state shared between threads): reordered copies and the scratchpad
   thread_local Buffer bx, by, bw, bs;
-  // the caller's buffer, or this thread's copy in the primitive's layout (an input reordered in)
-  auto prepared = [&](memory& user, const memory::desc& want, const dnnl::reorder& in,
-                      Buffer& buf) {
-    if (want == user.get_desc()) return user;
+  // The caller's buffer where the primitive takes its layout (the entry holds no reorder for
+  // it), else this thread's copy in the primitive's layout: an input reordered in, an output
+  // reordered back out after the primitive ran.
+  auto prepared = [&](memory& user, const memory::desc& want, const dnnl::reorder& r,
+                      Buffer& buf, bool input) {
+    if (!r) return user;
     memory m(want, eng, buf.Get(want.get_size()));
-    if (in) in.execute(s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, m}});
+    if (input) r.execute(s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, m}});
     return m;
   };
-  auto back = [&](memory& m, memory& user, const dnnl::reorder& out) {  // an output reordered out
-    if (m.get_data_handle() != user.get_data_handle())
-      out.execute(s, {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, user}});
+  auto back = [&](memory& m, memory& user, const dnnl::reorder& r) {
+    if (r) r.execute(s, {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, user}});
   };
   memory scratch(e.scratch, eng, bs.Get(e.scratch.get_size() + 1));
   if (k == Kernel::kForward) {
-    memory mx = prepared(ux, e.prim_x, e.to_x, bx), mw = prepared(uw, e.prim_w, e.to_w, bw);
-    memory my = prepared(uy, e.prim_y, dnnl::reorder(), by);
+    memory mx = prepared(ux, e.prim_x, e.to_x, bx, true);
+    memory mw = prepared(uw, e.prim_w, e.to_w, bw, true);
+    memory my = prepared(uy, e.prim_y, e.from_y, by, false);
     e.prim.execute(s, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, my},
                         {DNNL_ARG_SCRATCHPAD, scratch}});
     back(my, uy, e.from_y);
   } else if (k == Kernel::kData) {
-    memory my = prepared(uy, e.prim_y, e.to_y, by), mw = prepared(uw, e.prim_w, e.to_w, bw);
-    memory mx = prepared(ux, e.prim_x, dnnl::reorder(), bx);
+    memory my = prepared(uy, e.prim_y, e.to_y, by, true);
+    memory mw = prepared(uw, e.prim_w, e.to_w, bw, true);
+    memory mx = prepared(ux, e.prim_x, e.from_x, bx, false);
     e.prim.execute(s, {{DNNL_ARG_DIFF_DST, my}, {DNNL_ARG_WEIGHTS, mw},
                         {DNNL_ARG_DIFF_SRC, mx}, {DNNL_ARG_SCRATCHPAD, scratch}});
     back(mx, ux, e.from_x);
   } else {
-    memory mx = prepared(ux, e.prim_x, e.to_x, bx), my = prepared(uy, e.prim_y, e.to_y, by);
-    memory mw = prepared(uw, e.prim_w, dnnl::reorder(), bw);
+    memory mx = prepared(ux, e.prim_x, e.to_x, bx, true);
+    memory my = prepared(uy, e.prim_y, e.to_y, by, true);
+    memory mw = prepared(uw, e.prim_w, e.from_w, bw, false);
     e.prim.execute(s, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_DIFF_DST, my},
                         {DNNL_ARG_DIFF_WEIGHTS, mw}, {DNNL_ARG_SCRATCHPAD, scratch}});
     back(mw, uw, e.from_w);
