@@ -190,10 +190,12 @@ def test_cpu_table_picks_onednn_where_built_and_large_enough():
 
 @pytest.mark.skipif(not library.status().available, reason="the onednn extra is not built")
 @pytest.mark.parametrize("isa,onednn", [("AVX2", False), ("AVX-512 BF16", True)])
-def test_small_dense_weight_gradient_stays_xla_without_avx512(monkeypatch, isa, onednn):
-    """A dense weight gradient of fewer than ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS multiply-adds is
-    oneDNN's gemm-based implementation without AVX-512 (slower than XLA's): the XLA:CPU rules
-    there; the forward and larger problems keep oneDNN."""
+def test_small_dense_problems_stay_xla_without_avx512(monkeypatch, isa, onednn):
+    """Without AVX-512, a dense weight gradient of fewer than ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
+    multiply-adds (oneDNN's gemm-based implementation) and a dense forward of fewer than
+    ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS whose channel counts are multiples of 8 (XLA's vectors
+    full) take the XLA:CPU rules; the data gradient, 4 -> 4 channels and larger problems keep
+    oneDNN."""
     status = dataclasses.replace(library.status(), isa=isa)
     monkeypatch.setattr(library, "status", lambda: status)
     # benchdnn dilated_conv:14 at N16: 1.5e5 multiply-adds
@@ -203,13 +205,24 @@ def test_small_dense_weight_gradient_stays_xla_without_avx512(monkeypatch, isa, 
         groups=1, data_format="NXC", filter_format="XIO")
     assert backends._macs(dense) < backends.ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
     assert (lowering.choose(Kernel.WEIGHT, dense, "cpu") == "onednn") == onednn
-    assert lowering.choose(Kernel.FORWARD, dense, "cpu") == "onednn"
+    assert backends._macs(dense) < backends.ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
+    assert (lowering.choose(Kernel.FORWARD, dense, "cpu") == "onednn") == onednn
+    assert lowering.choose(Kernel.DATA, dense, "cpu") == "onednn"
+    half = geometry.convolution_problem(  # 4 -> 4 channels: XLA's AVX2 vectors half empty
+        "t", geometry.Names(), x_shape=(16, 8, 12, 4), y_shape=None, w_shape=(3, 3, 4, 4),
+        strides=None, pads_begin=1, pads_end=1, dilations=(1, 3), auto_pad="none", groups=1,
+        data_format="NXC", filter_format="XIO")
+    assert backends.ONEDNN_MIN_FLOPS <= backends._macs(half) < \
+        backends.ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
+    assert lowering.choose(Kernel.FORWARD, half, "cpu") == "onednn"
     big = geometry.convolution_problem(
         "t", geometry.Names(), x_shape=(16, 16, 10, 8), y_shape=None, w_shape=(3, 3, 8, 8),
         strides=None, pads_begin=1, pads_end=1, dilations=None, auto_pad="none", groups=1,
         data_format="NXC", filter_format="XIO")
     assert backends._macs(big) >= backends.ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
+    assert backends._macs(big) >= backends.ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
     assert lowering.choose(Kernel.WEIGHT, big, "cpu") == "onednn"
+    assert lowering.choose(Kernel.FORWARD, big, "cpu") == "onednn"
 
 
 def test_forward_auto_choice(xla_cpu_rules):

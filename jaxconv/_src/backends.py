@@ -119,6 +119,17 @@ ONEDNN_MIN_FLOPS = 1e5
 ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS = 3e5
 
 
+#: Without AVX-512, XLA's convolution (Eigen) runs a small dense forward fast where its
+#: channel counts fill AVX2's 8-float vectors, and oneDNN's fixed cost per call (the weights'
+#: reorder, the kernel's set-up, ~20 us) then outweighs its kernel: 3x3 forwards, N16 8x2..8x3
+#: outputs, 8 -> 8 channels, 1.5e5-2.2e5 multiply-adds, ran at 0.71-1.07x of XLA's speed
+#: through oneDNN (benchdnn dilated_conv:14, 1.5e5: 79 vs 53 us), where 4 -> 4 channels
+#: (XLA's vectors half empty) ran 1.5-3.6x faster and 16 -> 16 from 5.9e5 up 1.05-2.5x faster
+#: (2-core Zen 3 EPYC, oneDNN 3.2). Below this many multiply-adds such a forward (dense, every
+#: channel count a multiple of 8) stays with the XLA:CPU rules.
+ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS = 2e5
+
+
 #: a forward or data gradient of fewer multiply-adds per element of x and y is bound by
 #: memory, where XLA's loop is as fast as oneDNN's call (measured on a 2-core AMD EPYC, Zen 4
 #: with AVX-512, jaxconv bench --preset full: vnet:conv4, 1x1x1 with 2 -> 2 channels
@@ -154,6 +165,10 @@ def _onednn_pays(p: ConvProblem, kernel: Kernel = Kernel.WEIGHT) -> bool:
     if kernel is not Kernel.WEIGHT and macs < ONEDNN_MIN_MACS_PER_ELEMENT * elements:
         return False
     if (kernel is Kernel.WEIGHT and p.groups == 1 and macs < ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
+            and not library.status().avx512):
+        return False
+    if (kernel is Kernel.FORWARD and p.groups == 1 and macs < ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
+            and p.in_channels % 8 == 0 and p.out_channels % 8 == 0
             and not library.status().avx512):
         return False
     return macs >= ONEDNN_MIN_FLOPS and library.why_not(p) is None
