@@ -160,7 +160,7 @@ def test_forward_lowerings_low_precision_and_second_order(method, dtype):
 @pytest.fixture
 def xla_cpu_rules(monkeypatch):
     """The CPU table without the onednn extra: the XLA:CPU rules the tests below pin down."""
-    monkeypatch.setattr(backends, "_onednn_pays", lambda p, kernel=None: False)
+    monkeypatch.setattr(backends, "_onednn_pays", lambda p, kernel=None, xla="": False)
 
 
 def test_cpu_table_picks_onednn_where_built_and_large_enough():
@@ -186,6 +186,37 @@ def test_cpu_table_picks_onednn_where_built_and_large_enough():
         assert lowering.choose(kernel, whole, "cpu") != "onednn"
         for backend in ("gpu", "default"):
             assert lowering.choose(kernel, big, backend) != "onednn"
+
+
+def test_cpu_table_picks_onednn_over_xla_convolution_from_fewer_multiply_adds():
+    """Between ONEDNN_OVER_XLA_CONV_MIN_MACS and ONEDNN_MIN_FLOPS multiply-adds oneDNN takes a
+    forward or data gradient that the XLA:CPU rules give XLA's convolution ("conv", "grid"),
+    never a weight gradient, nor a problem the rules reorganise (a product per tap)."""
+    def problem(n, size, cin, cout, k, dilation=1, pads_end=0):
+        return geometry.convolution_problem(
+            "convolution", geometry.Names(), x_shape=(n, size, size, cin), y_shape=None,
+            w_shape=(k, k, cin, cout), strides=None, pads_begin=1, pads_end=pads_end,
+            dilations=dilation, auto_pad="none", groups=1, data_format="NXC",
+            filter_format="XIO")
+
+    # benchdnn dilated_conv:2 at N16 (8.6e4 multiply-adds; XLA's convolution 0.11-0.27 ms)
+    medium = problem(16, 8, 4, 6, 3, dilation=2)
+    # the same at N2 (1.1e4): below the threshold
+    small = problem(2, 8, 4, 6, 3, dilation=2)
+    # a window over the whole input at N8 with 8 channels (2.5e4): the rules' product
+    whole = problem(8, 5, 8, 8, 7, pads_end=1)
+    macs = backends._macs
+    assert backends.ONEDNN_OVER_XLA_CONV_MIN_MACS <= macs(medium) < backends.ONEDNN_MIN_FLOPS
+    assert macs(small) < backends.ONEDNN_OVER_XLA_CONV_MIN_MACS
+    assert backends.ONEDNN_OVER_XLA_CONV_MIN_MACS <= macs(whole) < backends.ONEDNN_MIN_FLOPS
+    built = library.status().available
+    xla = {kernel: backends.METHOD[kernel](medium, "cpu", False) for kernel in Kernel}
+    assert (xla[Kernel.FORWARD], xla[Kernel.DATA]) == ("conv", "grid")
+    for kernel in (Kernel.FORWARD, Kernel.DATA):
+        assert lowering.choose(kernel, medium, "cpu") == ("onednn" if built else xla[kernel])
+        assert lowering.choose(kernel, small, "cpu") != "onednn"
+        assert lowering.choose(kernel, whole, "cpu") not in ("onednn", "conv", "grid")
+    assert lowering.choose(Kernel.WEIGHT, medium, "cpu") != "onednn"
 
 
 @pytest.mark.skipif(not library.status().available, reason="the onednn extra is not built")

@@ -11,7 +11,8 @@ method of ``lowering/registry.py`` (tests/test_lowerings.py checks it).
 The rules are tables over the resolved problem, one per backend:
 
 * ``"cpu"``: ``"onednn"`` (oneDNN's own primitive, with the ``onednn`` extra built) for
-  every problem it takes except the smallest (below :data:`ONEDNN_MIN_FLOPS`); the rest,
+  every problem it takes except the smallest (below :data:`ONEDNN_MIN_FLOPS`, or
+  :data:`ONEDNN_OVER_XLA_CONV_MIN_MACS` where the rest would be XLA's convolution); the rest,
   and every problem without the extra, by the XLA:CPU rules, measured on XLA:CPU (2-core
   AMD EPYC, jaxlib 0.10.2; the benchdnn lists of ``jaxconv/_src/bench/shapes``); the
   ``block_diagonal`` rule and the element-wise outer product on a 2-core Intel Xeon
@@ -105,9 +106,23 @@ def _check_backend(backend: str) -> None:
 # weight 1.4-7.7x (resnet_50 conv1 431 -> 56 ms; 3d_conv_pad:1 33 -> 8.6 ms), data 1.0-4.0x,
 # forward 0.94-4.8x (one tie: resnet_50 res2a_branch1 18.2 vs 17.0 ms), within 1.0-1.3x of
 # PyTorch's own oneDNN. Its fixed cost per call (~0.1 ms through the FFI) loses on the
-# smallest problem (dilated_conv:2, 8.6e4 multiply-adds: 0.16 vs 0.09 ms).
+# smallest problem (dilated_conv:2, 8.6e4 multiply-adds: 0.16 vs 0.09 ms; the call cost
+# less since, ONEDNN_OVER_XLA_CONV_MIN_MACS below).
 #: below this many multiply-adds a problem stays with the XLA:CPU rules
 ONEDNN_MIN_FLOPS = 1e5
+
+
+#: Where the XLA:CPU rules take XLA's own convolution for a forward ("conv") or a data
+#: gradient ("grid"), oneDNN from this many multiply-adds: after its call's fixed cost fell to
+#: ~20 us (a 2x2 problem; XLA's convolution 12-18 us), it beat XLA's convolution on every such
+#: problem of benchdnn's dilated list from 2e4 to 1e5 multiply-adds, most of them 1D and
+#: dilated, where XLA's convolution takes 40-480 us: data gradients 0.16-0.61x of its time
+#: (dilated_conv:6 484 -> 72 us, dilated_conv:2 273 -> 67), forwards 0.30-0.69x and one tie
+#: (dilated_conv:1, 45 vs 49 us); below 2e4 it lost as often as it won (dilated_conv:3 data
+#: gradient 28 vs 70 us). Where the rules reorganise the problem (a product per tap, a
+#: multiply-add per tap) and for weight gradients (1.7-6.5x slower through oneDNN below 1e5)
+#: ONEDNN_MIN_FLOPS holds (2-core Zen 3 EPYC, AVX2, oneDNN 3.2).
+ONEDNN_OVER_XLA_CONV_MIN_MACS = 2e4
 
 
 #: Without AVX-512, oneDNN 3.2 computes the weight gradient of a small dense problem by its
@@ -153,9 +168,10 @@ def _macs(p: ConvProblem) -> int:
         p.in_channels // max(p.groups, 1))
 
 
-def _onednn_pays(p: ConvProblem, kernel: Kernel = Kernel.WEIGHT) -> bool:
+def _onednn_pays(p: ConvProblem, kernel: Kernel = Kernel.WEIGHT, xla: str = "") -> bool:
     """Whether the CPU table picks ``"onednn"`` for ``kernel`` of ``p`` (built, loaded,
-    applicable, large enough; a forward or data gradient not bound by memory)."""
+    applicable, large enough; a forward or data gradient not bound by memory), where the
+    XLA:CPU rules pick ``xla``."""
     if p.whole_window:
         # oneDNN's direct kernels do not tile it (its reference code: 192^3 weight gradient
         # 18 s against XLA's 1.0 s, Zen 4 EPYC, in the full bench run)
@@ -171,7 +187,9 @@ def _onednn_pays(p: ConvProblem, kernel: Kernel = Kernel.WEIGHT) -> bool:
             and p.in_channels % 8 == 0 and p.out_channels % 8 == 0
             and not library.status().avx512):
         return False
-    return macs >= ONEDNN_MIN_FLOPS and library.why_not(p) is None
+    xla_conv = kernel is not Kernel.WEIGHT and xla in ("conv", "grid")
+    minimum = ONEDNN_OVER_XLA_CONV_MIN_MACS if xla_conv else ONEDNN_MIN_FLOPS
+    return macs >= minimum and library.why_not(p) is None
 
 
 def forward_method(p: ConvProblem, backend: str, onednn: bool = True) -> str:
@@ -179,7 +197,8 @@ def forward_method(p: ConvProblem, backend: str, onednn: bool = True) -> str:
     the XLA:CPU rules alone, for programs XLA partitions across devices)."""
     _check_backend(backend)
     if backend == "cpu":
-        return "onednn" if onednn and _onednn_pays(p, Kernel.FORWARD) else _forward_cpu(p)
+        xla = _forward_cpu(p)
+        return "onednn" if onednn and _onednn_pays(p, Kernel.FORWARD, xla) else xla
     return "conv"
 
 
@@ -197,7 +216,8 @@ def data_grad_method(p: ConvProblem, backend: str, onednn: bool = True) -> str:
     """The data-gradient method ``lowering="auto"`` picks for ``p`` on ``backend``."""
     _check_backend(backend)
     if backend == "cpu":
-        return "onednn" if onednn and _onednn_pays(p, Kernel.DATA) else _data_grad_cpu(p)
+        xla = _data_grad_cpu(p)
+        return "onednn" if onednn and _onednn_pays(p, Kernel.DATA, xla) else xla
     if backend == "gpu":
         return _data_grad_gpu(p)
     return "vjp"
