@@ -41,6 +41,10 @@ def render(result: dict) -> str:
                     f"1/1.05 although both compile to the same optimized HLO (timing noise): "
                     f"{', '.join(t.get('slower_same_program', [])) or 'none'}; "
                     f"{t.get('same_program_as_vjp', 0)} rows compile to the same program as jax.vjp."]
+        if "slower_beyond_noise" in t:
+            out[-1] += (" Slower by more than 5% in at least three of four paired rounds (the "
+                        "upper quartile of jax.vjp's time over jaxconv's per round below 1/1.05): "
+                        f"{', '.join(t['slower_beyond_noise']) or 'none'}.")
     out += ["", "| list | problem | kind | jaxconv ms | jaxconv+opts ms | jax.vjp ms | torch ms "
                 "| x vjp | same HLO | jaxconv/torch | GFLOP/s | first call s (jaxconv / vjp) |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|"]

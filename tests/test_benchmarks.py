@@ -160,6 +160,18 @@ def test_smoke_preset(tmp_path):
     assert [(r["name"], r["kind"]) for r in rows] == run.PRESETS["smoke"]["only"]
     for r in rows:
         assert r["speedup_vs_vjp"] >= 1.0, (r["name"], r["median_ms"])
+        low, high = r["speedup_vs_vjp_quartiles"]
+        assert 0 < low <= high
+
+
+def test_slower_beyond_noise_reads_the_paired_quartiles():
+    """A row counts as slower beyond noise only when jaxconv lost by more than 5% in three of
+    four paired rounds; a row of an older run (no quartiles) never does."""
+    from jaxconv._src.bench.run import _slower_beyond_noise
+    assert _slower_beyond_noise({"speedup_vs_vjp_quartiles": [0.7, 0.9]})
+    assert not _slower_beyond_noise({"speedup_vs_vjp_quartiles": [0.8, 0.97]})
+    assert not _slower_beyond_noise({"speedup_vs_vjp_quartiles": [0.9, 1.2]})
+    assert not _slower_beyond_noise({"speedup_vs_vjp": 0.5})
 
 
 def test_programs_dump_and_compare(tmp_path):
