@@ -515,11 +515,15 @@ def _problem_strided(s, channels=8, groups=1):
     (1, "NCX", "OIX", 1, 1, 0, 1), (2, "NXC", "XIO", 2, 2, 1, 3), (3, "NCX", "XIO", 1, 1, 1, 1),
     (2, "NCX", "OIX", 4, 1, 0, 2)])
 @pytest.mark.parametrize("oc", [8, 40], ids=["outer-sum", "dot_general"])
-def test_dot_for_a_window_covering_the_input(rank, df, ff, groups, dilation, pad, stride, oc):
+def test_dot_for_a_window_covering_the_input(rank, df, ff, groups, dilation, pad, stride, oc,
+                                             monkeypatch):
     """Every output extent 1 (benchdnn's 3d_conv_large_shape): the CPU table's "dot" computes
     each kernel as one product over the window's axes, never a loop over its taps. The weight
     gradient is an outer product over the batch, summed element-wise (at most 8 output channels
-    per group) or by one dot_general; the forward and the data gradient one dot_general each."""
+    per group, from 4096 window elements per example: lowered here for these small windows)
+    or by one dot_general; the forward and the data gradient one dot_general each."""
+    if oc == 8:
+        monkeypatch.setattr(taps, "_OUTER_SUM_MIN_WINDOW", 1)
     spatial = (5, 4, 3)[:rank]
     kernel = tuple((i + 2 * pad - 1) // dilation + 1 for i in spatial)
     pads_end = tuple((k - 1) * dilation + 1 - i - pad for k, i in zip(kernel, spatial))
@@ -555,6 +559,22 @@ def test_dot_for_a_window_covering_the_input(rank, df, ff, groups, dilation, pad
         h.assert_close(g, want, jnp.float32)
     for fn, args in ((forward, (x, w)), (data, (dy, w))):
         assert len(_dot_generals(fn, *args)) == 1, fn.__name__
+    products = _dot_generals(lambda x, dy: jaxconv.convolution_backprop_filters(x, dy, w_shape, **kw),
+                             x, dy)
+    assert len(products) == (0 if oc == 8 else 1)
+
+
+@pytest.mark.parametrize("side,summed", [(16, True), (15, False)])
+def test_whole_window_weight_gradient_sums_outer_products_from_a_large_window(side, summed):
+    """The element-wise sum of outer products pays where each example's window is large
+    (16x16x16 = 4096 elements); below, one dot_general over the batch."""
+    x = jnp.zeros((16, side, side, 16), jnp.float32)
+    dy = jnp.zeros((16, 1, 1, 8), jnp.float32)
+    w_shape = (side, side, 16, 8)
+    assert side * side * 16 >= taps._OUTER_SUM_MIN_WINDOW or not summed
+    products = _dot_generals(lambda x, dy: jaxconv.convolution_backprop_filters(
+        x, dy, w_shape, lowering="dot"), x, dy)
+    assert len(products) == (0 if summed else 1)
 
 
 def test_whole_window_derivatives_to_order_2():
