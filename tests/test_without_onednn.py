@@ -22,7 +22,7 @@ import pytest
 from jaxconv._src.onednn import library
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# about 100 s on one core (2-core Zen 3 EPYC): oneDNN's convolution family and every upstream vector
+# about 120 s alone (2-core Zen 3 EPYC): oneDNN's convolution family and every upstream vector
 FILES = ["tests/test_convolution.py", "tests/test_convolution_vectors.py",
          "tests/test_conv_transpose_vectors.py", "tests/test_openvino_vectors.py"]
 
