@@ -5,8 +5,9 @@ runs the tests of oneDNN's convolution family and every upstream vector (ONNX's 
 ones too), so that the package without oneDNN stays tested: nothing registered, every
 ``"auto"`` choice an XLA formulation. The rest of the suite needs no second run: its problems
 are small, so ``lowering="auto"`` gives them the XLA formulations with the extra built too (of
-the 370 tests of the vendor families' files and the vectors, 4 reached oneDNN in one run on a
-2-core Zen 3 EPYC, AVX2), and the lowering tests force every formulation.
+the 370 tests that chose a lowering in the vendor families' files and the vector files, 4
+reached oneDNN in one run on a 2-core Zen 3 EPYC, AVX2), and the lowering tests force every
+formulation.
 Where the extra is not installed the main run is that configuration already.
 """
 

@@ -121,7 +121,8 @@ ONEDNN_MIN_FLOPS = 1e5
 #: (dilated_conv:1, 45 vs 49 us); below 2e4 it lost as often as it won (dilated_conv:3 data
 #: gradient 28 vs 70 us). Where the rules reorganise the problem (a product per tap, a
 #: multiply-add per tap) and for weight gradients (1.7-6.5x slower through oneDNN below 1e5)
-#: ONEDNN_MIN_FLOPS holds (2-core Zen 3 EPYC, AVX2, oneDNN 3.2).
+#: ONEDNN_MIN_FLOPS holds (2-core Zen 3 EPYC, AVX2, oneDNN 3.2; AVX-512 machines take the same
+#: threshold, not measured there).
 ONEDNN_OVER_XLA_CONV_MIN_MACS = 2e4
 
 

@@ -209,7 +209,7 @@ def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, precision: Precisio
 #: (N16, 6-8 outputs, interleaved, speed-up over jax.vjp, sum vs product: 7x7 dilated x4
 #: channels 0.76 vs 1.04, 7x7x16 2.12 vs 2.82, 8x8x16 0.97 vs 1.11; from 24x24x8 = 4608
 #: the sum: 1.51 vs 0.83, 9^3x16 1.77 vs 0.89, 33^3x16 10.6 vs 1.29; between them mixed;
-#: 2-core Zen 3 EPYC)
+#: XLA:CPU on a 2-core Zen 3 EPYC; the GPU table's dense 3D "dot" takes the same rule, unmeasured)
 _OUTER_SUM_MAX_OC = 8
 _OUTER_SUM_MAX_BATCH = 64
 _OUTER_SUM_MIN_WINDOW = 4096

@@ -159,8 +159,8 @@ struct Entry {
 
   // The memory objects of one call (the caller's buffers, the primitive's copies, the
   // scratchpad), made once and pointed at each call's buffers: making one cost ~0.7 us,
-  // pointing one ~0.01 (seven a call; 2-core Zen 3 EPYC). A call takes a set from the pool and puts it back, so
-  // there are as many sets as calls of this entry ever ran at once.
+  // pointing one ~0.01 (seven a call; 2-core Zen 3 EPYC). A call takes a set from the pool
+  // and puts it back, so there are as many sets as calls of this entry ever ran at once.
   struct Memories {
     memory ux, uy, uw, mx, my, mw, scratch;
   };
