@@ -1,0 +1,111 @@
+"""What a benchmark result must say about the machine: CPU, ISA, threads, both oneDNNs, peak.
+
+The peak is the arithmetic limit of the cores, ``cores x FMA units x float32 lanes x 2 x
+clock``: the lanes from the ISA the CPU reports (AVX-512: 16, AVX2: 8), the FMA units per core
+from the CPU's family (AMD Zen 1 executes a 256-bit FMA as two 128-bit halves: one unit's
+worth; Zen 2 onwards, and Intel cores with AVX2 or AVX-512, two; a model this table does not
+know: two, said so), the clock from ``/proc/cpuinfo`` (its ``cpu MHz``, the nominal clock on a
+VM). Every factor is recorded with where it came from, and ``measured_matmul_gflops``, a large
+float32 matrix product in PyTorch (MKL), is the attainable ceiling beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import Any
+
+from jaxconv._src.bench.timing import cpu_model
+
+
+def _cpuinfo() -> dict[str, str]:
+    info: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if ":" in line:
+                    k, v = (s.strip() for s in line.split(":", 1))
+                    info.setdefault(k, v)
+    except OSError:
+        pass
+    return info
+
+
+def _fma_units(info: dict[str, str], flags: set[str]) -> tuple[int, str]:
+    vendor, family = info.get("vendor_id", ""), int(info.get("cpu family", "0") or 0)
+    if vendor == "AuthenticAMD" and family == 23 and int(info.get("model", "0") or 0) < 0x30:
+        return 1, "AMD Zen 1/Zen+ (family 23, model < 0x30): 256-bit FMA as two 128-bit halves"
+    if vendor == "AuthenticAMD" and family >= 23:
+        return 2, f"AMD family {family}: two 256-bit FMA pipes (AVX-512 on Zen 4 double-pumped)"
+    if vendor == "GenuineIntel" and "fma" in flags:
+        return 2, "Intel with FMA: two FMA ports (some AVX-512 Xeons have one: then half)"
+    return 2, "unknown core: two FMA units assumed"
+
+
+def peak(cores: int | None = None) -> dict[str, Any]:
+    """The machine's float32 peak in GFLOP/s, and how each factor was obtained."""
+    info = _cpuinfo()
+    flags = set(info.get("flags", "").split())
+    lanes = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
+    if lanes == 16 and info.get("vendor_id") == "AuthenticAMD":
+        lanes_note = "avx512f (Zen 4: executed as 2 x 256 bits; counted as one unit of 16 lanes)"
+        units, units_note = 1, "AMD with AVX-512: one 512-bit FMA a cycle"
+    else:
+        lanes_note = {16: "avx512f", 8: "avx2", 4: "sse"}[lanes]
+        units, units_note = _fma_units(info, flags)
+    ghz = float(info.get("cpu MHz", "0") or 0) / 1e3
+    cores = cores or os.cpu_count() or 1
+    return {"gflops": cores * units * lanes * 2 * ghz, "cores": cores, "fma_units": units,
+            "fma_units_from": units_note, "float32_lanes": lanes, "lanes_from": lanes_note,
+            "ghz": ghz, "ghz_from": "/proc/cpuinfo 'cpu MHz' (nominal on a VM; turbo not counted)",
+            "formula": "cores x FMA units x float32 lanes x 2 flops x GHz"}
+
+
+def measured_matmul_gflops(n: int = 2048) -> float | None:
+    """A float32 n x n x n matrix product in PyTorch (MKL, every core), best of 5: the
+    attainable ceiling of dense float32 work here (None without torch)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(os.cpu_count() or 1)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = min(_timed(lambda: torch.mm(a, b)) for _ in range(5))
+    return 2 * n ** 3 / best / 1e9
+
+
+def _timed(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def torch_info() -> dict[str, Any]:
+    """torch's version, its bundled oneDNN's and MKL's, its CPU capability and threads."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    config = torch.__config__.show()
+    onednn = re.search(r"MKL-DNN v([\d.]+)", config)
+    capability = re.search(r"CPU capability usage: (\w+)", config)
+    return {"version": torch.__version__, "onednn": onednn.group(1) if onednn else None,
+            "cpu_capability": capability.group(1) if capability else None,
+            "threads": torch.get_num_threads()}
+
+
+def describe() -> dict[str, Any]:
+    """Everything a model benchmark records about the machine and the libraries."""
+    import jax
+
+    from jaxconv._src.onednn import library
+    flags = set(_cpuinfo().get("flags", "").split())
+    status = library.status()
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(),
+            "isa_flags": sorted(flags & {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16",
+                                         "avx512_fp16", "amx_tile"}),
+            "jax": jax.__version__, "xla_threads": os.cpu_count(),
+            "jaxconv_onednn": status.line(), "jaxconv_onednn_dtypes": list(status.dtypes),
+            "torch": torch_info(), "peak": peak()}

@@ -1,0 +1,377 @@
+"""Whole networks: training steps of ResNet-18, ResNet-50 and MobileNetV2, and their layers.
+
+``jaxconv bench models`` (also ``python -m benchmarks.models``). Two parts, each timed
+interleaved in one process (a fresh random order each repetition, medians):
+
+* **steps**: one training step (forward, backward, cross-entropy, SGD with momentum 0.9) of
+  each model written in flax (``models.py``) with ``lax.conv_general_dilated`` (``lax``), with
+  ``jaxconv.conv_general_dilated`` (``jaxconv``), and its ``torch.nn`` twin (``torch``,
+  ``torch_models.py``) holding the same parameters, batch and labels, in its faster memory
+  format. One step of each from the same state must agree (``loss_gap``, ``param_gap``).
+  ``--modes kept default`` runs each mode in a child process of its own: ``kept`` calls
+  ``jaxconv.keep_freed_memory()`` first (PyTorch's allocations are the same process's, so it
+  keeps them too), ``default`` leaves glibc's settings; ``--runs N`` repeats each mode in N
+  processes and reports the median. ``--no-batchnorm`` replaces BatchNorm by identity in both.
+* **layers**: every distinct convolution of those models at the same batch, each kernel a
+  training step computes (forward, data gradient except at the input layer, weight gradient):
+  jaxconv's op against ``torch.ops.aten.convolution`` / ``convolution_backward`` with its
+  output mask (``run.build``), the same thread count. ``step_weighted`` sums each row times
+  its count in a step; ``gflops`` is the convolutions' arithmetic over their time, beside the
+  machine's peak (``machine.py``).
+
+Writes JSON (the machine, both oneDNN versions and thread counts included) and a plot.
+
+usage: jaxconv bench models [--models resnet18 ...] [--batch 8] [--reps 5] [--runs 3]
+         [--modes kept default] [--no-batchnorm] [--parts steps layers] [--dtype float32]
+         [--out benchmarks/results/models.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxconv._src.bench import benchdnn, machine, models
+from jaxconv._src.bench.timing import _time_n, calls_per_sample
+
+CONTENDERS = ("lax", "jaxconv", "torch")
+LR, MOMENTUM = 0.01, 0.9
+
+
+# --------------------------------------------------------------------------- steps
+
+def _jax_step(model: Any, batchnorm: bool) -> Callable:
+    import optax
+    tx = optax.sgd(LR, momentum=MOMENTUM)
+
+    def loss_fn(params: Any, stats: Any, x: jax.Array, labels: jax.Array) -> Any:
+        if batchnorm:
+            logits, new = model.apply({"params": params, "batch_stats": stats}, x,
+                                      mutable=["batch_stats"])
+            stats = new["batch_stats"]
+        else:
+            logits = model.apply({"params": params}, x)
+        loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+        return loss, stats
+
+    @jax.jit
+    def step(params: Any, stats: Any, opt: Any, x: jax.Array, labels: jax.Array) -> Any:
+        (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, stats, x, labels)
+        updates, opt = tx.update(grads, opt, params)
+        return optax.apply_updates(params, updates), stats, opt, loss
+    return step, tx
+
+
+def _torch_step(name: str, params: Any, x: np.ndarray, labels: np.ndarray,
+                batchnorm: bool) -> tuple[Callable, dict[str, Any]] | None:
+    """A zero-argument torch training step in the faster memory format, and one step's
+    result from ``params`` (loss, parameters in flax layouts, the format)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    from jaxconv._src.bench import torch_models
+    torch.set_num_threads(os.cpu_count() or 1)
+    lt = torch.from_numpy(labels.astype(np.int64))
+
+    def make(fmt: Any) -> tuple[Callable, Any]:
+        m = torch_models.build(torch, name, params, batchnorm).to(memory_format=fmt)
+        opt = torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM)
+        xt = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).contiguous(
+            memory_format=fmt)
+
+        def step() -> Any:
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(m(xt), lt)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step, m
+
+    first: dict[str, Any] = {}
+    best, best_t, best_fmt = None, math.inf, ""
+    for label, fmt in (("channels_last", torch.channels_last), ("NCHW", torch.contiguous_format)):
+        step, m = make(fmt)
+        first.setdefault("loss", float(step()))  # one step from params: the agreement check
+        first.setdefault("params", torch_models.params_back(m, params))
+        t = min(_time_n(step, 1) for _ in range(3))
+        if t < best_t:
+            best, best_t, best_fmt = step, t, label
+    first["layout"] = best_fmt
+    return best, first
+
+
+def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
+                  contenders: tuple[str, ...] = CONTENDERS) -> dict[str, Any]:
+    """One model's training step per contender, timed interleaved; the agreement of one step."""
+    from jax import lax
+
+    import jaxconv
+    from jaxconv._src.bench import torch_models
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, image, image, 3)).astype(np.float32)
+    labels = rng.integers(0, 1000, batch).astype(np.int32)
+    convs = {"lax": lax.conv_general_dilated, "jaxconv": jaxconv.conv_general_dilated}
+    variables = models.build(name, lax.conv_general_dilated, batchnorm).init(
+        jax.random.key(0), jnp.asarray(x))
+    params, stats = variables["params"], variables.get("batch_stats", {})
+    steps: dict[str, Callable] = {}
+    first: dict[str, tuple[float, dict[str, np.ndarray]]] = {}
+    layout = None
+    for k in contenders:
+        if k == "torch":
+            made = _torch_step(name, params, x, labels, batchnorm)
+            if made is None:
+                continue
+            steps[k], info = made
+            first[k], layout = (info["loss"], info["params"]), info["layout"]
+            continue
+        step, tx = _jax_step(models.build(name, convs[k], batchnorm), batchnorm)
+        opt = tx.init(params)
+        xj, lj = jnp.asarray(x), jnp.asarray(labels)
+        new, _, _, loss = step(params, stats, opt, xj, lj)
+        first[k] = (float(loss), torch_models.flat_params(jax.device_get(new)))
+        steps[k] = (lambda s=step, o=opt, xj=xj, lj=lj: s(params, stats, o, xj, lj))
+    ref_loss, ref = first[next(iter(first))]
+    scale = max(float(np.max(np.abs(v))) for v in ref.values())
+    gaps = {k: (abs(loss - ref_loss), max(float(np.max(np.abs(p[n] - ref[n]))) for n in ref))
+            for k, (loss, p) in first.items()}
+    calls = {k: calls_per_sample(fn) for k, fn in steps.items()}
+    order = np.random.default_rng(1)
+    times: dict[str, list[float]] = {k: [] for k in steps}
+    for _ in range(reps):
+        for k in order.permutation(list(steps)):
+            _time_n(steps[k], 1)
+            times[k].append(_time_n(steps[k], calls[k]) / calls[k])
+    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    return {"model": name, "description": models.MODELS[name].name, "batch": batch,
+            "image": image, "batchnorm": batchnorm, "median_ms": med,
+            "samples_ms": {k: [t * 1e3 for t in v] for k, v in times.items()},
+            "torch_over_jaxconv": med["torch"] / med["jaxconv"] if "torch" in med else None,
+            "lax_over_jaxconv": med["lax"] / med["jaxconv"] if "lax" in med else None,
+            "torch_layout": layout, "loss_gap": max(g[0] for g in gaps.values()),
+            "param_gap": max(g[1] for g in gaps.values()), "param_scale": scale}
+
+
+def _steps_child(args: argparse.Namespace) -> dict[str, Any]:
+    """The steps of every model in this process (a child of ``_steps``)."""
+    import jaxconv
+    if args.mode == "kept" and not jaxconv.keep_freed_memory():
+        raise SystemExit("models: --mode kept needs Linux with glibc")
+    rows = [measure_steps(m, args.batch, args.image or models.MODELS[m].image, args.reps,
+                          not args.no_batchnorm, tuple(args.contenders)) for m in args.models]
+    return {"mode": args.mode, "rows": rows}
+
+
+def _steps(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each mode in ``args.runs`` child processes: per mode and model, every run's medians and
+    the median over runs."""
+    out = []
+    for mode in args.modes:
+        runs = []
+        for run in range(args.runs):
+            cmd = [sys.executable, "-m", "jaxconv._src.bench.model_run", "--child", "--mode", mode,
+                   "--models", *args.models, "--batch", str(args.batch), "--reps", str(args.reps),
+                   "--contenders", *args.contenders]
+            if args.image:
+                cmd += ["--image", str(args.image)]
+            if args.no_batchnorm:
+                cmd.append("--no-batchnorm")
+            print(f"steps: mode {mode}, run {run + 1}/{args.runs}", file=sys.stderr, flush=True)
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"models: the {mode} child failed:\n{done.stderr[-3000:]}")
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        for i, name in enumerate(args.models):
+            rows = [r["rows"][i] for r in runs]
+            med = {k: statistics.median(r["median_ms"][k] for r in rows) for k in rows[0]["median_ms"]}
+            out.append({**{k: v for k, v in rows[0].items() if k not in ("median_ms", "samples_ms")},
+                        "mode": mode, "runs": len(rows), "median_ms": med,
+                        "run_medians_ms": [r["median_ms"] for r in rows],
+                        "torch_over_jaxconv": med["torch"] / med["jaxconv"] if "torch" in med else None,
+                        "torch_over_jaxconv_runs": [r["torch_over_jaxconv"] for r in rows],
+                        "lax_over_jaxconv": med["lax"] / med["jaxconv"] if "lax" in med else None,
+                        "loss_gap": max(r["loss_gap"] for r in rows),
+                        "param_gap": max(r["param_gap"] for r in rows)})
+    return out
+
+
+# --------------------------------------------------------------------------- layers
+
+def problem(c: models.Convolution, name: str, source: str) -> benchdnn.Problem:
+    """A model's convolution as a benchdnn problem (what ``run.build`` times)."""
+    out = tuple((i + b + e - k) // s + 1 for i, k, s, (b, e) in
+                zip(c.input_size, c.kernel, c.strides, c.pads))
+    return benchdnn.Problem(name, source, c.batch, c.groups, c.in_channels, c.out_channels,
+                            c.input_size, out, c.kernel, c.strides, (1,) * len(c.kernel),
+                            tuple(b for b, _ in c.pads), tuple(e for _, e in c.pads))
+
+
+def _label(c: models.Convolution) -> str:
+    k = "x".join(map(str, c.kernel))
+    s = f" s{c.strides[0]}" if max(c.strides) > 1 else ""
+    g = " dw" if c.groups == c.in_channels and c.groups > 1 else (f" g{c.groups}" if c.groups > 1 else "")
+    return f"{k}{s}{g} {c.in_channels}->{c.out_channels} {c.input_size[0]}x{c.input_size[1]}"
+
+
+def measure_layers(name: str, batch: int, image: int, reps: int, dtype: Any,
+                   batchnorm: bool = True) -> dict[str, Any]:
+    """Every distinct convolution of model ``name``: each kernel of a training step, jaxconv
+    against torch, interleaved; the sum weighted by each convolution's count in a step."""
+    from jaxconv._src.bench import run
+    rows = []
+    for c, count in models.record_convolutions(name, batch, image, batchnorm):
+        prob = problem(c, _label(c), name)
+        for kind in ("fwd", "wgrad") if c.first else ("fwd", "dgrad", "wgrad"):
+            impls = run.build(prob, kind, dtype=dtype)
+            impls = {k: v for k, v in impls.items() if k in ("jaxconv", "torch")}
+            if "torch" not in impls:
+                continue
+            for fn in impls.values():
+                _time_n(fn, 1)
+            calls = {k: calls_per_sample(fn) for k, fn in impls.items()}
+            order = np.random.default_rng(0)
+            times: dict[str, list[float]] = {k: [] for k in impls}
+            for _ in range(reps):
+                for k in order.permutation(list(impls)):
+                    _time_n(impls[k], 1)
+                    times[k].append(_time_n(impls[k], calls[k]) / calls[k])
+            med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+            paired = sorted(j / t for j, t in zip(times["jaxconv"], times["torch"]))
+            rows.append({"layer": prob.name, "kind": kind, "count": count, "gflop": prob.flops / 1e9,
+                         "median_ms": med, "jaxconv_over_torch": med["jaxconv"] / med["torch"],
+                         "paired_ratio_range": [paired[0], paired[-1]],
+                         "torch_layout": impls["torch"].layout,  # type: ignore[attr-defined]
+                         "problem": {k: v for k, v in prob.__dict__.items()
+                                     if k not in ("name", "source")}})
+            print(f"  {name:12s} {prob.name:32s} {kind:5s} x{count:<2d} jaxconv "
+                  f"{med['jaxconv']:8.3f} ms torch {med['torch']:8.3f} ms "
+                  f"ratio {rows[-1]['jaxconv_over_torch']:.2f}", file=sys.stderr, flush=True)
+    ours = sum(r["count"] * r["median_ms"]["jaxconv"] for r in rows)
+    theirs = sum(r["count"] * r["median_ms"]["torch"] for r in rows)
+    flop = sum(r["count"] * r["gflop"] for r in rows)
+    return {"model": name, "batch": batch, "image": image, "dtype": str(np.dtype(dtype)),
+            "rows": rows, "step_weighted": ours / theirs,
+            "worst": max(r["jaxconv_over_torch"] for r in rows),
+            "conv_ms_per_step": {"jaxconv": ours, "torch": theirs},
+            "conv_gflops": {"jaxconv": flop / ours * 1e3, "torch": flop / theirs * 1e3}}
+
+
+# --------------------------------------------------------------------------- output
+
+def plot(result: dict[str, Any], path: pathlib.Path) -> None:
+    """Step time per model and contender, one panel per mode (and BatchNorm setting)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot", file=sys.stderr)
+        return
+    steps = result.get("steps", [])
+    panels = sorted({(r["mode"], r["batchnorm"]) for r in steps})
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    colors = {"lax": "tab:gray", "jaxconv": "tab:blue", "torch": "tab:orange"}
+    for ax, (mode, bn) in zip(axes[0], panels):
+        rows = [r for r in steps if r["mode"] == mode and r["batchnorm"] == bn]
+        width = 0.8 / len(CONTENDERS)
+        for i, k in enumerate(CONTENDERS):
+            xs = [j + (i - 1) * width for j in range(len(rows))]
+            ys = [r["median_ms"].get(k, math.nan) for r in rows]
+            ax.bar(xs, ys, width, label=k, color=colors[k])
+        ax.set_xticks(range(len(rows)), [f"{r['description']}\n{r['image']}px" for r in rows],
+                      fontsize=7)
+        ax.set_ylabel("ms per training step (median)")
+        ax.set_title(f"{'BatchNorm' if bn else 'no BatchNorm'}, memory "
+                     f"{'kept' if mode == 'kept' else 'glibc defaults'}", fontsize=8)
+        ax.legend(fontsize=7)
+    cpu = result["machine"]["cpu"]
+    fig.suptitle(f"batch {steps[0]['batch']}, float32, {cpu}, {result['machine']['cpu_count']} cores",
+                 fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def _print(result: dict[str, Any]) -> None:
+    peak = result["machine"]["peak"]["gflops"]
+    for r in result.get("steps", []):
+        m = r["median_ms"]
+        print(f"{r['description']:12s} {r['mode']:8s} bn={int(r['batchnorm'])} "
+              + " ".join(f"{k} {m.get(k, math.nan):8.1f}" for k in CONTENDERS)
+              + f"  torch/jaxconv {r['torch_over_jaxconv'] or math.nan:.2f} "
+              f"(runs {', '.join(f'{v:.2f}' for v in r['torch_over_jaxconv_runs'] if v)})"
+              f"  loss gap {r['loss_gap']:.1e} param gap {r['param_gap']:.1e}")
+    for lay in result.get("layers", []):
+        g = lay["conv_gflops"]
+        print(f"{lay['model']:12s} layers ({lay['dtype']}): step-weighted jaxconv/torch "
+              f"{lay['step_weighted']:.3f}, worst row {lay['worst']:.2f}; convolutions "
+              f"{g['jaxconv']:.0f} GFLOP/s (torch {g['torch']:.0f}) of a {peak:.0f} GFLOP/s peak")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="jaxconv bench models", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", choices=sorted(models.MODELS), default=list(models.MODELS))
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--image", type=int, help="image size (default: each model's own)")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=3, help="processes per mode (the median is reported)")
+    ap.add_argument("--modes", nargs="+", choices=("kept", "default"), default=["kept", "default"])
+    ap.add_argument("--no-batchnorm", action="store_true", help="BatchNorm replaced by identity")
+    ap.add_argument("--parts", nargs="+", choices=("steps", "layers"), default=["steps", "layers"])
+    ap.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="the per-layer table's dtype (bfloat16: where oneDNN has AVX-512 BF16 "
+                         "or AMX here, or with --force-dtype)")
+    ap.add_argument("--force-dtype", action="store_true")
+    ap.add_argument("--out", type=pathlib.Path)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", choices=("kept", "default"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(_steps_child(args)))
+        return 0
+    info = machine.describe()
+    if args.dtype == "bfloat16" and "bfloat16" not in info["jaxconv_onednn_dtypes"] \
+            and not args.force_dtype:
+        ap.error("--dtype bfloat16: jaxconv's oneDNN lowering does not compute bfloat16 on this "
+                 f"CPU ({info['jaxconv_onednn']}); --force-dtype times it anyway")
+    info["measured_matmul_gflops"] = machine.measured_matmul_gflops()
+    result: dict[str, Any] = {"machine": info, "command": " ".join(
+        ["jaxconv bench models", *(argv if argv is not None else sys.argv[1:])])}
+    if "steps" in args.parts:
+        result["steps"] = _steps(args)
+    if "layers" in args.parts:
+        import jaxconv
+        jaxconv.keep_freed_memory()
+        dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
+        result["layers"] = [measure_layers(m, args.batch, args.image or models.MODELS[m].image,
+                                           args.reps, dtype, not args.no_batchnorm)
+                            for m in args.models]
+    from jaxconv._src.bench.run import results_dir
+    out = args.out or results_dir() / f"models{'-nobn' if args.no_batchnorm else ''}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    plot(result, out.with_suffix(".png"))
+    _print(result)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
