@@ -164,3 +164,18 @@ def set_cache_capacity(entries: int) -> None:
     """Bounds the primitive cache (least recently used entries go first)."""
     if status().available:
         _HANDLES[-1].jaxconv_onednn_set_cache_capacity(ctypes.c_int64(entries))
+
+
+def fma_peak_gflops(threads: int, seconds: float = 0.5) -> tuple[float, int] | None:
+    """This machine's float32 peak, measured by the handler: ``threads`` threads each running
+    independent vector FMAs on registers for ``seconds`` (AVX-512 where the CPU has it, else
+    AVX2): GFLOP/s over all of them, and the vector's float32 lanes; None when not loaded or
+    without AVX2 and FMA. It is cores x FMA units x lanes x 2 x the clock the cores really run
+    at, which a virtual machine's ``/proc/cpuinfo`` does not tell."""
+    if not status().available:
+        return None
+    fn = _HANDLES[-1].jaxconv_fma_peak_gflops
+    fn.restype = ctypes.c_double
+    lanes = ctypes.c_int(0)
+    gflops = float(fn(ctypes.c_int(threads), ctypes.c_double(seconds), ctypes.byref(lanes)))
+    return (gflops, lanes.value) if gflops > 0 else None
