@@ -116,9 +116,9 @@ def test_windows_that_read_only_padding():
 def test_batches_one_call_or_chunks_on_xlas_pool(batch):
     """The handler's ways of running a call, each equal to torch: a problem below 2^21
     multiply-adds whole on the calling thread (the matrix above); one large example as one
-    OpenMP call (batch 1); larger batches as chunks on XLA's thread pool, of unequal sizes
-    where the chunks do not divide the batch (3, 5 on two threads; the weight gradient's
-    partial sums added)."""
+    OpenMP call (batch 1, and every weight gradient past 2^21); larger batches of a forward or
+    data gradient as chunks on XLA's thread pool, of unequal sizes where the chunks do not
+    divide the batch (3, 5 on two threads)."""
     x, w, dy, attrs, (y_ref, dx_ref, dw_ref) = _problem(LARGE, seed=4, batch=batch)
     h.assert_close(jaxconv.convolution(x, w, **attrs, lowering="onednn"), y_ref, jnp.float32)
     h.assert_close(jaxconv.convolution_backward_data(dy, w, x.shape, **attrs, lowering="onednn"),
@@ -145,6 +145,30 @@ def test_16_bit_dtypes_run_in_onednn_where_this_cpu_has_them(m, dtype):
         x, dy, w.shape, **attrs, lowering="onednn")).lower(x, dy).as_text()
     assert (library.TARGETS["weight"] in program) == (dtype in library.status().dtypes)
     assert ("convolution(" in program) != (dtype in library.status().dtypes)
+
+
+BF16 = "bfloat16" in library.status().dtypes
+
+
+@needs_onednn
+@pytest.mark.skipif(not BF16, reason=f"oneDNN computes {list(library.status().dtypes)} here: "
+                    f"bfloat16 needs AVX-512 BF16 or AMX (ISA {library.status().isa})")
+@pytest.mark.parametrize("m", [MATRIX[1], MATRIX[2], LARGE], ids=[IDS[1], IDS[2], "large-chunks"])
+def test_bfloat16_through_the_handler(m):
+    """bfloat16 computed by oneDNN (the program holds the handler's calls): forward, data and
+    weight gradients against a float64 oracle on the same rounded operands, at bfloat16's bound;
+    both layouts, groups and depthwise, and a problem large enough to run in chunks."""
+    x, w, dy, attrs, (y_ref, dx_ref, dw_ref) = _problem(m, seed=5, dtype=jnp.bfloat16)
+    ops = (lambda x, w, dy: jaxconv.convolution(x, w, **attrs, lowering="onednn"),
+           lambda x, w, dy: jaxconv.convolution_backward_data(dy, w, x.shape, **attrs,
+                                                             lowering="onednn"),
+           lambda x, w, dy: jaxconv.convolution_backprop_filters(x, dy, w.shape, **attrs,
+                                                                 lowering="onednn"))
+    for op, ref, kernel in zip(ops, (y_ref, dx_ref, dw_ref), ("forward", "data", "weight")):
+        out = jax.jit(op)(x, w, dy)
+        assert out.dtype == jnp.bfloat16
+        h.assert_close(out, ref, jnp.bfloat16)
+        assert library.TARGETS[kernel] in jax.jit(op).lower(x, w, dy).as_text()
 
 
 @needs_onednn

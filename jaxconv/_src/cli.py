@@ -4,6 +4,7 @@ Commands:
   check    every op against jax.vjp on the current backend, as a table
   shapes   an op's output shape and resolved geometry, computing nothing
   bench    the benchmark runner: jaxconv vs jax.vjp vs PyTorch on benchdnn shapes
+           (``bench models``: whole networks' training steps and their layers)
   demo     one filter gradient, explained
   build-onednn  compile the oneDNN lowering's handler (after pip install ".[onednn]")
 
@@ -206,10 +207,16 @@ def _bench(args: argparse.Namespace) -> int:
     """Times jaxconv's gradient ops against jax.vjp and PyTorch on oneDNN's benchdnn shapes.
 
     The runner and its shape lists ship with the package; PyTorch and the plots need the
-    ``bench`` extra (``pip install jaxconv[bench]``).
+    ``bench`` extra (``pip install jaxconv[bench]``). ``jaxconv bench models`` times whole
+    training steps of ResNet-18, ResNet-50 and MobileNetV2 (flax, with the ``flax`` extra)
+    against torch.nn, and every layer's convolutions.
     """
+    if args.bench_args[:1] == ["models"]:
+        from jaxconv._src.bench import model_run
+        status: int = model_run.main(args.bench_args[1:])
+        return status
     from jaxconv._src.bench import run
-    status: int = run.main(args.bench_args)
+    status = run.main(args.bench_args)
     return status
 
 
@@ -254,8 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser(
         "bench", help="time the gradient ops against jax.vjp and PyTorch (benchdnn shapes)",
         description=(_bench.__doc__ or "") + " Every argument after `bench` goes to the "
-        "runner; `jaxconv bench -- --help` lists them (presets: smoke, quick, full).",
-        epilog="example: jaxconv bench --preset quick")
+        "runner; `jaxconv bench -- --help` lists them (presets: smoke, quick, full); "
+        "`jaxconv bench models --help` the whole-model benchmark's.",
+        epilog="examples: jaxconv bench --preset quick; jaxconv bench models --no-batchnorm")
     bench.add_argument("bench_args", nargs=argparse.REMAINDER,
                        help="the runner's arguments (default: --preset quick)")
     bench.set_defaults(func=_bench)

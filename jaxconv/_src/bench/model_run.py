@@ -22,7 +22,7 @@ interleaved in one process (a fresh random order each repetition, medians):
 Writes JSON (the machine, both oneDNN versions and thread counts included) and a plot.
 
 usage: jaxconv bench models [--models resnet18 ...] [--batch 8] [--reps 5] [--runs 3]
-         [--modes kept default] [--no-batchnorm] [--parts steps layers] [--dtype float32]
+         [--lax-runs 1] [--modes kept default] [--no-batchnorm] [--parts steps layers] [--dtype float32]
          [--out benchmarks/results/models.json]
 """
 
@@ -172,19 +172,22 @@ def _steps_child(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("models: --mode kept needs Linux with glibc")
     rows = [measure_steps(m, args.batch, args.image or models.MODELS[m].image, args.reps,
                           not args.no_batchnorm, tuple(args.contenders)) for m in args.models]
-    return {"mode": args.mode, "rows": rows}
+    from jaxconv._src.onednn import library
+    return {"mode": args.mode, "rows": rows, "onednn": library.status().line()}
 
 
 def _steps(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Each mode in ``args.runs`` child processes: per mode and model, every run's medians and
     the median over runs."""
+    from jaxconv._src.onednn import library
     out = []
     for mode in args.modes:
         runs = []
         for run in range(args.runs):
+            contenders = [c for c in args.contenders if c != "lax" or run < args.lax_runs]
             cmd = [sys.executable, "-m", "jaxconv._src.bench.model_run", "--child", "--mode", mode,
                    "--models", *args.models, "--batch", str(args.batch), "--reps", str(args.reps),
-                   "--contenders", *args.contenders]
+                   "--contenders", *contenders]
             if args.image:
                 cmd += ["--image", str(args.image)]
             if args.no_batchnorm:
@@ -194,9 +197,15 @@ def _steps(args: argparse.Namespace) -> list[dict[str, Any]]:
             if done.returncode != 0:
                 raise RuntimeError(f"models: the {mode} child failed:\n{done.stderr[-3000:]}")
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            # every child must have had the lowering the parent reports (a handler not built
+            # for this source leaves a process on the XLA formulations)
+            if runs[-1]["onednn"] != library.status().line():
+                raise RuntimeError(f"models: a child's CPU lowering differs from this process's: "
+                                   f"{runs[-1]['onednn']!r} vs {library.status().line()!r}")
         for i, name in enumerate(args.models):
             rows = [r["rows"][i] for r in runs]
-            med = {k: statistics.median(r["median_ms"][k] for r in rows) for k in rows[0]["median_ms"]}
+            med = {k: statistics.median(r["median_ms"][k] for r in rows if k in r["median_ms"])
+                   for k in rows[0]["median_ms"]}
             out.append({**{k: v for k, v in rows[0].items() if k not in ("median_ms", "samples_ms")},
                         "mode": mode, "runs": len(rows), "median_ms": med,
                         "run_medians_ms": [r["median_ms"] for r in rows],
@@ -331,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--image", type=int, help="image size (default: each model's own)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--runs", type=int, default=3, help="processes per mode (the median is reported)")
+    ap.add_argument("--lax-runs", type=int, default=1,
+                    help="the runs that time lax too (default 1: its step is far slower, and "
+                         "the runs compare jaxconv with torch)")
     ap.add_argument("--modes", nargs="+", choices=("kept", "default"), default=["kept", "default"])
     ap.add_argument("--no-batchnorm", action="store_true", help="BatchNorm replaced by identity")
     ap.add_argument("--parts", nargs="+", choices=("steps", "layers"), default=["steps", "layers"])

@@ -58,10 +58,16 @@ def _torch_impl(prob, kind, x, dy, w, gpu=False):
         torch.set_num_threads(os.cpu_count() or 1)
         dev = torch.device("cpu")
     perm_in = (0, prob.rank + 1, *range(1, prob.rank + 1))
-    xt = torch.from_numpy(np.array(x.transpose(perm_in), order="C")).to(dev)
-    dyt = torch.from_numpy(np.ascontiguousarray(dy.transpose(perm_in))).to(dev)
-    wt = torch.from_numpy(np.ascontiguousarray(
-        w.transpose(prob.rank + 1, prob.rank, *range(prob.rank)))).to(dev)
+    # the operands' dtype (numpy has no bfloat16 of torch's: through float32, exactly)
+    dtype = getattr(torch, np.dtype(x.dtype).name)
+
+    def tensor(a: np.ndarray) -> Any:
+        if a.dtype.name == "bfloat16":
+            a = a.astype(np.float32)
+        return torch.from_numpy(np.array(a, order="C")).to(dev, dtype)
+    xt = tensor(x.transpose(perm_in))
+    dyt = tensor(dy.transpose(perm_in))
+    wt = tensor(w.transpose(prob.rank + 1, prob.rank, *range(prob.rank)))
     symmetric = tuple(prob.pads_begin) == tuple(prob.pads_end)
     padding = list(prob.pads_begin) if symmetric else [0] * prob.rank
     if not symmetric:

@@ -13,8 +13,9 @@
 // copies of the caller's data); oneDNN picks its own weight format (a reorder in and out),
 // and the activations stay in the caller's layout or are reordered into oneDNN's, whichever
 // ran faster on the problem's first call (Choose).  A small problem runs whole, single-
-// threaded, on the calling thread; where the batch splits, a call runs as single-threaded
-// chunks on XLA's own thread pool (RunOnPool, Chunks); else as one OpenMP call at a time.
+// threaded, on the calling thread; a forward or data gradient whose batch splits runs as
+// single-threaded chunks on XLA's own thread pool (RunOnPool, Chunks); a weight gradient, and
+// the rest, as one OpenMP call; one full-width call at a time.
 // Primitives are cached by problem in a bounded LRU cache (thread-safe; an entry stays alive
 // while a thread executes it); working memory is each thread's own.  Every oneDNN error
 // becomes an ffi::Error whose message names the op: XLA raises it in Python.
@@ -506,10 +507,10 @@ std::vector<int64_t> Shape(const ffi::AnyBuffer& b) { return ToVector(b.dimensio
 
 // XLA's intra-op thread pool runs the rest of the program; oneDNN's OpenMP team would be a
 // second pool on the same cores (its idle workers spin after each call: a oneDNN call beside
-// an independent XLA computation took 1.13x the two apart). So where the minibatch splits,
-// the call runs on XLA's pool: one chunk of the batch per thread, each a single-threaded
-// oneDNN primitive (OpenMP's thread count of that thread set to 1 while it runs: no team, no
-// spinning), the weight gradient's partial sums added at the end. Chunks are claimed from a
+// an independent XLA computation took 1.13x the two apart). So where the minibatch of a
+// forward or data gradient splits, the call runs on XLA's pool: one chunk of the batch per
+// thread, each a single-threaded oneDNN primitive (OpenMP's thread count of that thread set
+// to 1 while it runs: no team, no spinning). Chunks are claimed from a
 // counter by the calling thread and by the tasks it schedules, so a call never waits for a
 // task that has not started (XLA may run several handlers on its pool at once).
 struct OpenMp {
@@ -569,7 +570,6 @@ struct Job {  // shared by the caller and its tasks
   Problem p;
   int64_t chunks;
   char *x, *y, *w;
-  std::vector<std::vector<float>> partial;  // weight gradient: chunk i > 0 writes partial[i]
   std::atomic<int64_t> next{0};
   std::mutex mu;
   std::condition_variable cv;
@@ -602,10 +602,8 @@ void RunChunk(Job& job, int64_t i) {
     ys *= q.y_dims[a];
   }
   q.x_dims[0] = q.y_dims[0] = end - begin;
-  void* w = job.w;
-  if (q.kernel == Kernel::kWeight && i > 0) w = job.partial[i].data();
-  try {
-    RunSingleThreaded(q, job.x + begin * xs, job.y + begin * ys, w);
+  try {  // a forward or data gradient: each chunk reads the whole filter
+    RunSingleThreaded(q, job.x + begin * xs, job.y + begin * ys, job.w);
   } catch (...) {
     std::lock_guard<std::mutex> lock(job.mu);
     if (!job.error) job.error = std::current_exception();
@@ -628,22 +626,11 @@ void RunOnPool(const Problem& p, int64_t chunks, ffi::ThreadPool& pool, void* x,
   job->x = static_cast<char*>(x);
   job->y = static_cast<char*>(y);
   job->w = static_cast<char*>(w);
-  int64_t w_size = 1;
-  for (int64_t d : p.w_dims) w_size *= d;
-  if (p.kernel == Kernel::kWeight) {
-    job->partial.resize(chunks);
-    for (int64_t i = 1; i < chunks; ++i) job->partial[i].resize(w_size);
-  }
   for (int64_t t = 1; t < chunks; ++t) pool.Schedule([job] { Work(job); });
   Work(job);
   std::unique_lock<std::mutex> lock(job->mu);
   job->cv.wait(lock, [&] { return job->finished == job->chunks; });
   if (job->error) std::rethrow_exception(job->error);
-  if (p.kernel == Kernel::kWeight) {
-    float* out = reinterpret_cast<float*>(job->w);
-    for (int64_t i = 1; i < chunks; ++i)
-      for (int64_t j = 0; j < w_size; ++j) out[j] += job->partial[i][j];
-  }
 }
 
 // oneDNN's data type of an FFI dtype; undef for the dtypes the lowering does not take.

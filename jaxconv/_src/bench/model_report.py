@@ -1,0 +1,75 @@
+"""Markdown tables of ``jaxconv bench models`` results (the opening of docs/performance.md).
+
+usage: python -m jaxconv._src.bench.model_report RESULT.json [RESULT.json ...]
+
+Each file's ``steps`` rows become one table (model, BatchNorm, memory mode, the three
+contenders' medians, torch/jaxconv and lax/jaxconv, every run's torch/jaxconv); its ``layers``
+become, per model, the summary (step-weighted jaxconv/torch, worst row, the convolutions'
+GFLOP/s beside the machine's peak) and the rows furthest behind.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import sys
+from typing import Any
+
+
+def steps_table(results: list[dict[str, Any]]) -> str:
+    lines = ["| model (batch, image) | BatchNorm | memory | lax ms | jaxconv ms | torch ms "
+             "| torch/jaxconv (runs) | lax/jaxconv |", "|---|---|---|---|---|---|---|---|"]
+    for res in results:
+        for r in res.get("steps", []):
+            m = r["median_ms"]
+            runs = ", ".join(f"{v:.2f}" for v in r["torch_over_jaxconv_runs"] if v)
+            lines.append(
+                f"| {r['description']} ({r['batch']}, {r['image']}) | {'yes' if r['batchnorm'] else 'no'} "
+                f"| {'kept' if r['mode'] == 'kept' else 'glibc defaults'} "
+                f"| {m.get('lax', math.nan):.0f} | {m['jaxconv']:.0f} | {m.get('torch', math.nan):.0f} "
+                f"| **{r['torch_over_jaxconv']:.2f}** ({runs}) | {r['lax_over_jaxconv'] or math.nan:.2f} |")
+    return "\n".join(lines)
+
+
+def layers_summary(result: dict[str, Any]) -> str:
+    peak = result["machine"]["peak"]["gflops"]
+    lines = ["| model | rows | step-weighted jaxconv/torch | worst row | convolutions' GFLOP/s, "
+             "jaxconv (torch) | of the peak |", "|---|---|---|---|---|---|"]
+    for lay in result.get("layers", []):
+        g = lay["conv_gflops"]
+        lines.append(f"| {lay['model']} ({lay['batch']}, {lay['image']}) | {len(lay['rows'])} "
+                     f"| **{lay['step_weighted']:.3f}** | {lay['worst']:.2f} "
+                     f"| {g['jaxconv']:.0f} ({g['torch']:.0f}) | {g['jaxconv'] / peak:.0%} |")
+    return "\n".join(lines)
+
+
+def layers_rows(result: dict[str, Any], over: float = 1.05) -> str:
+    lines = ["| model | layer | kernel | count | jaxconv ms | torch ms | jaxconv/torch "
+             "(paired range) |", "|---|---|---|---|---|---|---|"]
+    for lay in result.get("layers", []):
+        for r in sorted(lay["rows"], key=lambda r: -r["jaxconv_over_torch"]):
+            if r["jaxconv_over_torch"] <= over:
+                break
+            lo, hi = r["paired_ratio_range"]
+            lines.append(f"| {lay['model']} | {r['layer']} | {r['kind']} | {r['count']} "
+                         f"| {r['median_ms']['jaxconv']:.2f} | {r['median_ms']['torch']:.2f} "
+                         f"| {r['jaxconv_over_torch']:.2f} ({lo:.2f}-{hi:.2f}) |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    paths = [pathlib.Path(p) for p in (argv if argv is not None else sys.argv[1:])]
+    results = [json.loads(p.read_text()) for p in paths]
+    print(steps_table(results))
+    for res in results:
+        if res.get("layers"):
+            print()
+            print(layers_summary(res))
+            print()
+            print(layers_rows(res))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
