@@ -1,6 +1,6 @@
 """Markdown tables of ``jaxconv bench models`` results (the opening of docs/performance.md).
 
-usage: python -m jaxconv._src.bench.model_report RESULT.json [RESULT.json ...]
+usage: python -m jaxconv._src.bench.model_report JSON [JSON ...]  (results of jaxconv bench models)
 
 Each file's ``steps`` rows become one table (model, BatchNorm, memory mode, the three
 contenders' medians, torch/jaxconv and lax/jaxconv, every run's torch/jaxconv); its ``layers``

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxconv._src.bench import benchdnn, machine, models
-from jaxconv._src.bench.timing import _time_n, calls_per_sample
+from jaxconv._src.bench.timing import _time_n, interleaved
 
 CONTENDERS = ("lax", "jaxconv", "torch")
 LR, MOMENTUM = 0.01, 0.9
@@ -52,8 +52,8 @@ LR, MOMENTUM = 0.01, 0.9
 
 # --------------------------------------------------------------------------- steps
 
-def _jax_step(model: Any, batchnorm: bool) -> Callable:
-    import optax
+def _jax_step(model: Any, batchnorm: bool) -> tuple[Callable, Any]:
+    import optax  # type: ignore[import-untyped]
     tx = optax.sgd(LR, momentum=MOMENTUM)
 
     def loss_fn(params: Any, stats: Any, x: jax.Array, labels: jax.Array) -> Any:
@@ -110,6 +110,7 @@ def _torch_step(name: str, params: Any, x: np.ndarray, labels: np.ndarray,
         if t < best_t:
             best, best_t, best_fmt = step, t, label
     first["layout"] = best_fmt
+    assert best is not None
     return best, first
 
 
@@ -146,15 +147,13 @@ def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
         steps[k] = (lambda s=step, o=opt, xj=xj, lj=lj: s(params, stats, o, xj, lj))
     ref_loss, ref = first[next(iter(first))]
     scale = max(float(np.max(np.abs(v))) for v in ref.values())
-    gaps = {k: (abs(loss - ref_loss), max(float(np.max(np.abs(p[n] - ref[n]))) for n in ref))
-            for k, (loss, p) in first.items()}
-    calls = {k: calls_per_sample(fn) for k, fn in steps.items()}
-    order = np.random.default_rng(1)
-    times: dict[str, list[float]] = {k: [] for k in steps}
-    for _ in range(reps):
-        for k in order.permutation(list(steps)):
-            _time_n(steps[k], 1)
-            times[k].append(_time_n(steps[k], calls[k]) / calls[k])
+    # each contender against the first: the loss, the largest parameter difference and where
+    gaps = {}
+    for k, (loss, p) in first.items():
+        diff = {n: float(np.max(np.abs(p[n] - ref[n]))) for n in ref}
+        worst = max(diff, key=diff.__getitem__)
+        gaps[k] = (abs(loss - ref_loss), diff[worst], worst)
+    times = interleaved(steps, reps, seed=1)
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     return {"model": name, "description": models.MODELS[name].name, "batch": batch,
             "image": image, "batchnorm": batchnorm, "median_ms": med,
@@ -162,7 +161,8 @@ def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
             "torch_over_jaxconv": med["torch"] / med["jaxconv"] if "torch" in med else None,
             "lax_over_jaxconv": med["lax"] / med["jaxconv"] if "lax" in med else None,
             "torch_layout": layout, "loss_gap": max(g[0] for g in gaps.values()),
-            "param_gap": max(g[1] for g in gaps.values()), "param_scale": scale}
+            "param_gap": max(g[1] for g in gaps.values()), "param_scale": scale,
+            "gaps": {k: {"loss": g[0], "param": g[1], "worst_param": g[2]} for k, g in gaps.items()}}
 
 
 def _steps_child(args: argparse.Namespace) -> dict[str, Any]:
@@ -249,14 +249,8 @@ def measure_layers(name: str, batch: int, image: int, reps: int, dtype: Any,
             if "torch" not in impls:
                 continue
             for fn in impls.values():
-                _time_n(fn, 1)
-            calls = {k: calls_per_sample(fn) for k, fn in impls.items()}
-            order = np.random.default_rng(0)
-            times: dict[str, list[float]] = {k: [] for k in impls}
-            for _ in range(reps):
-                for k in order.permutation(list(impls)):
-                    _time_n(impls[k], 1)
-                    times[k].append(_time_n(impls[k], calls[k]) / calls[k])
+                _time_n(fn, 1)  # compiled before the first sample
+            times = interleaved(impls, reps)
             med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
             paired = sorted(j / t for j, t in zip(times["jaxconv"], times["torch"]))
             rows.append({"layer": prob.name, "kind": kind, "count": count, "gflop": prob.flops / 1e9,
@@ -370,7 +364,12 @@ def main(argv: list[str] | None = None) -> int:
         result["steps"] = _steps(args)
     if "layers" in args.parts:
         import jaxconv
-        jaxconv.keep_freed_memory()
+        from jaxconv._src import host_memory
+        try:  # as in the steps' kept mode, where this process's JAX has not started yet
+            jaxconv.keep_freed_memory()
+        except RuntimeError:  # a caller (a test) whose JAX backends exist: its own settings
+            pass
+        result["layers_memory_kept"] = host_memory.keeps_freed_memory()
         dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
         result["layers"] = [measure_layers(m, args.batch, args.image or models.MODELS[m].image,
                                            args.reps, dtype, not args.no_batchnorm)

@@ -178,10 +178,14 @@ MODELS = {
 
 
 def norm_def(batchnorm: bool) -> ModuleDef:
-    """BatchNorm in training mode with torch's momentum (0.1: flax's 0.9) and epsilon, or none."""
+    """BatchNorm in training mode with torch's momentum (0.1: flax's 0.9), epsilon and
+    two-pass variance, or none. flax's default one-pass variance (E[x^2] - E[x]^2) cancels in
+    float32: one MobileNetV2 step (64x64, batch 4) then differed from torch's by 4.8e-3 in a
+    depthwise kernel, against 2.2e-5 with the two-pass variance."""
     if not batchnorm:
         return Identity
-    return functools.partial(nn.BatchNorm, use_running_average=False, momentum=0.9, epsilon=1e-5)
+    return functools.partial(nn.BatchNorm, use_running_average=False, momentum=0.9, epsilon=1e-5,
+                             use_fast_variance=False)
 
 
 def build(name: str, conv: Callable[..., jax.Array], batchnorm: bool = True,

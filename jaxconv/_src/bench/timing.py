@@ -88,3 +88,18 @@ def calls_per_sample(fn: Callable, target_s: float = 0.02, cap: int = 4096) -> i
 def geomean(values) -> float:
     values = [v for v in values if v > 0]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def interleaved(fns: dict[str, Callable], reps: int, seed: int = 0) -> dict[str, list[float]]:
+    """Seconds per call of each of ``fns``, ``reps`` samples each, interleaved: a fresh random
+    order each repetition, one untimed call before each sample (the previous callable's
+    threads settle), each sample back-to-back calls for at least 20 ms."""
+    import numpy as np
+    calls = {k: calls_per_sample(fn) for k, fn in fns.items()}
+    order = np.random.default_rng(seed)
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(reps):
+        for k in order.permutation(list(fns)):
+            _time_n(fns[k], 1)
+            times[k].append(_time_n(fns[k], calls[k]) / calls[k])
+    return times

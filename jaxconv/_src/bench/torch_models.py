@@ -26,7 +26,7 @@ def _modules(torch: Any, name: str, batchnorm: bool, num_classes: int) -> Any:
     def norm(c: int) -> Any:
         return nn.BatchNorm2d(c, eps=1e-5, momentum=0.1) if batchnorm else nn.Identity()
 
-    class BasicBlock(nn.Module):  # type: ignore[misc]
+    class BasicBlock(nn.Module):  # type: ignore[misc,name-defined]
         def __init__(self, cin: int, planes: int, stride: int) -> None:
             super().__init__()
             self.conv1, self.bn1 = conv(cin, planes, 3, stride), norm(planes)
@@ -43,7 +43,7 @@ def _modules(torch: Any, name: str, batchnorm: bool, num_classes: int) -> Any:
                 x = self.downsample_bn(self.downsample_conv(x))
             return torch.relu(x + y)
 
-    class Bottleneck(nn.Module):  # type: ignore[misc]
+    class Bottleneck(nn.Module):  # type: ignore[misc,name-defined]
         def __init__(self, cin: int, planes: int, stride: int) -> None:
             super().__init__()
             out = 4 * planes
@@ -63,7 +63,7 @@ def _modules(torch: Any, name: str, batchnorm: bool, num_classes: int) -> Any:
                 x = self.downsample_bn(self.downsample_conv(x))
             return torch.relu(x + y)
 
-    class ResNet(nn.Module):  # type: ignore[misc]
+    class ResNet(nn.Module):  # type: ignore[misc,name-defined]
         def __init__(self, stages: tuple[int, ...], bottleneck: bool) -> None:
             super().__init__()
             self.conv1, self.bn1 = conv(3, 64, 7, 2), norm(64)
@@ -84,7 +84,7 @@ def _modules(torch: Any, name: str, batchnorm: bool, num_classes: int) -> Any:
                 x = getattr(self, n)(x)
             return self.fc(x.mean((2, 3)))
 
-    class InvertedResidual(nn.Module):  # type: ignore[misc]
+    class InvertedResidual(nn.Module):  # type: ignore[misc,name-defined]
         def __init__(self, cin: int, out: int, stride: int, t: int) -> None:
             super().__init__()
             hidden = cin * t
@@ -104,7 +104,7 @@ def _modules(torch: Any, name: str, batchnorm: bool, num_classes: int) -> Any:
             y = self.project_bn(self.project_conv(y))
             return x + y if self.residual else y
 
-    class MobileNetV2(nn.Module):  # type: ignore[misc]
+    class MobileNetV2(nn.Module):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
             super().__init__()
             self.stem_conv, self.stem_bn = conv(3, 32, 3, 2), norm(32)
