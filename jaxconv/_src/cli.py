@@ -208,7 +208,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     The runner and its shape lists ship with the package; PyTorch and the plots need the
     ``bench`` extra (``pip install jaxconv[bench]``). ``jaxconv bench models`` times whole
-    training steps of ResNet-18, ResNet-50 and MobileNetV2 (flax, with the ``flax`` extra)
+    training steps of ResNet-18, ResNet-50 and MobileNetV2 (in flax, which the ``bench`` extra installs)
     against torch.nn, and every layer's convolutions.
     """
     if args.bench_args[:1] == ["models"]:

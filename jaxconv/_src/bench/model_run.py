@@ -45,6 +45,7 @@ import numpy as np
 
 from jaxconv._src.bench import benchdnn, machine, models
 from jaxconv._src.bench.timing import _time_n, interleaved
+from jaxconv._src.geometry import conv_output_size
 
 CONTENDERS = ("lax", "jaxconv", "torch")
 LR, MOMENTUM = 0.01, 0.9
@@ -221,7 +222,7 @@ def _steps(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def problem(c: models.Convolution, name: str, source: str) -> benchdnn.Problem:
     """A model's convolution as a benchdnn problem (what ``run.build`` times)."""
-    out = tuple((i + b + e - k) // s + 1 for i, k, s, (b, e) in
+    out = tuple(conv_output_size(i, k, s, 1, b, e) for i, k, s, (b, e) in
                 zip(c.input_size, c.kernel, c.strides, c.pads))
     return benchdnn.Problem(name, source, c.batch, c.groups, c.in_channels, c.out_channels,
                             c.input_size, out, c.kernel, c.strides, (1,) * len(c.kernel),
