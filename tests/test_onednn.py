@@ -91,6 +91,9 @@ def test_every_kernel_equals_torch(m):
 # MATRIX[1] with more channels and positions: 3.1e6 multiply-adds per example, above the
 # handler's kMinChunkMacs (2^21), so that its batch splits into chunks on XLA's pool
 LARGE = (2, "NXC", "XIO", 2, 32, 48, (40, 36), (3, 2), (2, 1), (1, 2), (1, 0), (0, 1))
+# a deep layer: 5.5e6 multiply-adds per example, and a filter (2.8e5 weights) heavier than a
+# chunk's activations, so that its forward and data gradient are one OpenMP call too
+DEEP = (2, "NCX", "OIX", 1, 192, 160, (5, 4), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
 
 
 @needs_onednn
@@ -112,14 +115,16 @@ def test_windows_that_read_only_padding():
 
 
 @needs_onednn
-@pytest.mark.parametrize("batch", [1, 3, 5])
-def test_batches_one_call_or_chunks_on_xlas_pool(batch):
+@pytest.mark.parametrize("m, batch", [(LARGE, 1), (LARGE, 3), (LARGE, 5), (DEEP, 3)],
+                         ids=["large-1", "large-3", "large-5", "deep-3"])
+def test_batches_one_call_or_chunks_on_xlas_pool(m, batch):
     """The handler's ways of running a call, each equal to torch: a problem below 2^21
     multiply-adds whole on the calling thread (the matrix above); one large example as one
     OpenMP call (batch 1, and every weight gradient past 2^21); larger batches of a forward or
     data gradient as chunks on XLA's thread pool, of unequal sizes where the chunks do not
-    divide the batch (3, 5 on two threads)."""
-    x, w, dy, attrs, (y_ref, dx_ref, dw_ref) = _problem(LARGE, seed=4, batch=batch)
+    divide the batch (3, 5 on two threads), except where the filter outweighs a chunk's
+    activations (a deep layer: one OpenMP call)."""
+    x, w, dy, attrs, (y_ref, dx_ref, dw_ref) = _problem(m, seed=4, batch=batch)
     h.assert_close(jaxconv.convolution(x, w, **attrs, lowering="onednn"), y_ref, jnp.float32)
     h.assert_close(jaxconv.convolution_backward_data(dy, w, x.shape, **attrs, lowering="onednn"),
                    dx_ref, jnp.float32)

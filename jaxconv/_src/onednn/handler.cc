@@ -13,9 +13,10 @@
 // copies of the caller's data); oneDNN picks its own weight format (a reorder in and out),
 // and the activations stay in the caller's layout or are reordered into oneDNN's, whichever
 // ran faster on the problem's first call (Choose).  A small problem runs whole, single-
-// threaded, on the calling thread; a forward or data gradient whose batch splits runs as
-// single-threaded chunks on XLA's own thread pool (RunOnPool, Chunks); a weight gradient, and
-// the rest, as one OpenMP call; one full-width call at a time.
+// threaded, on the calling thread; a forward or data gradient whose batch splits, and whose
+// filter is lighter than a chunk's activations, runs as single-threaded chunks on XLA's own
+// thread pool (RunOnPool, Chunks); a weight gradient, and the rest, as one OpenMP call; one
+// full-width call at a time.
 // Primitives are cached by problem in a bounded LRU cache (thread-safe; an entry stays alive
 // while a thread executes it); working memory is each thread's own.  Every oneDNN error
 // becomes an ffi::Error whose message names the op: XLA raises it in Python.
@@ -531,6 +532,12 @@ const OpenMp& Omp() {
   return *omp;
 }
 
+double Elements(const std::vector<int64_t>& dims) {
+  double n = 1;
+  for (int64_t d : dims) n *= static_cast<double>(d);
+  return n;
+}
+
 // Multiply-adds of a problem: y's elements times the taps and input channels each one sums.
 double Macs(const Problem& p) {
   double y = 1, w = 1;
@@ -553,7 +560,11 @@ constexpr double kMinChunkMacs = double{1 << 21};
 // and each ran a quarter-size minibatch (ResNet-18 at batch 8 on a 2-core AMD EPYC, AVX2:
 // layer 4's 3x3 512 -> 512 weight gradient 41.9 ms as two chunks, 36.6 as one call, torch
 // 36.6; the 1x1 stride-2 projection's 2.79 -> 2.32, torch 2.27). A 16-bit weight gradient
-// stays whole anyway (its partial sums would round).
+// stays whole anyway (its partial sums would round). A forward or data gradient whose filter
+// outweighs a chunk's activations (x and y) is one OpenMP call too: each chunk reordered the
+// whole filter into oneDNN's blocked layout for its share of the work (ResNet-50 at batch 8,
+// same machine: the 3x3 512 -> 512 forward at 5x5 18.1 ms as two chunks, 14.2 as one call,
+// torch 13.5; the 1x1 2048 -> 512 data gradient 8.6 -> 7.0, torch 7.4).
 int64_t Chunks(const Problem& p, ffi::ThreadPool& pool) {
   if (!Omp().ok() || p.data_axes[0] != 0) return 0;
   const double macs = Macs(p);
@@ -561,6 +572,8 @@ int64_t Chunks(const Problem& p, ffi::ThreadPool& pool) {
   const int64_t by_work = std::max<int64_t>(1, static_cast<int64_t>(macs / kMinChunkMacs));
   const int64_t n = std::min<int64_t>({pool.num_threads(), p.x_dims[0], by_work});
   if (n == 1 && macs >= kMinChunkMacs) return 0;  // one large example: OpenMP's team
+  if (n > 1 && Elements(p.w_dims) * n > Elements(p.x_dims) + Elements(p.y_dims))
+    return 0;  // the filter outweighs a chunk's activations: one call reorders it once
   return n;
 }
 
