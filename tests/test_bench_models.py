@@ -80,14 +80,12 @@ def test_one_step_is_as_exact_as_torch_nn(name, batchnorm, batch, image):
     loss64, oracle = _torch_step_result(name, params, x, labels, batchnorm, torch.float64)
     loss32, theirs = _torch_step_result(name, params, x, labels, batchnorm, torch.float32)
     old = torch_models.flat_params(params)
-
     scale = max(float(np.max(np.abs(oracle[n] - old[n]))) for n in oracle)
 
     def error(got):  # the largest error of an update, relative to the largest update
         return max(float(np.max(np.abs(got[n] - oracle[n]))) for n in oracle) / scale
     eps = float(np.finfo(np.float32).eps)
     assert error(theirs) > 0  # the oracle is a different computation
-    print(name, "update errors: jaxconv", error(ours), "torch float32", error(theirs))
     assert error(ours) <= 4 * error(theirs), (error(ours), error(theirs))
     assert abs(float(loss) - loss64) <= 4 * abs(loss32 - loss64) + 4 * eps * abs(loss64)
 
