@@ -24,8 +24,8 @@ import pytest
 from jaxconv._src.onednn import library
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# about 60 s alone (2-core AMD EPYC, AVX2; 125 s with the family's 3-D cases)
-FILES = ["tests/test_convolution.py", "tests/test_convolution_vectors.py",
+# the files and selection the child runs: about 60 s alone (2-core AMD EPYC, AVX2; 125 s with the family's 3-D cases)
+ARGS = ["tests/test_convolution.py", "tests/test_convolution_vectors.py",
          "tests/test_conv_transpose_vectors.py", "tests/test_openvino_vectors.py",
          "-k", "not (3d and test_convolution.py)"]
 
@@ -40,7 +40,7 @@ def test_the_vendor_op_tests_pass_without_onednn():
         capture_output=True, text=True, env=env, check=True, cwd=ROOT).stdout
     assert "not available (switched off by JAXCONV_ONEDNN=0)" in line, line
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
-                          *FILES], capture_output=True, text=True, env=env, cwd=ROOT)
+                          *ARGS], capture_output=True, text=True, env=env, cwd=ROOT)
     tail = out.stdout[-4000:] + out.stderr[-2000:]
     assert out.returncode == 0, tail
     assert " passed" in out.stdout and " failed" not in out.stdout, tail

@@ -45,16 +45,16 @@ def layers_summary(result: dict[str, Any]) -> str:
 
 
 def layers_rows(result: dict[str, Any], over: float = 1.05) -> str:
+    """The rows of every model more than ``over`` behind torch, furthest first."""
     lines = ["| model | layer | kernel | count | jaxconv ms | torch ms | jaxconv/torch "
-             "(paired range) |", "|---|---|---|---|---|---|---|"]
-    for lay in result.get("layers", []):
-        for r in sorted(lay["rows"], key=lambda r: -r["jaxconv_over_torch"]):
-            if r["jaxconv_over_torch"] <= over:
-                break
-            lo, hi = r["paired_ratio_range"]
-            lines.append(f"| {lay['model']} | {r['layer']} | {r['kind']} | {r['count']} "
-                         f"| {r['median_ms']['jaxconv']:.2f} | {r['median_ms']['torch']:.2f} "
-                         f"| {r['jaxconv_over_torch']:.2f} ({lo:.2f}-{hi:.2f}) |")
+             "(paired range) | torch's layout |", "|---|---|---|---|---|---|---|---|"]
+    rows = [(lay["model"], r) for lay in result.get("layers", []) for r in lay["rows"]
+            if r["jaxconv_over_torch"] > over]
+    for model, r in sorted(rows, key=lambda t: -t[1]["jaxconv_over_torch"]):
+        lo, hi = r["paired_ratio_range"]
+        lines.append(f"| {model} | {r['layer']} | {r['kind']} | {r['count']} "
+                     f"| {r['median_ms']['jaxconv']:.2f} | {r['median_ms']['torch']:.2f} "
+                     f"| {r['jaxconv_over_torch']:.2f} ({lo:.2f}-{hi:.2f}) | {r['torch_layout']} |")
     return "\n".join(lines)
 
 

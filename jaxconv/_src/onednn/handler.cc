@@ -540,10 +540,8 @@ double Elements(const std::vector<int64_t>& dims) {
 
 // Multiply-adds of a problem: y's elements times the taps and input channels each one sums.
 double Macs(const Problem& p) {
-  double y = 1, w = 1;
-  for (int64_t d : p.y_dims) y *= static_cast<double>(d);
-  for (int64_t d : p.w_dims) w *= static_cast<double>(d);
-  return y / static_cast<double>(p.w_dims[p.filter_axes[0]]) * w;
+  const double o = static_cast<double>(p.w_dims[p.filter_axes[0]]);
+  return Elements(p.y_dims) / o * Elements(p.w_dims);
 }
 
 // Handing a chunk to another thread (waking it, waiting for it) costs about 10-20 us: a chunk
@@ -559,12 +557,11 @@ constexpr double kMinChunkMacs = double{1 << 21};
 // a partial gradient in oneDNN's blocked layout that was reordered to the caller's and summed,
 // and each ran a quarter-size minibatch (ResNet-18 at batch 8 on a 2-core AMD EPYC, AVX2:
 // layer 4's 3x3 512 -> 512 weight gradient 41.9 ms as two chunks, 36.6 as one call, torch
-// 36.6; the 1x1 stride-2 projection's 2.79 -> 2.32, torch 2.27). A 16-bit weight gradient
-// stays whole anyway (its partial sums would round). A forward or data gradient whose filter
-// outweighs a chunk's activations (x and y) is one OpenMP call too: each chunk reordered the
-// whole filter into oneDNN's blocked layout for its share of the work (ResNet-50 at batch 8,
-// same machine: the 3x3 512 -> 512 forward at 5x5 18.1 ms as two chunks, 14.2 as one call,
-// torch 13.5; the 1x1 2048 -> 512 data gradient 8.6 -> 7.0, torch 7.4).
+// 36.6; the 1x1 stride-2 projection's 2.79 -> 2.32, torch 2.27). A forward or data gradient
+// whose filter outweighs a chunk's activations (x and y) is one OpenMP call too: each chunk
+// reordered the whole filter into oneDNN's blocked layout for its share of the work (ResNet-50
+// at batch 8, same machine: the 3x3 512 -> 512 forward at 5x5 18.1 ms as two chunks, 14.2 as
+// one call, torch 13.5; the 1x1 2048 -> 512 data gradient 8.6 -> 7.0, torch 7.4).
 int64_t Chunks(const Problem& p, ffi::ThreadPool& pool) {
   if (!Omp().ok() || p.data_axes[0] != 0) return 0;
   const double macs = Macs(p);
