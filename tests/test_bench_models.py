@@ -70,8 +70,7 @@ def test_one_step_is_as_exact_as_torch_nn(name, batchnorm, batch, image):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, image, image, 3)).astype(np.float32)
     labels = rng.integers(0, 1000, batch).astype(np.int32)
-    variables = models.build(name, lax.conv_general_dilated, batchnorm).init(
-        jax.random.key(0), jnp.asarray(x))
+    variables = models.init(name, jnp.asarray(x), batchnorm)
     params, stats = variables["params"], variables.get("batch_stats", {})
     step, tx = model_run._jax_step(models.build(name, jaxconv.conv_general_dilated, batchnorm),
                                    batchnorm)

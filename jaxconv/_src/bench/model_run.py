@@ -126,8 +126,7 @@ def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
     x = rng.standard_normal((batch, image, image, 3)).astype(np.float32)
     labels = rng.integers(0, 1000, batch).astype(np.int32)
     convs = {"lax": lax.conv_general_dilated, "jaxconv": jaxconv.conv_general_dilated}
-    variables = models.build(name, lax.conv_general_dilated, batchnorm).init(
-        jax.random.key(0), jnp.asarray(x))
+    variables = models.init(name, jnp.asarray(x), batchnorm)
     params, stats = variables["params"], variables.get("batch_stats", {})
     steps: dict[str, Callable] = {}
     first: dict[str, tuple[float, dict[str, np.ndarray]]] = {}
