@@ -4,6 +4,17 @@ import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+# The suite compiles thousands of small programs, and on CPU LLVM's optimisation of each is
+# a quarter of its time (tests/test_batching.py: 104 s at XLA's default level, 77 s at 0; 2
+# cores). The level changes how fast the code runs, not what it computes: XLA:CPU keeps IEEE
+# semantics at every level (fast math is a separate flag, off by default), and no test
+# asserts a time. oneDNN's calls are compiled code of their own, unaffected. A level the
+# caller sets in XLA_FLAGS wins (JAXCONV_TEST_XLA_OPT=default keeps XLA's own).
+_flags = os.environ.get("XLA_FLAGS", "")
+if (os.environ["JAX_PLATFORMS"] == "cpu" and "xla_backend_optimization_level" not in _flags
+        and os.environ.get("JAXCONV_TEST_XLA_OPT") != "default"):
+    os.environ["XLA_FLAGS"] = f"{_flags} --xla_backend_optimization_level=0".strip()
+
 import jax  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
