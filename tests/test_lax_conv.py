@@ -6,6 +6,8 @@ Values must equal lax's; gradients must equal lax's jax.vjp and be built from ja
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,6 +15,7 @@ import pytest
 from jax import lax
 
 import jaxconv
+from jaxconv._src.onednn import library
 from tests import helpers as h
 
 HIGHEST = lax.Precision.HIGHEST
@@ -81,3 +84,40 @@ def test_batch_group_count_is_lax_itself():
               batch_group_count=2)
     h.assert_close(jaxconv.conv_general_dilated(x, w, **kw), lax.conv_general_dilated(x, w, **kw),
                    jnp.float32)
+
+
+_ONEDNN = pytest.mark.skipif(not library.status().available, reason="the onednn extra is not built")
+
+
+# (extra arguments, the patch's lowering): jaxconv's kernel by an XLA formulation and by
+# oneDNN, and two calls handed to lax (which take only lowering="auto")
+@pytest.mark.parametrize("extra, lowering", [
+    pytest.param({}, "conv", id="jaxconv-kernel-xla"),
+    pytest.param({}, "onednn", id="jaxconv-kernel-onednn", marks=_ONEDNN),
+    pytest.param(dict(lhs_dilation=(2, 2), padding=[(1, 1), (2, 0)]), "auto", id="handed-to-lax"),
+    pytest.param(dict(padding=[(-1, 0), (1, 1)]), "auto", id="negative-padding")])
+def test_patching_lax_with_jaxconv_computes_every_call(monkeypatch, lowering, extra):
+    """``jax.lax.conv_general_dilated = jaxconv.conv_general_dilated`` (how a program makes
+    third-party code use jaxconv): code that looks lax's function up gets jaxconv's values and
+    gradients, both for calls jaxconv computes and for the calls it hands to lax, which reach
+    lax's own function (held from import time), never jaxconv again."""
+    x, w, kw = _args(CASES[0])
+    kw = dict(kw, **extra)
+    original = lax.conv_general_dilated
+
+    def third_party(x, w):  # looks the function up at call time, as a library would
+        return jax.lax.conv_general_dilated(x, w, **kw)
+
+    def loss(f):
+        return lambda x, w: (f(x, w) ** 2).sum()
+
+    want = original(x, w, **kw)
+    want_grads = jax.grad(loss(lambda x, w: original(x, w, **kw)),
+                          argnums=(0, 1))(x, w)
+    monkeypatch.setattr(jax.lax, "conv_general_dilated",
+                        functools.partial(jaxconv.conv_general_dilated, lowering=lowering))
+    h.assert_close(third_party(x, w), want, jnp.float32)
+    h.assert_close(jax.jit(third_party)(x, w), want, jnp.float32)
+    got_grads = jax.jit(jax.grad(loss(third_party), argnums=(0, 1)))(x, w)
+    for got, ref in zip(got_grads, want_grads):
+        h.assert_close(got, ref, jnp.float32)

@@ -29,6 +29,7 @@ from jax import lax
 
 import jaxconv
 from jaxconv import tbe
+from jaxconv._src import lax_refs
 
 HIGHEST = lax.Precision.HIGHEST
 TOLERANCE = 1e-5  # max |got - ref| / max |ref|, float32 at Precision.HIGHEST
@@ -55,7 +56,7 @@ class CheckResult:
 
 
 def _conv(x: jax.Array, w: jax.Array, groups: int = G) -> jax.Array:
-    return lax.conv_general_dilated(x, w, STRIDES, list(zip(PB, PE)), rhs_dilation=DILATIONS,
+    return lax_refs.conv_general_dilated(x, w, STRIDES, list(zip(PB, PE)), rhs_dilation=DILATIONS,
                                     dimension_numbers=DN, feature_group_count=groups,
                                     precision=HIGHEST)
 

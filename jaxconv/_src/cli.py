@@ -47,6 +47,7 @@ def _demo(args: argparse.Namespace) -> int:
     from jax import lax
 
     import jaxconv
+    from jaxconv._src import lax_refs
 
     groups = 2
     attrs: dict[str, Any] = dict(strides=(2, 2), dilations=(1, 1), auto_pad="same_upper",
@@ -67,7 +68,7 @@ def _demo(args: argparse.Namespace) -> int:
     # The reference: jax.vjp of plain lax.conv_general_dilated ("SAME" is TF's
     # rule, the same as same_upper), independent of jaxconv's geometry.
     def plain(w: jax.Array) -> jax.Array:
-        return lax.conv_general_dilated(
+        return lax_refs.conv_general_dilated(
             x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
             feature_group_count=2, precision=lax.Precision.HIGHEST)
     _, vjp = jax.vjp(plain, jnp.zeros(filter_shape))

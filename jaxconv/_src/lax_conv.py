@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxconv._src import autodiff, geometry, options
+from jaxconv._src import autodiff, geometry, lax_refs, options
 from jaxconv._src.geometry import Names
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.typing import ArrayLike, DTypeLike, ForwardLowering, PrecisionLike
@@ -140,7 +140,7 @@ def conv_general_dilated(
       32.0
     """
     lax_call = functools.partial(
-        lax.conv_general_dilated, window_strides=window_strides, padding=padding,
+        lax_refs.conv_general_dilated, window_strides=window_strides, padding=padding,
         lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation,
         dimension_numbers=typing.cast(Any, dimension_numbers),  # lax checks the kind itself
         feature_group_count=feature_group_count, batch_group_count=batch_group_count,
@@ -162,10 +162,6 @@ def conv_general_dilated(
     return _jaxconv(lhs, rhs, lax_call, window_strides, padding, lhs_dilation, rhs_dilation,
                     dimension_numbers, feature_group_count, batch_group_count, precision,
                     preferred_element_type, out_sharding, lowering)
-
-
-#: lax's function as imported: what the call is checked against (abstractly) before anything runs
-_LAX_CONV = lax.conv_general_dilated
 
 
 def _lax_refusal(lax_call: Any, lhs: Any, rhs: Any) -> Exception | None:
@@ -208,7 +204,7 @@ def _refusal(lax_call: Any, lhs: Any, rhs: Any) -> Exception | None:
         args = [jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in (lhs, rhs)]  # type: ignore[no-untyped-call]
         with warnings.catch_warnings():  # lax's shape rule divides by a zero stride
             warnings.simplefilter("ignore", RuntimeWarning)
-            jax.eval_shape(functools.partial(_LAX_CONV, **lax_call.keywords), *args)
+            jax.eval_shape(lax_call, *args)
     except Exception as e:  # noqa: BLE001 - lax's own refusal, whatever its type
         return e
     return None

@@ -118,14 +118,13 @@ def _torch_step(name: str, params: Any, x: np.ndarray, labels: np.ndarray,
 def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
                   contenders: tuple[str, ...] = CONTENDERS) -> dict[str, Any]:
     """One model's training step per contender, timed interleaved; the agreement of one step."""
-    from jax import lax
-
     import jaxconv
+    from jaxconv._src import lax_refs
     from jaxconv._src.bench import torch_models
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, image, image, 3)).astype(np.float32)
     labels = rng.integers(0, 1000, batch).astype(np.int32)
-    convs = {"lax": lax.conv_general_dilated, "jaxconv": jaxconv.conv_general_dilated}
+    convs = {"lax": lax_refs.conv_general_dilated, "jaxconv": jaxconv.conv_general_dilated}
     variables = models.init(name, jnp.asarray(x), batchnorm)
     params, stats = variables["params"], variables.get("batch_stats", {})
     steps: dict[str, Callable] = {}

@@ -26,6 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxconv._src import lax_refs
+
 ModuleDef = Any
 
 
@@ -205,7 +207,7 @@ def init(name: str, x: jax.Array, batchnorm: bool = True, seed: int = 0) -> Any:
     (kernels LeCun normal, biases 0, BatchNorm scale 1, bias 0, mean 0, variance 1), drawn by
     NumPy on the shapes ``model.init`` would give. (``model.init`` itself compiled for 13 s for
     MobileNetV2 and took 29 s op by op: its random initialisers are one program each.)"""
-    shapes = jax.eval_shape(build(name, lax.conv_general_dilated, batchnorm).init,
+    shapes = jax.eval_shape(build(name, lax_refs.conv_general_dilated, batchnorm).init,
                             jax.random.key(seed), x)
     rng = np.random.default_rng(seed)
 
@@ -250,7 +252,7 @@ def record_convolutions(name: str, batch: int, image: int,
                          tuple(rhs.shape[:-2]), tuple(window_strides),
                          tuple((int(a), int(b)) for a, b in pads), g,
                          lhs.shape == x_shape)] += 1
-        return lax.conv_general_dilated(lhs, rhs, window_strides, padding, *args, **kwargs)
+        return lax_refs.conv_general_dilated(lhs, rhs, window_strides, padding, *args, **kwargs)
 
     model = build(name, recording, batchnorm)
     x = jax.ShapeDtypeStruct(x_shape, jnp.float32)

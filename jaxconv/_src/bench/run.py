@@ -50,6 +50,7 @@ import numpy as np
 from jax import lax
 
 import jaxconv
+from jaxconv._src import lax_refs
 from jaxconv._src.bench import benchdnn
 from jaxconv._src.bench.timing import (  # noqa: F401 - re-exported for the scripts and tests
     _bind,
@@ -113,7 +114,7 @@ def build(prob: benchdnn.Problem, kind: str, dtype=jnp.float32,
                  pads_end=prob.pads_end, groups=g, precision=precision)
 
     def plain(x, w):
-        return lax.conv_general_dilated(x, w, prob.strides, pads, rhs_dilation=prob.dilations,
+        return lax_refs.conv_general_dilated(x, w, prob.strides, pads, rhs_dilation=prob.dilations,
                                         dimension_numbers=_dn(prob.rank), feature_group_count=g,
                                         precision=precision)
 

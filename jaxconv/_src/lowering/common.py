@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxconv._src import lax_refs
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Array, DType, Precision
 
@@ -46,7 +47,7 @@ def conv(lhs: Array, rhs: Array, *, dtype: DType, precision: Precision,
     The result has ``preferred_element_type`` if given, else ``dtype`` (a
     narrow integer result is the wide accumulator cast back, wrapping like C).
     """
-    out = lax.conv_general_dilated(
+    out = lax_refs.conv_general_dilated(
         lhs, rhs, precision=precision,
         preferred_element_type=accumulation_dtype(dtype, preferred_element_type), **kwargs
     )
