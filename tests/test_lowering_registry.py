@@ -4,9 +4,11 @@ needs to be reachable from every op of its kernel (docs/lowerings.md)."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
 import itertools
+import pathlib
 import typing
 
 import jax.numpy as jnp
@@ -151,3 +153,41 @@ def test_combinators_get_the_backends_leaf_for_their_sub_problems():
             groups=2, data_format="NXC", filter_format="XIO"),
         groups=1, in_channels=4, out_channels=4)
     assert {lowering.choose(Kernel.WEIGHT, sub, b) for b in ("cpu", "gpu")} == {"conv", "vjp"}
+
+
+def _package_imports(package: pathlib.Path, name: str) -> dict[str, set[str]]:
+    """Each module of ``package`` (dotted ``name``) -> the modules of it that it imports,
+    at module level or inside a function."""
+    modules = {p.stem for p in package.glob("*.py") if p.stem != "__init__"}
+    graph: dict[str, set[str]] = {}
+    for m in modules:
+        found: set[str] = set()
+        for node in ast.walk(ast.parse((package / f"{m}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == name:
+                found |= {a.name for a in node.names if a.name in modules}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(name + "."):
+                found.add(node.module[len(name) + 1:].split(".")[0])
+            elif isinstance(node, ast.Import):
+                found |= {a.name[len(name) + 1:].split(".")[0] for a in node.names
+                          if a.name.startswith(name + ".")}
+        graph[m] = found - {m}
+    return graph
+
+
+def test_the_lowering_package_has_no_import_circle():
+    """No module of ``jaxconv/_src/lowering`` imports one that imports it back, directly or
+    through others (function-level imports count: they are circles deferred, not removed)."""
+    package = pathlib.Path(lowering.__file__).parent
+    graph = _package_imports(package, "jaxconv._src.lowering")
+    assert "onednn" in graph["registry"]  # the walk sees the package's imports
+    done: set[str] = set()
+
+    def visit(m: str, path: tuple[str, ...]) -> None:
+        if m in path:
+            raise AssertionError(f"import circle: {' -> '.join(path[path.index(m):] + (m,))}")
+        if m not in done:
+            for n in sorted(graph[m]):
+                visit(n, path + (m,))
+            done.add(m)
+    for m in sorted(graph):
+        visit(m, ())

@@ -54,6 +54,11 @@ class Method:
     #: the backends (``backends.BACKENDS``) whose programs may hold it; None: every one. A
     #: program lowered for another backend computes the problem by that backend's own choice.
     platforms: tuple[str, ...] | None = None
+    #: whether its kernels may decline operands they do not take (a dtype its library lacks:
+    #: known only from the arrays, not the problem) by returning None; the dispatch then runs
+    #: the default leaf (``registry.default_leaf``). Declining keeps the method free of any
+    #: import of the registry.
+    declines: bool = False
 
     def why_not(self, kernel: Kernel, p: ConvProblem) -> str | None:
         """Why this method cannot compute ``kernel`` for ``p``, or None if it can."""

@@ -11,7 +11,8 @@ into its own blocked format (and the activations where no implementation takes t
 The FFI target is registered for the ``cpu`` platform only (``Method.platforms``: a program
 lowered for another platform never holds the call), and only when the handler is built and
 loads (``onednn/library.py``); otherwise the method does not apply and says why. Operands the
-handler does not take go to the default leaf formulation instead, never into the handler:
+handler does not take go to the default leaf formulation instead (the kernel declines them,
+``Method.declines``, and the dispatch runs that leaf), never into the handler:
 dtypes other than float32 and, where this CPU has the instructions (oneDNN is asked once
 when it loads), bfloat16 and float16; and a ``preferred_element_type`` other than the
 operands' dtype. A negative pad (a ConvTranspose output past its full result) is a crop
@@ -106,17 +107,14 @@ def _dtypes() -> tuple[np.dtype, ...]:
 # 64 channels 56x56: 3.5 ms uncut, 5.2-6.9 cut).
 def _kernel(kernel: Kernel) -> object:
     def compute(a: Array, b: Array, p: ConvProblem, precision: Precision,
-                preferred_element_type: DType) -> Array:
+                preferred_element_type: DType) -> Array | None:
         pet = preferred_element_type
         grid = kernel is not Kernel.FORWARD and _grid_of_1x1(p)
         # the weight gradient is fitted: oneDNN 3.2's 1x1 one miscomputed with unread elements
         fitted, crop = _cropped(p, fitted=kernel is Kernel.WEIGHT)
         if (a.dtype not in _dtypes() or b.dtype != a.dtype or min(fitted.input_size) <= 0
                 or (pet is not None and np.dtype(pet) != a.dtype) or library.why_not(p)):
-            from jaxconv._src.lowering import registry  # the default leaf (registry imports us)
-            return registry.run(kernel, a, b, p, method=registry.default_leaf(kernel),
-                                backend=None, precision=precision,
-                                preferred_element_type=preferred_element_type)
+            return None  # declined: the dispatch runs the default leaf (Method.declines)
         axes, whole = p.data.spatial_axes, p
         dead = p.padding_only_outputs
         if kernel is not Kernel.FORWARD and any(lo or hi for lo, hi in dead):
@@ -158,4 +156,4 @@ def _kernel(kernel: Kernel) -> object:
 ONEDNN = Method(
     "onednn", "oneDNN's own primitive through XLA's FFI (CPU, with the ``onednn`` extra)",
     {k: _kernel(k) for k in Kernel},  # type: ignore[misc]
-    library.why_not, platforms=("cpu",))
+    library.why_not, platforms=("cpu",), declines=True)

@@ -100,7 +100,11 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
                    preferred_element_type=preferred_element_type, partitioned=partitioned)
     fn = record.kernels[kernel]
     if not record.combinator:
-        return typing.cast(KernelFn, fn)(a, b, p, precision, preferred_element_type)
+        out = typing.cast(KernelFn, fn)(a, b, p, precision, preferred_element_type)
+        if out is None and record.declines:  # operands it does not take: the default leaf
+            return run(kernel, a, b, p, method=default_leaf(kernel), backend=None,
+                       precision=precision, preferred_element_type=preferred_element_type)
+        return out
 
     def leaf(sub_kernel: Kernel, sa: Array, sb: Array, sub: ConvProblem) -> Array:
         # the backend's table for the one-group sub-problem (a combinator does not apply to it:
