@@ -74,3 +74,24 @@ def _with(fn, thunk):
     import types
     return types.FunctionType(thunk.__code__, dict(thunk.__globals__, conv=fn), thunk.__name__,
                               thunk.__defaults__, thunk.__closure__)
+
+
+#: the cases lax refuses only when it compiles (its shape rule lets a zero stride through)
+COMPILE_TIME = {"stride-zero"}
+ABSTRACT = [c[:2] for c in CASES if c[0] not in LAX_ACCIDENTS and c[0] not in COMPILE_TIME]
+
+
+@pytest.mark.parametrize("name,thunk", ABSTRACT, ids=[c[0] for c in ABSTRACT])
+def test_lax_message_comes_along(name, thunk):
+    """Where lax refuses the call before compiling (its shape and type rules) with a TypeError
+    or ValueError, our message holds lax's own text after ours, so that code matching lax's
+    messages keeps working."""
+    import jax
+    from jax import lax
+
+    with pytest.raises((TypeError, ValueError)) as theirs:
+        jax.eval_shape(_with(lax.conv_general_dilated, thunk))
+    with pytest.raises((TypeError, ValueError)) as ours:
+        thunk()
+    assert OPS.match(str(ours.value)), str(ours.value)
+    assert str(theirs.value) in str(ours.value), (str(ours.value), str(theirs.value))

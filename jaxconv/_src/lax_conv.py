@@ -156,7 +156,9 @@ def conv_general_dilated(
         except (TypeError, ValueError) as ours:
             kind = type(refused) if isinstance(refused, (TypeError, ValueError)) else type(ours)
             mine = str(ours).startswith(f"{_OP}: ")  # else lax's own words, from a call it computes
-            raise kind(str(ours) if mine else f"{_OP}: {refused}") from None
+            # lax's own words come along, so that code matching lax's messages keeps working
+            raise kind(f"{ours} (lax.conv_general_dilated: {refused})" if mine
+                       else f"{_OP}: {refused}") from None
         kind = type(refused) if isinstance(refused, (TypeError, ValueError)) else ValueError
         raise kind(f"{_OP}: {refused}") from None
     return _jaxconv(lhs, rhs, lax_call, window_strides, padding, lhs_dilation, rhs_dilation,
