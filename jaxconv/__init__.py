@@ -19,6 +19,7 @@ from jaxconv._src.convolution import (
     convolution_backward_data,
     convolution_backward_weights,
 )
+from jaxconv._src.export import onednn_export_checks
 from jaxconv._src.host_memory import keep_freed_memory
 from jaxconv._src.lax_conv import conv_general_dilated
 from jaxconv._src.openvino import (
@@ -47,6 +48,7 @@ __all__ = [
     "group_convolution",
     "group_convolution_backprop_data",
     "keep_freed_memory",
+    "onednn_export_checks",
     "tbe",
     "xla_cpu_compiler_options",
 ]

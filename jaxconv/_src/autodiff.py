@@ -60,13 +60,14 @@ def _abstract_eval(a: Any, b: Any, *, kernel: Kernel, p: ConvProblem, precision:
     return jax.core.ShapedArray(kernel.out_shape(p), np.dtype(dtype))
 
 
-def _program(backend: str, partitioned: bool) -> Callable[..., Array]:
-    """The kernel's JAX program on ``backend`` (its table resolves ``method="auto"``)."""
+def _program(backend: str, portable: bool) -> Callable[..., Array]:
+    """The kernel's JAX program on ``backend`` (its table resolves ``method="auto"``);
+    ``portable``: with no custom call (``lowering.run``'s ``partitioned``)."""
     def program(a: Array, b: Array, *, kernel: Kernel, p: ConvProblem, precision: Precision,
                 preferred_element_type: DType, method: str) -> Array:
         return lowering.run(kernel, a, b, p, method=method, backend=backend, precision=precision,
                             preferred_element_type=preferred_element_type,
-                            partitioned=partitioned)
+                            partitioned=portable)
     return program
 
 
@@ -82,13 +83,23 @@ def _partitioned(ctx: mlir.LoweringRuleContext) -> bool:
     return False
 
 
+def _exported(ctx: mlir.LoweringRuleContext, method: str) -> bool:
+    """Whether this program is lowered for ``jax.export`` without the caller's opt-in to keep
+    oneDNN's call (``lowering="onednn"`` forced on the op, docs/export.md): a serialized
+    artifact may run where jaxconv's handler is not registered, and JAX refuses to serialize
+    a custom call without a compatibility guarantee, so the portable XLA formulations."""
+    return bool(ctx.module_context.lowering_parameters.for_export) and method != "onednn"
+
+
 def _lowering(backend: str) -> Callable[..., Any]:
-    """The primitive's lowering rule on ``backend``: one program per partitioning."""
-    rules = {part: mlir.lower_fun(_program(backend, part), multiple_results=False)
-             for part in (False, True)}
+    """The primitive's lowering rule on ``backend``: one program with custom calls, and one
+    with none (a program split across devices by XLA's partitioner, or an export)."""
+    rules = {portable: mlir.lower_fun(_program(backend, portable), multiple_results=False)
+             for portable in (False, True)}
 
     def rule(ctx: mlir.LoweringRuleContext, *args: Any, **params: Any) -> Any:
-        return rules[_partitioned(ctx)](ctx, *args, **params)
+        portable = _partitioned(ctx) or _exported(ctx, params["method"])
+        return rules[portable](ctx, *args, **params)
     return rule
 
 

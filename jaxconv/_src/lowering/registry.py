@@ -59,7 +59,8 @@ def why_not(method: str, kernel: Kernel, p: ConvProblem) -> str | None:
 def choose(kernel: Kernel, p: ConvProblem, backend: str, *, partitioned: bool = False) -> str:
     """The method ``lowering="auto"`` picks for ``kernel`` on ``p`` on ``backend``; in a program
     XLA's SPMD partitioner splits across devices (``partitioned``), never a custom call: the
-    partitioner cannot see inside one and would gather its operands onto every device."""
+    partitioner cannot see inside one and would gather its operands onto every device. (An
+    export is lowered as ``partitioned`` too: its artifact may run where no handler is.)"""
     return backends.METHOD[kernel](p, backend, not partitioned)
 
 
