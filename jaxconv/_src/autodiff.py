@@ -39,9 +39,11 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax._src import core as jax_core  # shard_map's varying manual axes (no public names)
 from jax._src import sharding_impls  # the lowering context's device layout (no public name)
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
+from jax.sharding import PartitionSpec
 
 from jaxconv._src import backends, lowering
 from jaxconv._src import batching as folds
@@ -56,8 +58,18 @@ _PARAMS = ("kernel", "p", "precision", "preferred_element_type", "method")
 
 def _abstract_eval(a: Any, b: Any, *, kernel: Kernel, p: ConvProblem, precision: Precision,
                    preferred_element_type: DType, method: str) -> jax.core.ShapedArray:
-    dtype = preferred_element_type if preferred_element_type is not None else a.dtype
-    return jax.core.ShapedArray(kernel.out_shape(p), np.dtype(dtype))
+    dtype = np.dtype(preferred_element_type if preferred_element_type is not None else a.dtype)
+    shape = kernel.out_shape(p)
+    # Inside shard_map the result varies over the manual mesh axes its operands vary over
+    # (``apply`` has made theirs equal). Dropped, an output computed from a batch shard would
+    # pass for one equal on every device, and the transpose would never reduce the weight
+    # gradient of a replicated filter across the mesh (as lax's own convolution does).
+    varying = jax_core.standard_vma_rule(conv_p.name, a, b)
+    if not varying:
+        return jax.core.ShapedArray(shape, dtype)
+    sharding = a.sharding.update(spec=PartitionSpec(*([None] * len(shape))))
+    mat = jax_core.ManualAxisType(varying=varying, unreduced=frozenset(), reduced=frozenset())
+    return jax.core.ShapedArray(shape, dtype, sharding=sharding, manual_axis_type=mat)
 
 
 def _program(backend: str, portable: bool) -> Callable[..., Array]:
@@ -120,6 +132,10 @@ for _backend in backends.BACKENDS:
 def apply(a: Array, b: Array, *, kernel: Kernel, p: ConvProblem, precision: Precision = None,
           preferred_element_type: DType = None, method: str = "auto") -> Array:
     """The kernel ``kernel`` on (a, b), differentiable and batchable through jaxconv's kernels."""
+    # inside shard_map: an operand that does not vary over a manual axis the other varies over
+    # is cast to varying (``pvary``, whose transpose is the psum of its cotangent: a replicated
+    # filter's gradient summed over the batch shards), as lax.conv_general_dilated does
+    a, b = jax_core.auto_insert_reshard(a, b)
     out: Array = conv_p.bind(a, b, kernel=kernel, p=p, precision=precision,
                              preferred_element_type=preferred_element_type, method=method)
     return out

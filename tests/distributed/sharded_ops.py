@@ -102,13 +102,30 @@ def main() -> None:
     close(dw_sm, jaxconv.convolution_backprop_filters(x, dy, w.shape, **a), "shard_map + psum")
     count += 1
 
+    # jax.grad inside shard_map: the replicated filter's gradient is reduced across the mesh by
+    # shard_map's own transpose (jaxconv's results vary over the axes their operands vary over)
+    def mse(w, x, t):
+        return jnp.mean((jaxconv.convolution(x, w, **a) - t) ** 2)
+
+    def local_grads(w, x, t):
+        return jax.grad(lambda w, x: lax.pmean(mse(w, x, t), "data"), argnums=(0, 1))(w, x)
+
+    t = y * 0.5
+    gw, gx = jax.jit(shard_map(local_grads, mesh=mesh, in_specs=(P(), P("data"), P("data")),
+                               out_specs=(P(), P("data"))))(jax.device_put(w, repl), xs,
+                                                            jax.device_put(t, batch))
+    want_w, want_x = jax.grad(mse, argnums=(0, 1))(w, x, t)
+    close(gw, want_w, "jax.grad in shard_map: replicated filter")
+    close(gx, want_x, "jax.grad in shard_map: batch-sharded data")
+    count += 1
+
     # a data-parallel training step whose conv gradient is jaxconv's
     def step(w, x, t):
         y = jaxconv.convolution(x, w, **a)
         dy = (y - t) / y.size
         return w - 0.1 * jaxconv.convolution_backprop_filters(x, dy, w.shape, **a)
 
-    t = jax.device_put(y * 0.5, batch)
+    t = jax.device_put(t, batch)
     w1 = jax.jit(step)(jax.device_put(w, repl), xs, t)
     close(w1, step(w, x, y * 0.5), "data-parallel step")
     assert w1.sharding.is_fully_replicated
