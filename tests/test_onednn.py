@@ -312,38 +312,58 @@ def _p(m):
 
 
 @needs_onednn
-def test_a_program_partitioned_across_devices_keeps_the_batch_sharded():
-    """8 CPU devices, batch-sharded x and dy: XLA's partitioner cannot see inside a custom call
-    (it would gather the operands), so such programs use the XLA lowerings: no oneDNN call, no
-    all-gather, the weight gradient one all-reduce. On one device (and inside a fully manual
-    shard_map) the same op is oneDNN's call."""
+def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
+    """8 CPU devices (a 4 x 2 mesh), batch-sharded activations under jax.jit: XLA's partitioner
+    cannot see inside a custom call, so the call is wrapped in custom_partitioning
+    (lowering/spmd.py) and runs on each device's slice of the batch. Each program equals the
+    one-device result and holds oneDNN's calls; no activation is gathered (a filter sharded
+    over its output channels is: a filter); a weight gradient is one all-reduce, the forward
+    and data gradient none. A fully manual shard_map region is oneDNN's call as on one device."""
     code = textwrap.dedent("""
-        import jax, jax.numpy as jnp, numpy as np, jaxconv
+        import re, jax, jax.numpy as jnp, numpy as np, jaxconv
         from jax.sharding import NamedSharding, PartitionSpec as P
-        mesh = jax.make_mesh((8,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
-        x = jnp.ones((16, 12, 12, 16)); dy = jnp.ones((16, 10, 10, 16))  # 4.6e5 MACs a device
-        shard = NamedSharding(mesh, P("batch"))
-        xs, dys = jax.device_put(x, shard), jax.device_put(dy, shard)
-        for lowering in ("auto", "onednn"):
-            f = jax.jit(lambda x, dy: jaxconv.convolution_backprop_filters(
-                x, dy, (3, 3, 16, 16), lowering=lowering))
-            hlo = f.lower(xs, dys).compile().as_text()
-            print(lowering, "custom-call" if "jaxconv_onednn" in hlo else "xla",
-                  "all-gather" in hlo, hlo.count("all-reduce("))
-            single = jax.jit(lambda x, dy: jaxconv.convolution_backprop_filters(
-                x, dy, (3, 3, 16, 16), lowering=lowering)).lower(x, dy).as_text()
-            print("one device", "jaxconv_onednn" in single)
+        mesh = jax.make_mesh((4, 2), ("batch", "model"),
+                             axis_types=(jax.sharding.AxisType.Auto,) * 2)
+        rng = np.random.default_rng(0)
+        x = jnp.asarray(rng.standard_normal((16, 12, 12, 16)), jnp.float32)
+        w = jnp.asarray(rng.standard_normal((3, 3, 16, 32)), jnp.float32)
+        dy = jnp.asarray(rng.standard_normal((16, 10, 10, 32)), jnp.float32)
+        batch, repl = NamedSharding(mesh, P("batch")), NamedSharding(mesh, P())
+        o_sharded = NamedSharding(mesh, P(None, None, None, "model"))
+        def mse(w, x):
+            return (jaxconv.convolution(x, w) ** 2).mean()
+        cases = {
+            "forward": (lambda x, w: jaxconv.convolution(x, w), (x, w), (batch, repl)),
+            "forward-o-sharded": (lambda x, w: jaxconv.convolution(x, w), (x, w),
+                                  (batch, o_sharded)),
+            "data": (lambda dy, w: jaxconv.convolution_backward_data(dy, w, x.shape), (dy, w),
+                     (batch, repl)),
+            "weight": (lambda x, dy: jaxconv.convolution_backprop_filters(x, dy, w.shape),
+                       (x, dy), (batch, batch)),
+            "weight-forced": (lambda x, dy: jaxconv.convolution_backprop_filters(
+                x, dy, w.shape, lowering="onednn"), (x, dy), (batch, batch)),
+            "grad": (jax.jit(jax.grad(mse, argnums=(0, 1))), (w, x), (repl, batch)),
+        }
+        for name, (f, args, shardings) in cases.items():
+            f = jax.jit(f)
+            put = [jax.device_put(a, s) for a, s in zip(args, shardings)]
+            hlo = f.lower(*put).compile().as_text()
+            pairs = zip(jax.tree_util.tree_leaves(f(*args)), jax.tree_util.tree_leaves(f(*put)))
+            err = max(float(jnp.abs(r - g).max() / jnp.abs(r).max()) for r, g in pairs)
+            gathered = re.findall(r"= (f32\\[[0-9,]*\\])\\S* all-gather\\(", hlo)
+            print(name, err <= 1e-5, hlo.count('custom_call_target="jaxconv_onednn'),
+                  hlo.count("all-reduce("), ",".join(gathered) or "-")
         local = jax.shard_map(lambda x, dy: jax.lax.psum(jaxconv.convolution_backprop_filters(
-            x, dy, (3, 3, 16, 16)), "batch"), mesh=mesh, in_specs=(P("batch"), P("batch")),
-            out_specs=P())
-        print("shard_map", "jaxconv_onednn" in jax.jit(local).lower(xs, dys).as_text())
+            x, dy, (3, 3, 16, 32)), ("batch", "model")), mesh=mesh,
+            in_specs=(P(("batch", "model")), P(("batch", "model"))), out_specs=P())
+        print("shard_map", "jaxconv_onednn" in jax.jit(local).lower(x, dy).as_text())
     """)
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                XLA_FLAGS="--xla_force_host_platform_device_count=8")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    lines = out.stdout.split("\n")
-    assert lines[0] == "auto xla False 1" and lines[2] == "onednn xla False 1", out.stdout
-    assert lines[1] == lines[3] == "one device True", out.stdout
-    assert lines[4] == "shard_map True", out.stdout
+    assert out.stdout.split("\n")[:7] == [
+        "forward True 1 0 -", "forward-o-sharded True 1 0 f32[3,3,16,32]", "data True 1 0 -",
+        "weight True 1 1 -", "weight-forced True 1 1 -", "grad True 3 1 -",
+        "shard_map True"], out.stdout

@@ -40,6 +40,7 @@ from typing import Any
 import jax
 import numpy as np
 from jax._src import core as jax_core  # shard_map's varying manual axes (no public names)
+from jax._src import dispatch  # primitives whose lowering needs the devices (no public name)
 from jax._src import sharding_impls  # the lowering context's device layout (no public name)
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
@@ -72,14 +73,14 @@ def _abstract_eval(a: Any, b: Any, *, kernel: Kernel, p: ConvProblem, precision:
     return jax.core.ShapedArray(shape, dtype, sharding=sharding, manual_axis_type=mat)
 
 
-def _program(backend: str, portable: bool) -> Callable[..., Array]:
-    """The kernel's JAX program on ``backend`` (its table resolves ``method="auto"``);
-    ``portable``: with no custom call (``lowering.run``'s ``partitioned``)."""
+def _program(backend: str, partitioned: bool, portable: bool) -> Callable[..., Array]:
+    """The kernel's JAX program on ``backend`` (its table resolves ``method="auto"``), split
+    across devices by XLA's partitioner or not, with custom calls or none (``lowering.run``)."""
     def program(a: Array, b: Array, *, kernel: Kernel, p: ConvProblem, precision: Precision,
                 preferred_element_type: DType, method: str) -> Array:
         return lowering.run(kernel, a, b, p, method=method, backend=backend, precision=precision,
                             preferred_element_type=preferred_element_type,
-                            partitioned=portable)
+                            partitioned=partitioned, portable=portable)
     return program
 
 
@@ -104,14 +105,15 @@ def _exported(ctx: mlir.LoweringRuleContext, method: str) -> bool:
 
 
 def _lowering(backend: str) -> Callable[..., Any]:
-    """The primitive's lowering rule on ``backend``: one program with custom calls, and one
-    with none (a program split across devices by XLA's partitioner, or an export)."""
-    rules = {portable: mlir.lower_fun(_program(backend, portable), multiple_results=False)
-             for portable in (False, True)}
+    """The primitive's lowering rule on ``backend``: one program on one device, one split
+    across devices by XLA's partitioner (a custom call per batch shard, ``lowering/spmd.py``),
+    and one with no custom call (an export)."""
+    rules = {(part, port): mlir.lower_fun(_program(backend, part, port), multiple_results=False)
+             for part in (False, True) for port in (False, True)}
 
     def rule(ctx: mlir.LoweringRuleContext, *args: Any, **params: Any) -> Any:
-        portable = _partitioned(ctx) or _exported(ctx, params["method"])
-        return rules[portable](ctx, *args, **params)
+        key = (_partitioned(ctx), _exported(ctx, params["method"]))
+        return rules[key](ctx, *args, **params)
     return rule
 
 
@@ -121,6 +123,10 @@ def _eager(a: Array, b: Array, **params: Any) -> Array:
     return out
 
 
+# A program split across devices may run oneDNN per batch shard through custom_partitioning
+# (lowering/spmd.py), whose lowering needs the program's devices: JAX hands them to the
+# lowering of the primitives in this set (no public name).
+dispatch.prim_requires_devices_during_lowering.add(conv_p)
 conv_p.def_impl(_eager)
 conv_p.def_abstract_eval(_abstract_eval)
 for _backend in backends.BACKENDS:

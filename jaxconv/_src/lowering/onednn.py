@@ -156,4 +156,4 @@ def _kernel(kernel: Kernel) -> object:
 ONEDNN = Method(
     "onednn", "oneDNN's own primitive through XLA's FFI (CPU, with the ``onednn`` extra)",
     {k: _kernel(k) for k in Kernel},  # type: ignore[misc]
-    library.why_not, platforms=("cpu",), declines=True)
+    library.why_not, platforms=("cpu",), declines=True, per_shard=True)

@@ -22,7 +22,7 @@ from jaxconv._src import backends
 from jaxconv._src import typing as public
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Array, CombinatorFn, DType, Kernel, KernelFn, Precision
-from jaxconv._src.lowering import convolution, grouped, onednn, phases, shifted, taps
+from jaxconv._src.lowering import convolution, grouped, onednn, phases, shifted, spmd, taps
 from jaxconv._src.lowering.method import Method
 
 #: every lowering method, by name
@@ -66,8 +66,12 @@ def choose(kernel: Kernel, p: ConvProblem, backend: str, *, partitioned: bool = 
 
 def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, backend: str | None,
         precision: Precision = None, preferred_element_type: DType = None,
-        partitioned: bool = False) -> Array:
+        partitioned: bool = False, portable: bool = False) -> Array:
     """``kernel`` on (a, b) by ``method`` (``"auto"``: the table of ``backend``).
+
+    ``partitioned``: in a program XLA's SPMD partitioner splits across devices, where a custom
+    call runs per batch shard if its method can (``Method.per_shard``, ``spmd.py``), else the
+    backend's XLA formulation; ``portable``: no custom call at all (an export).
 
     The backend is chosen once, by the primitive's lowering for the platform the program
     is lowered for (``autodiff.py``), and passed down: a combinator's sub-problems get the
@@ -84,7 +88,10 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
     if method == "auto":
         if backend is None:
             raise ValueError("lowering: method 'auto' needs a backend to choose for")
-        method = choose(kernel, p, backend, partitioned=partitioned)
+        method = choose(kernel, p, backend, partitioned=partitioned or portable)
+        if partitioned and not portable:  # the one-device choice, if it runs per batch shard
+            one_device = choose(kernel, p, backend)
+            method = one_device if METHODS[one_device].per_shard else method
         why = why_not(method, kernel, p)
         if why is not None:  # a table bug (tests/test_lowering_registry.py), never a user's
             raise RuntimeError(f"jaxconv: the {backend} table picked {why}")
@@ -93,13 +100,21 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
                          f"got {method!r}")
     record = METHODS[method]
     if backend is not None and record.platforms is not None and (
-            backend not in record.platforms or partitioned):
-        # a custom call of other platforms (lowering="onednn" lowered for a GPU), or in a
-        # program partitioned across devices: this backend's own XLA formulation
+            backend not in record.platforms or portable
+            or (partitioned and not record.per_shard)):
+        # a custom call of other platforms (lowering="onednn" lowered for a GPU), in an export,
+        # or in a program partitioned across devices that it cannot run per shard in: this
+        # backend's own XLA formulation
         return run(kernel, a, b, p, method=choose(kernel, p, backend, partitioned=True),
                    backend=backend, precision=precision,
-                   preferred_element_type=preferred_element_type, partitioned=partitioned)
+                   preferred_element_type=preferred_element_type, partitioned=partitioned,
+                   portable=portable)
     fn = record.kernels[kernel]
+    if partitioned and record.per_shard and not record.combinator:
+        def local(sa: Array, sb: Array, sub: ConvProblem) -> Array:  # one device's slice
+            return run(kernel, sa, sb, sub, method=record.name, backend=backend,
+                       precision=precision, preferred_element_type=preferred_element_type)
+        return spmd.call(kernel, a, b, p, local)
     if not record.combinator:
         out = typing.cast(KernelFn, fn)(a, b, p, precision, preferred_element_type)
         if out is None and record.declines:  # operands it does not take: the default leaf
@@ -113,7 +128,7 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
         sub_method = "auto" if backend is not None else default_leaf(sub_kernel)
         return run(sub_kernel, sa, sb, sub, method=sub_method, backend=backend,
                    precision=precision, preferred_element_type=preferred_element_type,
-                   partitioned=partitioned)
+                   partitioned=partitioned, portable=portable)
 
     return typing.cast(CombinatorFn, fn)(a, b, p, leaf=leaf)
 
