@@ -214,7 +214,7 @@ def test_a_fault_inside_the_handler_is_a_python_exception():
     and the error names the op."""
     call = jax.ffi.ffi_call(library.TARGETS["weight"], jax.ShapeDtypeStruct((3, 3, 4, 6),
                                                                             jnp.float32))
-    attrs = dict(op="convolution_backprop_filters", groups=np.int64(1),
+    attrs = dict(op="convolution_backprop_filters", groups=np.int64(1), threads=np.int64(0),
                  data_axes=np.array([0, 3, 1, 2], np.int64),
                  filter_axes=np.array([3, 2, 0, 1], np.int64),
                  strides=np.array([1, 1], np.int64), dilations=np.array([1, 1], np.int64),

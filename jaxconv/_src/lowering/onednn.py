@@ -21,6 +21,9 @@ positions whose windows read only padding (above ``_kernel``); the weight gradie
 is fitted exactly (no trailing element unread), and a strided 1x1 weight gradient is the
 unit-stride one on the grid of x it reads, and its data gradient the unit-stride one put
 back on the grid (``_grid`` below).
+``threads``: 0, the handler's own rule (batch chunks on XLA's pool or one call on oneDNN's
+OpenMP team, ``Chunks`` in the handler); 1, one thread on the calling one (a device's shard
+where several devices of this process run their calls at once, ``spmd.py``).
 Zero-size problems never reach a method (``registry.run``). Batching happens before: the
 primitive's batching rule folds a mapped operand into the batch or the groups, so the handler
 always sees the problem's own rank.
@@ -107,7 +110,7 @@ def _dtypes() -> tuple[np.dtype, ...]:
 # 64 channels 56x56: 3.5 ms uncut, 5.2-6.9 cut).
 def _kernel(kernel: Kernel) -> object:
     def compute(a: Array, b: Array, p: ConvProblem, precision: Precision,
-                preferred_element_type: DType) -> Array | None:
+                preferred_element_type: DType, threads: int = 0) -> Array | None:
         pet = preferred_element_type
         grid = kernel is not Kernel.FORWARD and _grid_of_1x1(p)
         # the weight gradient is fitted: oneDNN 3.2's 1x1 one miscomputed with unread elements
@@ -128,7 +131,7 @@ def _kernel(kernel: Kernel) -> object:
                 a = common.pad_spatial(a, axes, cut)
             else:  # b is dy
                 b = common.pad_spatial(b, axes, cut)
-            return compute(a, b, live, precision, preferred_element_type)
+            return compute(a, b, live, precision, preferred_element_type, threads)
         if grid:
             if kernel is Kernel.WEIGHT:  # a is x
                 a = _grid(a, p)
@@ -144,7 +147,8 @@ def _kernel(kernel: Kernel) -> object:
             data_axes=np.array(p.data.spec, np.int64),
             filter_axes=np.array(p.filter_layout.spec(swap=p.filter_swap), np.int64),
             strides=np.array(p.strides, np.int64), dilations=np.array(p.dilations, np.int64),
-            pads_begin=np.array(p.pads_begin, np.int64), pads_end=np.array(p.pads_end, np.int64))
+            pads_begin=np.array(p.pads_begin, np.int64), pads_end=np.array(p.pads_end, np.int64),
+            threads=np.int64(threads))
         if kernel is Kernel.DATA and grid:  # dx: the grid's values, zeros between
             out = _from_grid(out, whole)
         elif kernel is Kernel.DATA:  # dx's cropped head and tail: zeros

@@ -111,9 +111,13 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
                    portable=portable)
     fn = record.kernels[kernel]
     if partitioned and record.per_shard and not record.combinator:
-        def local(sa: Array, sb: Array, sub: ConvProblem) -> Array:  # one device's slice
-            return run(kernel, sa, sb, sub, method=record.name, backend=backend,
-                       precision=precision, preferred_element_type=preferred_element_type)
+        def local(sa: Array, sb: Array, sub: ConvProblem, threads: int) -> Array:  # one shard
+            out = typing.cast(Any, fn)(sa, sb, sub, precision, preferred_element_type,
+                                       threads=threads)
+            if out is None:  # declined (Method.declines): the default leaf, per shard
+                return run(kernel, sa, sb, sub, method=default_leaf(kernel), backend=None,
+                           precision=precision, preferred_element_type=preferred_element_type)
+            return typing.cast(Array, out)
         return spmd.call(kernel, a, b, p, local)
     if not record.combinator:
         out = typing.cast(KernelFn, fn)(a, b, p, precision, preferred_element_type)

@@ -30,8 +30,9 @@ from jax.sharding import PartitionSpec as P
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Array, Kernel
 
-#: a local problem's kernel call: (a, b, the problem of this device's slice) -> result
-Local = Callable[[Array, Array, ConvProblem], Array]
+#: a local problem's kernel call: (a, b, the problem of this device's slice, its threads: 0 the
+#: handler's own rule, 1 one thread) -> result
+Local = Callable[[Array, Array, ConvProblem, int], Array]
 
 
 def _batch_axes(kernel: Kernel, p: ConvProblem) -> tuple[int | None, int | None, int | None]:
@@ -64,7 +65,7 @@ def call(kernel: Kernel, a: Array, b: Array, p: ConvProblem, local: Local) -> Ar
 
     @custom_partitioning
     def whole(a: Array, b: Array) -> Array:
-        return local(a, b, p)
+        return local(a, b, p, 0)
 
     def partition(mesh, arg_shapes, result_shape):  # type: ignore[no-untyped-def]
         spec_a = tuple(arg_shapes[0].sharding.spec) + (None,) * rank
@@ -85,9 +86,14 @@ def call(kernel: Kernel, a: Array, b: Array, p: ConvProblem, local: Local) -> Ar
         args = (named(n_a), named(n_b))
         out = named(n_out)
 
+        # several of this process's devices run their shards' calls at once on the same cores:
+        # each on one thread (the handler's rule would have them queue for its OpenMP team)
+        mine = sum(d.process_index == jax.process_index() for d in mesh.devices.flat)
+        threads = 1 if mine > 1 else 0
+
         def lower(a: Array, b: Array) -> Array:
             sub = dataclasses.replace(p, batch=p.batch // shards)
-            y = local(a, b, sub)
+            y = local(a, b, sub, threads)
             if kernel is Kernel.WEIGHT and axes:
                 y = jax.lax.psum(y, axes)  # type: ignore[no-untyped-call]  # partial gradients
             return y

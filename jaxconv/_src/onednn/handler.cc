@@ -658,7 +658,8 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
                ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> data_axes,
                ffi::Span<const int64_t> filter_axes, ffi::Span<const int64_t> strides,
                ffi::Span<const int64_t> dilations, ffi::Span<const int64_t> pads_begin,
-               ffi::Span<const int64_t> pads_end, int64_t groups, ffi::ThreadPool pool) {
+               ffi::Span<const int64_t> pads_end, int64_t groups, int64_t threads,
+               ffi::ThreadPool pool) {
   const std::string prefix = std::string(op) + ": oneDNN lowering: ";
   const memory::data_type dtype = DataType(a.element_type());
   if (dtype == memory::data_type::undef || b.element_type() != a.element_type() ||
@@ -697,7 +698,9 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
         p.filter_axes[i] < 0 || p.filter_axes[i] >= static_cast<int64_t>(rank))
       return ffi::Error::InvalidArgument(prefix + "axis out of range");
   try {
-    const int64_t chunks = Chunks(p, pool);
+    // threads 1: one device's shard of a program split across several devices of this
+    // process, each running its own call at the same time: whole, on the calling thread
+    const int64_t chunks = threads == 1 ? 1 : Chunks(p, pool);
     if (chunks == 1) {  // whole, on the calling thread: no job to share with the pool
       RunSingleThreaded(p, x, y, w);
     } else if (chunks > 1) {
@@ -725,10 +728,10 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
                         ffi::Span<const int64_t> filter_axes,                               \
                         ffi::Span<const int64_t> strides, ffi::Span<const int64_t> dilations,\
                         ffi::Span<const int64_t> pads_begin,                                \
-                        ffi::Span<const int64_t> pads_end, int64_t groups,                  \
+                        ffi::Span<const int64_t> pads_end, int64_t groups, int64_t threads, \
                         ffi::ThreadPool pool) {                                             \
     return Run(KERNEL, op, a, b, out, data_axes, filter_axes, strides, dilations,           \
-               pads_begin, pads_end, groups, pool);                                         \
+               pads_begin, pads_end, groups, threads, pool);                                \
   }
 
 JAXCONV_ONEDNN_HANDLER(Forward, Kernel::kForward)
@@ -751,6 +754,7 @@ JAXCONV_ONEDNN_HANDLER(Weight, Kernel::kWeight)
                                     .Attr<ffi::Span<const int64_t>>("pads_begin")       \
                                     .Attr<ffi::Span<const int64_t>>("pads_end")         \
                                     .Attr<int64_t>("groups")                            \
+                                    .Attr<int64_t>("threads")                           \
                                     .Ctx<ffi::ThreadPool>());
 
 JAXCONV_ONEDNN_BIND(jaxconv_onednn_forward, Forward)
