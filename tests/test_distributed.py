@@ -33,7 +33,10 @@ def _free_port() -> int:
 def test_two_processes_train_as_one(tmp_path):
     coordinator = f"127.0.0.1:{_free_port()}"
     out = tmp_path / "params.npz"
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    # one CPU device per process: no simulated devices that another test asked for
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+             if not f.startswith("--xla_force_host_platform_device_count")]
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), XLA_FLAGS=" ".join(flags))
     logs = [open(tmp_path / f"process{i}.log", "w+") for i in range(2)]
     procs = [subprocess.Popen([sys.executable, "-m", "tests.distributed.sgd_steps", str(i), "2",
                                coordinator, str(out)], cwd=ROOT, env=env, stdout=logs[i],
