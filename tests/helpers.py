@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pathlib
+import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +29,25 @@ DATA = pathlib.Path(__file__).parent / "data"
 TOLERANCE = jaxconv.testing.TOLERANCE
 rel_error = jaxconv.testing.relative_error
 check_grads = jaxconv.testing.check_grads
+
+
+LEVEL_0 = "--xla_backend_optimization_level=0"
+
+
+def rerun_at_xla_default_level(request) -> bool:
+    """Where this process compiles at XLA:CPU's optimisation level 0 (tests/conftest.py), runs
+    the calling test in a child pytest at XLA's own level and asserts that it passed: True, and
+    the caller returns. Elsewhere (already at the default level, or not on CPU) False: the
+    caller runs its body here."""
+    if LEVEL_0 not in os.environ.get("XLA_FLAGS", "").split():
+        return False
+    flags = " ".join(f for f in os.environ["XLA_FLAGS"].split() if f != LEVEL_0)
+    env = dict(os.environ, XLA_FLAGS=flags, JAXCONV_TEST_XLA_OPT="default")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p",
+                          "no:cacheprovider", request.node.nodeid], capture_output=True,
+                         text=True, env=env, cwd=pathlib.Path(__file__).parents[1], timeout=900)
+    assert out.returncode == 0 and re.search(r"^1 passed", out.stdout, re.M), out.stdout[-4000:]
+    return True
 
 
 def load_vectors(name: str) -> dict:

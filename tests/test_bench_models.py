@@ -51,7 +51,7 @@ def _torch_step_result(name, params, x, labels, batchnorm, dtype):
 
 @pytest.mark.parametrize("name, batchnorm, batch, image",
                          [("resnet50", False, 2, 32), ("mobilenet_v2", True, 4, 64)])
-def test_one_step_is_as_exact_as_torch_nn(name, batchnorm, batch, image):
+def test_one_step_is_as_exact_as_torch_nn(request, name, batchnorm, batch, image):
     """One training step of the flax model with jaxconv's convolution, from the same parameters
     and batch as its torch twin, against the twin's step in float64 (the oracle): jaxconv's
     float32 loss and parameter updates are as close to it as torch.nn's own float32 step.
@@ -60,7 +60,10 @@ def test_one_step_is_as_exact_as_torch_nn(name, batchnorm, batch, image):
     the learning rate times a gradient that went through every layer's reductions (and, with
     BatchNorm, through 1/std of small batches), so its float32 rounding depends on the model,
     not only on the dtype. (With BatchNorm: maps of at least 2x2 over 4 examples; a 1x1 map
-    over 2 examples has no meaningful variance.)"""
+    over 2 examples has no meaningful variance.) At XLA's own optimisation level, as users
+    compile: level 0 rounds XLA's reductions differently (tests/conftest.py)."""
+    if h.rerun_at_xla_default_level(request):
+        return
     import jax
     import jax.numpy as jnp
     from jax import lax

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jaxconv._src import backends
 from jaxconv._src import typing as public
 from jaxconv._src.geometry import ConvProblem
-from jaxconv._src.kernel import Array, CombinatorFn, DType, Kernel, KernelFn, Precision
+from jaxconv._src.kernel import Array, CombinatorFn, DType, Kernel, Precision
 from jaxconv._src.lowering import convolution, grouped, onednn, phases, shifted, spmd, taps
 from jaxconv._src.lowering.method import Method
 
@@ -110,21 +110,18 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
                    preferred_element_type=preferred_element_type, partitioned=partitioned,
                    portable=portable)
     fn = record.kernels[kernel]
-    if partitioned and record.per_shard and not record.combinator:
-        def local(sa: Array, sb: Array, sub: ConvProblem, threads: int) -> Array:  # one shard
-            out = typing.cast(Any, fn)(sa, sb, sub, precision, preferred_element_type,
-                                       threads=threads)
-            if out is None:  # declined (Method.declines): the default leaf, per shard
+    if not record.combinator:
+        def compute(sa: Array, sb: Array, sub: ConvProblem, threads: int = 0) -> Array:
+            # a per-shard method takes the threads its call may use (spmd.py)
+            extra = {"threads": threads} if record.per_shard else {}
+            out = typing.cast(Any, fn)(sa, sb, sub, precision, preferred_element_type, **extra)
+            if out is None and record.declines:  # operands it does not take: the default leaf
                 return run(kernel, sa, sb, sub, method=default_leaf(kernel), backend=None,
                            precision=precision, preferred_element_type=preferred_element_type)
             return typing.cast(Array, out)
-        return spmd.call(kernel, a, b, p, local)
-    if not record.combinator:
-        out = typing.cast(KernelFn, fn)(a, b, p, precision, preferred_element_type)
-        if out is None and record.declines:  # operands it does not take: the default leaf
-            return run(kernel, a, b, p, method=default_leaf(kernel), backend=None,
-                       precision=precision, preferred_element_type=preferred_element_type)
-        return out
+        if partitioned and record.per_shard:  # on each device's slice of the batch
+            return spmd.call(kernel, a, b, p, compute)
+        return compute(a, b, p)
 
     def leaf(sub_kernel: Kernel, sa: Array, sb: Array, sub: ConvProblem) -> Array:
         # the backend's table for the one-group sub-problem (a combinator does not apply to it:

@@ -7,8 +7,8 @@ every operand needs replication): a batch-sharded forward or data gradient then 
 on each device's slice of the batch, shard-local; a weight gradient, whose batch is a reduction
 factor (in both operands, not in the result), runs it on each slice and sums the partial
 gradients with one all-reduce (``psum``). Any other sharding is made to fit by the partitioner
-before the call (a filter sharded over its output channels is gathered first: a filter, never
-activations).
+before the call: a filter sharded over its output channels is gathered, and so are activations
+sharded along a channel or spatial axis (within their batch shard); no rule here splits those.
 
     forward  x[n, ...], W[...]  -> y[n, ...]     n sharded: y sharded like x
     data     dy[n, ...], W[...] -> dx[n, ...]    n sharded: dx sharded like dy
