@@ -313,12 +313,15 @@ def _p(m):
 
 @needs_onednn
 def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
-    """8 CPU devices (a 4 x 2 mesh), batch-sharded activations under jax.jit: XLA's partitioner
-    cannot see inside a custom call, so the call is wrapped in custom_partitioning
-    (lowering/spmd.py) and runs on each device's slice of the batch. Each program equals the
-    one-device result and holds oneDNN's calls; no activation is gathered (a filter sharded
-    over its output channels is: a filter); a weight gradient is one all-reduce, the forward
-    and data gradient none. A fully manual shard_map region is oneDNN's call as on one device."""
+    """8 CPU devices (a 4 x 2 mesh) under jax.jit: XLA's partitioner cannot see inside a custom
+    call, so the call is wrapped in custom_partitioning (lowering/spmd.py) and runs on each
+    device's blocks. Each program equals the one-device result and holds oneDNN's calls.
+    Batch-sharded: the forward and data gradient with no collective, a weight gradient with one
+    all-reduce. Channels sharded too (the filter's output or input channels, the activations'
+    channels): shard-local, or one all-reduce where the sharded channels are summed over; no
+    activation gathered. What the rule does not split is gathered (and stays correct): a
+    spatial axis, the channels of a grouped convolution. A fully manual shard_map region is
+    oneDNN's call as on one device."""
     code = textwrap.dedent("""
         import re, jax, jax.numpy as jnp, numpy as np, jaxconv
         from jax.sharding import NamedSharding, PartitionSpec as P
@@ -330,14 +333,36 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
         dy = jnp.asarray(rng.standard_normal((16, 10, 10, 32)), jnp.float32)
         batch, repl = NamedSharding(mesh, P("batch")), NamedSharding(mesh, P())
         o_sharded = NamedSharding(mesh, P(None, None, None, "model"))
+        i_sharded = NamedSharding(mesh, P(None, None, "model", None))
+        channels = NamedSharding(mesh, P("batch", None, None, "model"))
+        rows = NamedSharding(mesh, P("batch", "model"))
+        wg = jnp.asarray(rng.standard_normal((3, 3, 8, 32)), jnp.float32)
         def mse(w, x):
             return (jaxconv.convolution(x, w) ** 2).mean()
+        conv = lambda x, w: jaxconv.convolution(x, w)
+        xc = jnp.asarray(rng.standard_normal((8, 16, 9, 9)), jnp.float32)
+        wt = jnp.asarray(rng.standard_normal((16, 6, 3, 3)), jnp.float32)
+        batch_c = NamedSharding(mesh, P("batch", "model"))
+        o_iox = NamedSharding(mesh, P(None, "model"))
+        ct = lambda x, w: jaxconv.conv_transpose(x, w, strides=2, data_format="NCX",
+                                                 filter_format="IOX")
         cases = {
-            "forward": (lambda x, w: jaxconv.convolution(x, w), (x, w), (batch, repl)),
-            "forward-o-sharded": (lambda x, w: jaxconv.convolution(x, w), (x, w),
-                                  (batch, o_sharded)),
+            "forward": (conv, (x, w), (batch, repl)),
+            "forward-o-sharded": (conv, (x, w), (batch, o_sharded)),
+            "forward-c-sharded": (conv, (x, w), (channels, repl)),
+            "forward-rows-sharded": (conv, (x, w), (rows, repl)),
+            "forward-grouped-c-sharded": (lambda x, w: jaxconv.conv_general_dilated(
+                x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                feature_group_count=2), (x, wg), (channels, repl)),
             "data": (lambda dy, w: jaxconv.convolution_backward_data(dy, w, x.shape), (dy, w),
                      (batch, repl)),
+            "data-c-sharded": (lambda dy, w: jaxconv.convolution_backward_data(dy, w, x.shape),
+                               (dy, w), (batch, i_sharded)),
+            "weight-channels": (lambda x, dy: jaxconv.convolution_backprop_filters(
+                x, dy, w.shape), (x, dy), (channels, batch)),
+            # NCX activations, an IOX ConvTranspose filter (its I letter the forward's output)
+            "transpose-c-sharded": (ct, (xc, wt), (batch_c, repl)),
+            "transpose-filter-o-sharded": (ct, (xc, wt), (batch, o_iox)),
             "weight": (lambda x, dy: jaxconv.convolution_backprop_filters(x, dy, w.shape),
                        (x, dy), (batch, batch)),
             "weight-forced": (lambda x, dy: jaxconv.convolution_backprop_filters(
@@ -364,7 +389,11 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split("\n")[:7] == [
-        "forward True 1 0 -", "forward-o-sharded True 1 0 f32[3,3,16,32]", "data True 1 0 -",
+    assert out.stdout.split("\n")[:14] == [
+        "forward True 1 0 -", "forward-o-sharded True 1 0 -", "forward-c-sharded True 1 1 -",
+        "forward-rows-sharded True 1 0 f32[4,12,12,16]",
+        "forward-grouped-c-sharded True 1 0 f32[4,12,12,16]",
+        "data True 1 0 -", "data-c-sharded True 1 0 -", "weight-channels True 1 1 -",
+        "transpose-c-sharded True 1 1 -", "transpose-filter-o-sharded True 1 0 -",
         "weight True 1 1 -", "weight-forced True 1 1 -", "grad True 3 1 -",
         "shard_map True"], out.stdout

@@ -106,7 +106,7 @@ def _exported(ctx: mlir.LoweringRuleContext, method: str) -> bool:
 
 def _lowering(backend: str) -> Callable[..., Any]:
     """The primitive's lowering rule on ``backend``: one program on one device, one split
-    across devices by XLA's partitioner (a custom call per batch shard, ``lowering/spmd.py``),
+    across devices by XLA's partitioner (a custom call per device's blocks, ``lowering/spmd.py``),
     and one with no custom call (an export)."""
     rules = {(part, port): mlir.lower_fun(_program(backend, part, port), multiple_results=False)
              for part in (False, True) for port in (False, True)}
@@ -123,7 +123,7 @@ def _eager(a: Array, b: Array, **params: Any) -> Array:
     return out
 
 
-# A program split across devices may run oneDNN per batch shard through custom_partitioning
+# A program split across devices may run oneDNN per device through custom_partitioning
 # (lowering/spmd.py), whose lowering needs the program's devices: JAX hands them to the
 # lowering of the primitives in this set (no public name).
 dispatch.prim_requires_devices_during_lowering.add(conv_p)

@@ -59,8 +59,8 @@ class Method:
     #: the default leaf (``registry.default_leaf``). Declining keeps the method free of any
     #: import of the registry.
     declines: bool = False
-    #: whether, in a program XLA's SPMD partitioner splits across devices, it runs per batch
-    #: shard (``lowering/spmd.py``: a custom call wrapped in ``custom_partitioning``) instead
+    #: whether, in a program XLA's SPMD partitioner splits across devices, it runs on each
+    #: device's blocks (``lowering/spmd.py``: a custom call wrapped in ``custom_partitioning``) instead
     #: of leaving the problem to the backend's XLA formulation
     per_shard: bool = False
 

@@ -70,7 +70,7 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
     """``kernel`` on (a, b) by ``method`` (``"auto"``: the table of ``backend``).
 
     ``partitioned``: in a program XLA's SPMD partitioner splits across devices, where a custom
-    call runs per batch shard if its method can (``Method.per_shard``, ``spmd.py``), else the
+    call runs per device's blocks if its method can (``Method.per_shard``, ``spmd.py``), else the
     backend's XLA formulation; ``portable``: no custom call at all (an export).
 
     The backend is chosen once, by the primitive's lowering for the platform the program
