@@ -106,6 +106,13 @@ def test_runner_end_to_end(tmp_path):
     (step,) = result["steps"]
     assert step["mode"] == "kept" and set(step["median_ms"]) == {"lax", "jaxconv", "torch"}
     assert step["loss_gap"] < TOL and step["param_gap"] < TOL
+    # the max pool timed alone on both sides, at the shape the model's pool reads (the 16x16
+    # output of the stride-2 stem), computing the same gradient; and the steps without it
+    pool = step["max_pool"]
+    assert pool["input"] == [2, 16, 16, 64] and pool["gap"] == 0.0
+    t, m = pool["median_ms"], step["median_ms"]
+    assert step["torch_over_jaxconv_without_max_pool"] == pytest.approx(
+        (m["torch"] - t["torch"]) / (m["jaxconv"] - t["xla"]))
     (layers,) = result["layers"]
     kinds = [(r["layer"], r["kind"]) for r in layers["rows"]]
     stem = kinds[0][0]

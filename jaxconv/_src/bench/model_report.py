@@ -3,7 +3,8 @@
 usage: python -m jaxconv._src.bench.model_report JSON [JSON ...]  (results of jaxconv bench models)
 
 Each file's ``steps`` rows become one table (model, BatchNorm, memory mode, the three
-contenders' medians, torch/jaxconv and lax/jaxconv, every run's torch/jaxconv); its ``layers``
+contenders' medians, torch/jaxconv and lax/jaxconv, every run's torch/jaxconv, the max pool
+alone on both sides and torch/jaxconv with it taken from both steps); its ``layers``
 become, per model, the summary (step-weighted jaxconv/torch, worst row, the convolutions'
 GFLOP/s beside the machine's peak) and the rows furthest behind.
 """
@@ -11,24 +12,38 @@ GFLOP/s beside the machine's peak) and the rows furthest behind.
 from __future__ import annotations
 
 import json
-import math
 import pathlib
 import sys
 from typing import Any
 
 
+def _ms(v: float | None) -> str:
+    """A median in ms, or "-" where the contender did not run."""
+    return "-" if v is None else f"{v:.0f}"
+
+
+def _ratio(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
 def steps_table(results: list[dict[str, Any]]) -> str:
     lines = ["| model (batch, image) | BatchNorm | memory | lax ms | jaxconv ms | torch ms "
-             "| torch/jaxconv (runs) | lax/jaxconv |", "|---|---|---|---|---|---|---|---|"]
+             "| torch/jaxconv (runs) | lax/jaxconv | max pool ms, XLA / torch | torch/jaxconv "
+             "without it |", "|---|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         for r in res.get("steps", []):
             m = r["median_ms"]
             runs = ", ".join(f"{v:.2f}" for v in r["torch_over_jaxconv_runs"] if v)
+            pool, rest = r.get("max_pool"), r.get("torch_over_jaxconv_without_max_pool")
+            pool_ms = "-" if not pool else (f"{pool['median_ms']['xla']:.0f} / "
+                                            f"{pool['median_ms']['torch']:.0f}")
             lines.append(
                 f"| {r['description']} ({r['batch']}, {r['image']}) | {'yes' if r['batchnorm'] else 'no'} "
                 f"| {'kept' if r['mode'] == 'kept' else 'glibc defaults'} "
-                f"| {m.get('lax', math.nan):.0f} | {m['jaxconv']:.0f} | {m.get('torch', math.nan):.0f} "
-                f"| **{r['torch_over_jaxconv']:.2f}** ({runs}) | {r['lax_over_jaxconv'] or math.nan:.2f} |")
+                f"| {_ms(m.get('lax'))} | {m['jaxconv']:.0f} | {_ms(m.get('torch'))} "
+                f"| **{r['torch_over_jaxconv']:.2f}** ({runs}) "
+                f"| {_ratio(r['lax_over_jaxconv'])} "
+                f"| {pool_ms} | {_ratio(rest)} |")
     return "\n".join(lines)
 
 

@@ -12,6 +12,9 @@ interleaved in one process (a fresh random order each repetition, medians):
   ``jaxconv.keep_freed_memory()`` first (PyTorch's allocations are the same process's, so it
   keeps them too), ``default`` leaves glibc's settings; ``--runs N`` repeats each mode in N
   processes and reports the median. ``--no-batchnorm`` replaces BatchNorm by identity in both.
+  A ResNet's stem max pool is timed alone too, forward and backward, on both sides
+  (``max_pool``: XLA:CPU's gradient of flax's ``nn.max_pool`` took 7x torch's time), with
+  torch/jaxconv of the steps without it (``torch_over_jaxconv_without_max_pool``).
 * **layers**: every distinct convolution of those models at the same batch, each kernel a
   training step computes (forward, data gradient except at the input layer, weight gradient):
   jaxconv's op against ``torch.ops.aten.convolution`` / ``convolution_backward`` with its
@@ -115,6 +118,49 @@ def _torch_step(name: str, params: Any, x: np.ndarray, labels: np.ndarray,
     return best, first
 
 
+def measure_max_pool(shape: tuple[int, ...], reps: int) -> dict[str, Any] | None:
+    """The model's max pool alone, forward and backward, on both sides (interleaved medians, ms):
+    flax's ``nn.max_pool`` under ``jax.vjp`` (XLA:CPU expands the gradient, a select-and-scatter,
+    into a reduce-window over value-and-index tuples and a scatter) against torch's
+    ``max_pool2d_with_indices`` and its backward, channels-last. None without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(os.cpu_count() or 1)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(shape).astype(np.float32)
+    xj = jnp.asarray(x)
+    dy = rng.standard_normal(jax.eval_shape(models.max_pool, xj).shape).astype(np.float32)
+    dyj = jnp.asarray(dy)
+    xla = jax.jit(lambda x, dy: jax.vjp(models.max_pool, x)[1](dy)[0])
+    nchw = (0, 3, 1, 2)
+    xt = torch.from_numpy(np.ascontiguousarray(x.transpose(nchw))).contiguous(
+        memory_format=torch.channels_last)
+    dyt = torch.from_numpy(np.ascontiguousarray(dy.transpose(nchw))).contiguous(
+        memory_format=torch.channels_last)
+    aten = torch.ops.aten
+
+    def peer() -> Any:
+        _, idx = aten.max_pool2d_with_indices(xt, [3, 3], [2, 2], [1, 1])
+        return aten.max_pool2d_with_indices_backward(dyt, xt, [3, 3], [2, 2], [1, 1], [1, 1],
+                                                     False, idx)
+    gap = float(np.max(np.abs(np.asarray(xla(xj, dyj)) -
+                              peer().numpy().transpose(0, 2, 3, 1))))
+    times = interleaved({"xla": lambda: xla(xj, dyj).block_until_ready(), "torch": peer}, reps,
+                        seed=2)
+    return {"input": list(shape), "gap": gap,
+            "median_ms": {k: statistics.median(v) * 1e3 for k, v in times.items()}}
+
+
+def without_max_pool(median_ms: dict[str, float], pool: dict[str, Any] | None) -> float | None:
+    """torch/jaxconv with the max pool's time (forward and backward) taken from both steps."""
+    if pool is None or "torch" not in median_ms:
+        return None
+    t = pool["median_ms"]
+    return (median_ms["torch"] - t["torch"]) / (median_ms["jaxconv"] - t["xla"])
+
+
 def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
                   contenders: tuple[str, ...] = CONTENDERS) -> dict[str, Any]:
     """One model's training step per contender, timed interleaved; the agreement of one step."""
@@ -154,11 +200,16 @@ def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
         gaps[k] = (abs(loss - ref_loss), diff[worst], worst)
     times = interleaved(steps, reps, seed=1)
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    shape = models.max_pool_input(name, batch, image)
+    pool = None if shape is None or "torch" not in steps else measure_max_pool(shape, 2 * reps)
     return {"model": name, "description": models.MODELS[name].name, "batch": batch,
             "image": image, "batchnorm": batchnorm, "median_ms": med,
             "samples_ms": {k: [t * 1e3 for t in v] for k, v in times.items()},
             "torch_over_jaxconv": med["torch"] / med["jaxconv"] if "torch" in med else None,
             "lax_over_jaxconv": med["lax"] / med["jaxconv"] if "lax" in med else None,
+            "max_pool": pool,
+            "torch_over_jaxconv_without_max_pool": (without_max_pool(med, pool)
+                                                    if "jaxconv" in med else None),
             "torch_layout": layout, "loss_gap": max(g[0] for g in gaps.values()),
             "param_gap": max(g[1] for g in gaps.values()), "param_scale": scale,
             "gaps": {k: {"loss": g[0], "param": g[1], "worst_param": g[2]} for k, g in gaps.items()}}
@@ -205,9 +256,18 @@ def _steps(args: argparse.Namespace) -> list[dict[str, Any]]:
             rows = [r["rows"][i] for r in runs]
             med = {k: statistics.median(r["median_ms"][k] for r in rows if k in r["median_ms"])
                    for k in rows[0]["median_ms"]}
-            out.append({**{k: v for k, v in rows[0].items() if k not in ("median_ms", "samples_ms")},
+            pools = [r["max_pool"] for r in rows if r.get("max_pool")]
+            pool = None if not pools else {
+                "input": pools[0]["input"], "gap": max(q["gap"] for q in pools),
+                "median_ms": {k: statistics.median(q["median_ms"][k] for q in pools)
+                              for k in ("xla", "torch")}}
+            out.append({**{k: v for k, v in rows[0].items()
+                           if k not in ("median_ms", "samples_ms", "max_pool")},
                         "mode": mode, "runs": len(rows), "median_ms": med,
                         "run_medians_ms": [r["median_ms"] for r in rows],
+                        "max_pool": pool,
+                        "torch_over_jaxconv_without_max_pool": (
+                            without_max_pool(med, pool) if "jaxconv" in med else None),
                         "torch_over_jaxconv": med["torch"] / med["jaxconv"] if "torch" in med else None,
                         "torch_over_jaxconv_runs": [r["torch_over_jaxconv"] for r in rows],
                         "lax_over_jaxconv": med["lax"] / med["jaxconv"] if "lax" in med else None,
@@ -318,6 +378,11 @@ def _print(result: dict[str, Any]) -> None:
               + f"  torch/jaxconv {r['torch_over_jaxconv'] or math.nan:.2f} "
               f"(runs {', '.join(f'{v:.2f}' for v in r['torch_over_jaxconv_runs'] if v)})"
               f"  loss gap {r['loss_gap']:.1e} param gap {r['param_gap']:.1e}")
+        if r.get("max_pool"):
+            t = r["max_pool"]["median_ms"]
+            print(f"{'':12s} its max pool, forward and backward: XLA {t['xla']:.1f} ms, torch "
+                  f"{t['torch']:.1f}; the steps without it: torch/jaxconv "
+                  f"{r['torch_over_jaxconv_without_max_pool']:.2f}")
     for lay in result.get("layers", []):
         g = lay["conv_gflops"]
         print(f"{lay['model']:12s} layers ({lay['dtype']}): step-weighted jaxconv/torch "

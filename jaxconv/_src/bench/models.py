@@ -89,6 +89,12 @@ class Bottleneck(nn.Module):
         return nn.relu(x + y)
 
 
+def max_pool(x: jax.Array) -> jax.Array:
+    """torchvision's ``MaxPool2d(3, 2, 1)``: flax's max pool, as users write it (``model_run``
+    times it alone on both sides: XLA:CPU's gradient of it is a large part of a ResNet-18 step)."""
+    return nn.max_pool(x, (3, 3), (2, 2), padding=((1, 1), (1, 1)))
+
+
 class ResNet(nn.Module):
     """torchvision's ResNet: a 7x7 stride-2 stem, a 3x3 stride-2 max pool, four stages."""
 
@@ -102,7 +108,7 @@ class ResNet(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         x = self.conv(64, (7, 7), (2, 2), padding=_pad(7), use_bias=False, name="conv1")(x)
         x = nn.relu(self.norm(name="bn1")(x))
-        x = nn.max_pool(x, (3, 3), (2, 2), padding=((1, 1), (1, 1)))
+        x = max_pool(x)
         for i, n in enumerate(self.stage_sizes):
             for j in range(n):
                 x = self.block(64 * 2 ** i, 2 if i > 0 and j == 0 else 1, self.conv, self.norm,
@@ -171,11 +177,16 @@ class ModelSpec:
     name: str
     make: Callable[..., nn.Module]
     image: int
+    #: the stem's 3x3 stride-2 max pool (torchvision's ResNets): its input is the 64-channel
+    #: output of the stride-2 stem convolution
+    max_pool: bool = False
 
 
 MODELS = {
-    "resnet18": ModelSpec("ResNet-18", functools.partial(ResNet, (2, 2, 2, 2), BasicBlock), 224),
-    "resnet50": ModelSpec("ResNet-50", functools.partial(ResNet, (3, 4, 6, 3), Bottleneck), 160),
+    "resnet18": ModelSpec("ResNet-18", functools.partial(ResNet, (2, 2, 2, 2), BasicBlock), 224,
+                          max_pool=True),
+    "resnet50": ModelSpec("ResNet-50", functools.partial(ResNet, (3, 4, 6, 3), Bottleneck), 160,
+                          max_pool=True),
     "mobilenet_v2": ModelSpec("MobileNetV2", MobileNetV2, 224),
 }
 
@@ -235,6 +246,14 @@ class Convolution:
     pads: tuple[tuple[int, int], ...]
     groups: int
     first: bool  # reads the model's input: a training step computes no data gradient for it
+
+
+def max_pool_input(name: str, batch: int, image: int) -> tuple[int, ...] | None:
+    """The NHWC shape the model's max pool reads (its stem convolution's output), or None."""
+    if not MODELS[name].max_pool:
+        return None
+    stem = (image + 2 * 3 - 7) // 2 + 1  # 7x7, stride 2, pads 3
+    return (batch, stem, stem, 64)
 
 
 def record_convolutions(name: str, batch: int, image: int,
