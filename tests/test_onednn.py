@@ -318,10 +318,11 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
     device's blocks. Each program equals the one-device result and holds oneDNN's calls.
     Batch-sharded: the forward and data gradient with no collective, a weight gradient with one
     all-reduce. Channels sharded too (the filter's output or input channels, the activations'
-    channels): shard-local, or one all-reduce where the sharded channels are summed over; no
-    activation gathered. What the rule does not split is gathered (and stays correct): a
-    spatial axis, the channels of a grouped convolution. A fully manual shard_map region is
-    oneDNN's call as on one device."""
+    channels): shard-local, or one all-reduce where the sharded channels are summed over. Rows
+    of a "same" convolution: halos from the neighbours (collective permutes). No activation
+    gathered for any of these. What the rule does not split is gathered (and stays correct):
+    the rows of a valid or strided convolution, the channels of a grouped one. A fully manual
+    shard_map region is oneDNN's call as on one device."""
     code = textwrap.dedent("""
         import re, jax, jax.numpy as jnp, numpy as np, jaxconv
         from jax.sharding import NamedSharding, PartitionSpec as P
@@ -340,6 +341,9 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
         def mse(w, x):
             return (jaxconv.convolution(x, w) ** 2).mean()
         conv = lambda x, w: jaxconv.convolution(x, w)
+        same = lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1)
+        same2 = lambda x, w: jaxconv.convolution(x, w, strides=2, pads_begin=1, pads_end=1)
+        cols = NamedSharding(mesh, P(None, "batch", "model"))
         xc = jnp.asarray(rng.standard_normal((8, 16, 9, 9)), jnp.float32)
         wt = jnp.asarray(rng.standard_normal((16, 6, 3, 3)), jnp.float32)
         batch_c = NamedSharding(mesh, P("batch", "model"))
@@ -350,7 +354,13 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
             "forward": (conv, (x, w), (batch, repl)),
             "forward-o-sharded": (conv, (x, w), (batch, o_sharded)),
             "forward-c-sharded": (conv, (x, w), (channels, repl)),
-            "forward-rows-sharded": (conv, (x, w), (rows, repl)),
+            # rows: a "same" convolution's with halos from the neighbours (collective
+            # permutes); a valid one's (10 output rows of 12) and a strided one's gathered
+            "forward-rows-sharded": (same, (x, w), (rows, repl)),
+            "forward-rows-valid": (conv, (x, w), (rows, repl)),
+            "grad-rows-and-cols": (jax.grad(lambda w, x: (same(x, w) ** 2).mean(),
+                                            argnums=(0, 1)), (w, x), (repl, cols)),
+            "forward-rows-stride-2": (same2, (x, w), (cols, repl)),
             "forward-grouped-c-sharded": (lambda x, w: jaxconv.conv_general_dilated(
                 x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"),
                 feature_group_count=2), (x, wg), (channels, repl)),
@@ -377,7 +387,8 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
             err = max(float(jnp.abs(r - g).max() / jnp.abs(r).max()) for r, g in pairs)
             gathered = re.findall(r"= (f32\\[[0-9,]*\\])\\S* all-gather\\(", hlo)
             print(name, err <= TOL, hlo.count('custom_call_target="jaxconv_onednn'),
-                  hlo.count("all-reduce("), ",".join(gathered) or "-")
+                  hlo.count("all-reduce("), hlo.count("collective-permute("),
+                  ",".join(gathered) or "-")
         local = jax.shard_map(lambda x, dy: jax.lax.psum(jaxconv.convolution_backprop_filters(
             x, dy, (3, 3, 16, 32)), ("batch", "model")), mesh=mesh,
             in_specs=(P(("batch", "model")), P(("batch", "model"))), out_specs=P())
@@ -389,11 +400,14 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split("\n")[:14] == [
-        "forward True 1 0 -", "forward-o-sharded True 1 0 -", "forward-c-sharded True 1 1 -",
-        "forward-rows-sharded True 1 0 f32[4,12,12,16]",
-        "forward-grouped-c-sharded True 1 0 f32[4,12,12,16]",
-        "data True 1 0 -", "data-c-sharded True 1 0 -", "weight-channels True 1 1 -",
-        "transpose-c-sharded True 1 1 -", "transpose-filter-o-sharded True 1 0 -",
-        "weight True 1 1 -", "weight-forced True 1 1 -", "grad True 3 1 -",
+    assert out.stdout.split("\n")[:17] == [
+        "forward True 1 0 0 -", "forward-o-sharded True 1 0 0 -",
+        "forward-c-sharded True 1 1 0 -", "forward-rows-sharded True 1 0 2 -",
+        "forward-rows-valid True 1 0 0 f32[4,12,12,16]",
+        "grad-rows-and-cols True 3 1 12 -",
+        "forward-rows-stride-2 True 1 0 0 f32[16,3,12,16],f32[16,12,12,16]",
+        "forward-grouped-c-sharded True 1 0 0 f32[4,12,12,16]",
+        "data True 1 0 0 -", "data-c-sharded True 1 0 0 -", "weight-channels True 1 1 0 -",
+        "transpose-c-sharded True 1 1 0 -", "transpose-filter-o-sharded True 1 0 0 -",
+        "weight True 1 1 0 -", "weight-forced True 1 1 0 -", "grad True 3 1 0 -",
         "shard_map True"], out.stdout
