@@ -318,11 +318,12 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
     device's blocks. Each program equals the one-device result and holds oneDNN's calls.
     Batch-sharded: the forward and data gradient with no collective, a weight gradient with one
     all-reduce. Channels sharded too (the filter's output or input channels, the activations'
-    channels): shard-local, or one all-reduce where the sharded channels are summed over. Rows
-    of a "same" convolution: halos from the neighbours (collective permutes). No activation
-    gathered for any of these. What the rule does not split is gathered (and stays correct):
-    the rows of a valid or strided convolution, the channels of a grouped one. A fully manual
-    shard_map region is oneDNN's call as on one device."""
+    channels; a grouped convolution's whole groups): shard-local, or one all-reduce where the
+    sharded channels are summed over. Rows of any convolution ("same", valid, strided; blocks
+    that do not divide the rows, as XLA pads them): a window of rows with halos from the
+    neighbours (collective permutes). No activation gathered for any of these. What the rule
+    does not split is gathered (and stays correct): rows whose halo would pass a block. A fully
+    manual shard_map region is oneDNN's call as on one device."""
     code = textwrap.dedent("""
         import re, jax, jax.numpy as jnp, numpy as np, jaxconv
         from jax.sharding import NamedSharding, PartitionSpec as P
@@ -338,6 +339,15 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
         channels = NamedSharding(mesh, P("batch", None, None, "model"))
         rows = NamedSharding(mesh, P("batch", "model"))
         wg = jnp.asarray(rng.standard_normal((3, 3, 8, 32)), jnp.float32)
+        wd = jnp.asarray(rng.standard_normal((3, 3, 1, 16)), jnp.float32)
+        w2 = jnp.asarray(rng.standard_normal((3, 3, 16, 16)), jnp.float32)
+        def chain(x, w1, w2, valid=False, con=True):
+            h = jaxconv.convolution(x, w1, strides=2, pads_begin=1, pads_end=1)
+            if con:  # its 6 rows stay on the 4 devices of "batch"
+                h = jax.lax.with_sharding_constraint(h, NamedSharding(mesh, P(None, "batch")))
+            # + 1: XLA's padding of the uneven blocks is not zeros (read, it is 0.6 off)
+            same = {} if valid else {"pads_begin": 1, "pads_end": 1}
+            return (jaxconv.convolution(h + 1, w2, **same) ** 2).mean()
         def mse(w, x):
             return (jaxconv.convolution(x, w) ** 2).mean()
         conv = lambda x, w: jaxconv.convolution(x, w)
@@ -354,8 +364,9 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
             "forward": (conv, (x, w), (batch, repl)),
             "forward-o-sharded": (conv, (x, w), (batch, o_sharded)),
             "forward-c-sharded": (conv, (x, w), (channels, repl)),
-            # rows: a "same" convolution's with halos from the neighbours (collective
-            # permutes); a valid one's (10 output rows of 12) and a strided one's gathered
+            # rows, with halos from the neighbours (collective permutes): a "same" convolution's,
+            # a valid one's (10 output rows of 12), a strided one's (6 output rows on 4 devices:
+            # XLA's uneven blocks, ceil(6 / 4) rows each)
             "forward-rows-sharded": (same, (x, w), (rows, repl)),
             "forward-rows-valid": (conv, (x, w), (rows, repl)),
             "grad-rows-and-cols": (jax.grad(lambda w, x: (same(x, w) ** 2).mean(),
@@ -378,12 +389,28 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
             "weight-forced": (lambda x, dy: jaxconv.convolution_backprop_filters(
                 x, dy, w.shape, lowering="onednn"), (x, dy), (batch, batch)),
             "grad": (jax.jit(jax.grad(mse, argnums=(0, 1))), (w, x), (repl, batch)),
+            "depthwise-grad-c-sharded": (jax.grad(lambda x, w: (jaxconv.conv_general_dilated(
+                x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                feature_group_count=16) ** 2).mean(), argnums=(0, 1)), (x, wd),
+                (NamedSharding(mesh, P(None, None, None, "batch")), repl)),
+            # a strided convolution's 6 output rows kept on 4 devices (uneven blocks, whose
+            # padding rows the halos must not read), then a "same" and a valid one of them
+            "uneven-rows-chain": (jax.grad(chain, argnums=(0, 1, 2)), (x, w2, w2),
+                                  (NamedSharding(mesh, P(None, "batch")), repl, repl)),
+            # 6 rows on 4 devices with a valid 3x3 after them: a halo past a block, gathered
+            "uneven-rows-valid": (jax.grad(lambda x, w1, w2: chain(x, w1, w2, valid=True),
+                                           argnums=(0, 1, 2)), (x, w2, w2),
+                                  (NamedSharding(mesh, P(None, "batch")), repl, repl)),
         }
+        reference = {"uneven-rows-chain": jax.grad(lambda *a: chain(*a, con=False),
+                                                   argnums=(0, 1, 2)),
+                     "uneven-rows-valid": jax.grad(lambda *a: chain(*a, valid=True, con=False),
+                                                   argnums=(0, 1, 2))}
         for name, (f, args, shardings) in cases.items():
-            f = jax.jit(f)
+            f, one = jax.jit(f), jax.jit(reference.get(name, f))
             put = [jax.device_put(a, s) for a, s in zip(args, shardings)]
             hlo = f.lower(*put).compile().as_text()
-            pairs = zip(jax.tree_util.tree_leaves(f(*args)), jax.tree_util.tree_leaves(f(*put)))
+            pairs = zip(jax.tree_util.tree_leaves(one(*args)), jax.tree_util.tree_leaves(f(*put)))
             err = max(float(jnp.abs(r - g).max() / jnp.abs(r).max()) for r, g in pairs)
             gathered = re.findall(r"= (f32\\[[0-9,]*\\])\\S* all-gather\\(", hlo)
             print(name, err <= TOL, hlo.count('custom_call_target="jaxconv_onednn'),
@@ -400,14 +427,17 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split("\n")[:17] == [
+    assert out.stdout.split("\n")[:20] == [
         "forward True 1 0 0 -", "forward-o-sharded True 1 0 0 -",
         "forward-c-sharded True 1 1 0 -", "forward-rows-sharded True 1 0 2 -",
-        "forward-rows-valid True 1 0 0 f32[4,12,12,16]",
+        "forward-rows-valid True 1 0 2 -",
         "grad-rows-and-cols True 3 1 12 -",
-        "forward-rows-stride-2 True 1 0 0 f32[16,3,12,16],f32[16,12,12,16]",
-        "forward-grouped-c-sharded True 1 0 0 f32[4,12,12,16]",
+        # only the program's result, whose 6 rows a jit cannot return unevenly sharded
+        "forward-rows-stride-2 True 1 0 3 f32[16,8,3,32]",
+        "forward-grouped-c-sharded True 1 0 0 -",
         "data True 1 0 0 -", "data-c-sharded True 1 0 0 -", "weight-channels True 1 1 0 -",
         "transpose-c-sharded True 1 1 0 -", "transpose-filter-o-sharded True 1 0 0 -",
         "weight True 1 1 0 -", "weight-forced True 1 1 0 -", "grad True 3 1 0 -",
+        "depthwise-grad-c-sharded True 3 0 0 -", "uneven-rows-chain True 6 1 12 -",
+        "uneven-rows-valid True 6 1 6 f32[16,8,6,16],f32[16,4,4,16]",
         "shard_map True"], out.stdout

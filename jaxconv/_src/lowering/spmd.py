@@ -4,31 +4,32 @@ The partitioner cannot see inside a custom call: left to itself it would gather 
 onto every device. So the call is wrapped in ``jax.experimental.custom_partitioning`` with a
 Shardy rule that names, for each dimension of each operand, the factor it holds; the sharded
 factors a local call can compute on are kept sharded, and each device runs oneDNN on its
-blocks (a sub-problem with fewer examples, channels or rows):
+blocks (a sub-problem with fewer examples, channels, groups or rows):
 
     forward  x[n, c, s], W[o, c, k]  -> y[n, o, s]    c summed over
     data     dy[n, o, s], W[o, c, k] -> dx[n, c, s]   o summed over
     weight   x[n, c, s], dy[n, o, s] -> dW[o, c, k]   n, s summed over
+
+With several groups the channels of x, y and W's output axis are one factor g (a block of
+whole groups), W's per-group input axis is replicated. The rows ``s`` of a spatial axis are
+one factor in x and y alike, though the two may differ in size (as in Shardy's own rule for a
+convolution, the factor takes the smaller size): a block of output rows reads a block of
+input rows and a halo of its neighbours' (``_Halo``).
 
 A factor that appears in both operands and not in the result is a reduction factor: sharded,
 each device's call computes a partial result from its slices of the sum, and one all-reduce
 (``psum``) adds them; the other factors pass through. So a batch-sharded step runs its forward
 and data gradient shard-local and each weight gradient with one all-reduce; channels sharded
 as in tensor parallelism (the filter's output channels and the activations' channels with
-them) compute shard-local or with one all-reduce of the result. The rows ``s`` of a spatial
-axis whose input and output are of one size (stride 1, "same" padding) stay sharded too: a
-window reads its neighbours' rows, so each device fetches a halo of them (``_Halo``: collective
-permutes, no gather). No activation is gathered for any of these.
+them) compute shard-local or with one all-reduce of the result; rows with halos fetched by
+collective permutes. No activation is gathered for any of these.
 
-What no local call computes is replicated before the call (``need_replication_factors``: the
-partitioner gathers it): the spatial axes of any other convolution (strided, or valid: their
-blocks of input and output rows do not line up), and, where there are several groups, the
-channels (a group's channels would have to stay on one device). A factor whose size the mesh
-axes do not divide is gathered too (uneven slices would hold padding), as are the rows split
-over more than one mesh axis or with halos longer than a block, and the later (in the order
-n, c, o, s0, ...) of two factors split over the same mesh axis (a weight gradient of
-activations whose input and output channels are both sharded over it: its result could not
-be sharded both ways).
+What no local call computes is replicated before the call (the partitioner gathers it): a
+factor whose size the mesh axes do not divide evenly (uneven blocks would hold padding), the
+groups where a block would split one, rows split over more than one mesh axis or with halos
+longer than a block, and the later (in the order n, c, o, g, s0, ...) of two factors split over
+the same mesh axis (a weight gradient of activations whose input and output channels are both
+sharded over it: its result could not be sharded both ways).
 """
 
 from __future__ import annotations
@@ -56,38 +57,30 @@ Local = Callable[[Array, Array, ConvProblem, int], Array]
 #: operands a, b and its result
 _ROLES = {Kernel.FORWARD: ("x", "w", "y"), Kernel.DATA: ("y", "w", "x"),
           Kernel.WEIGHT: ("x", "y", "w")}
-#: the factors a local call computes on, and the field of the problem each one divides
-_SPLIT = {"n": "batch", "c": "in_channels", "o": "out_channels"}
-
-
-def _rows(p: ConvProblem, k: int) -> bool:
-    """Whether spatial axis ``k`` may stay sharded: a "same" convolution (input and output of
-    one size, stride 1), so a device's block of output rows reads the windows that start in
-    its own block of input rows (and a halo of its neighbours' rows). (With a stride s and an
-    input s times the output the same holds, but the rule would have to name x's axis a
-    compound of output rows and phases, and Shardy then splits a mesh axis into sub-axes
-    where the rows do not divide evenly, which custom_partitioning cannot take: a
-    ``KeyError`` in JAX's sharding conversion, on 12 rows of stride 2 over 4 devices.)"""
-    return p.strides[k] == 1 and p.input_size[k] == p.output_size[k]
+#: the factors a local call computes on (besides the rows), and the fields of the problem each
+#: one divides
+_SPLIT = {"n": ("batch",), "c": ("in_channels",), "o": ("out_channels",),
+          "g": ("groups", "in_channels", "out_channels")}
 
 
 def _factors(tensor: str, p: ConvProblem) -> list[str]:
-    """The factor each dimension of ``tensor`` holds: "n", "c", "o", "s<k>" (the rows of spatial
+    """The factor each dimension of ``tensor`` holds: "n", "c", "o", "g" (the groups: with
+    several, the channels of x and y and the filter's output axis), "s<k>" (the rows of spatial
     axis k, in x and y alike) where a local call can compute on a block of it, else a name of
     its own (replicated)."""
     dims = [""] * (p.rank + 2)
-    grouped = p.groups > 1  # a slice of the channels would split groups
+    grouped = p.groups > 1
     if tensor == "w":
         o_axis, i_axis, *spatial = p.filter_layout.spec(swap=p.filter_swap)
-        dims[o_axis] = "w_o" if grouped else "o"
-        dims[i_axis] = "w_i" if grouped else "c"
+        dims[o_axis] = "g" if grouped else "o"
+        dims[i_axis] = "w_i" if grouped else "c"  # a group's input channels: never split
         for k, axis in enumerate(spatial):
             dims[axis] = f"w_s{k}"
         return dims
     dims[p.data.batch_axis] = "n"
-    dims[p.data.channel_axis] = f"{tensor}_c" if grouped else ("c" if tensor == "x" else "o")
+    dims[p.data.channel_axis] = "g" if grouped else ("c" if tensor == "x" else "o")
     for k, axis in enumerate(p.data.spatial_axes):
-        dims[axis] = f"s{k}" if _rows(p, k) else f"{tensor}_s{k}"
+        dims[axis] = f"s{k}"
     return dims
 
 
@@ -125,59 +118,131 @@ def _permute(x: Array, mesh_axis: str, pairs: list[tuple[int, int]]) -> Array:
 @dataclasses.dataclass(frozen=True)
 class _Halo:
     """Spatial axis ``axis`` (of the data operands) split over mesh axis ``mesh_axis`` into
-    ``count`` blocks of ``rows`` rows (input and output alike). The windows of a block's outputs
-    read ``left`` rows of the previous block (the begin pad) and ``right`` of the next
-    (negative: its own last rows go unread):
+    ``count`` blocks: ``rows`` input rows and ``out_rows`` output rows on each device.
 
-        right = (kernel - 1) * dilation - pad_begin
-
-    so each device computes a valid (unpadded) convolution of its rows with those halos:
-    forward and weight gradient fetch the halos first (zeros beyond the edge blocks: the
-    padding); a data gradient computes that convolution's input gradient and hands the halo
-    rows' part to the neighbours, who add it to theirs."""
+    Device i's outputs [i Q, (i + 1) Q) (Q = ``out_rows``, stride S, dilation D, kernel K, pad P)
+    read the input rows from i Q S - P on, ``length`` = (Q - 1) S + (K - 1) D + 1 of them: an
+    offset ``off(i) = i (Q S - R) - P`` from its own block's first row (R = ``rows``), the same on
+    every device where the blocks line up (Q S = R: a "same" or a strided "same" convolution),
+    growing or shrinking with i elsewhere (a valid one). So each device fetches the last
+    ``left`` rows of the previous block and the first ``right`` of the next (the most any device
+    needs; zeros beyond the edge blocks: the padding), and takes its window of ``length`` rows
+    from ``left + off(i)`` on: a valid (unpadded) convolution of it gives its outputs. A data
+    gradient computes that convolution's input gradient, places it at the window, and hands the
+    halo rows' part to the neighbours, who add it to theirs."""
 
     axis: int
     mesh_axis: str
     count: int
     rows: int
-    left: int
-    right: int
+    out_rows: int
+    step: int  # Q S - R: how far device i + 1's window moves past device i's, relative to its rows
+    pad: int  # P
+    length: int
+    size: int  # the input's extent (rows from it on are padding)
+    out_size: int  # the output's
+
+    @staticmethod
+    def of(p: ConvProblem, k: int, axis: int, mesh_axis: str, count: int) -> _Halo | None:
+        """The halo of spatial axis ``k`` split into ``count`` blocks, or None where no local
+        call computes on them (a halo past a block). Blocks that do not divide an extent are
+        XLA's: ceil(extent / count) rows each, the last ones padded (``masked``)."""
+        rows, q = -(-p.input_size[k] // count), -(-p.output_size[k] // count)
+        length = (q - 1) * p.strides[k] + (p.kernel[k] - 1) * p.dilations[k] + 1
+        halo = _Halo(axis, mesh_axis, count, rows, q, q * p.strides[k] - rows, p.pads_begin[k],
+                     length, p.input_size[k], p.output_size[k])
+        return halo if halo.left <= rows and halo.right <= rows else None
+
+    def _off(self, i: int) -> int:
+        return i * self.step - self.pad
+
+    @property
+    def _ends(self) -> tuple[int, int]:
+        """The first device and the last with outputs (past it, uneven blocks hold only XLA's
+        padding: their windows are clamped into their rows, their dy zeros)."""
+        return 0, min(self.count - 1, (self.out_size - 1) // self.out_rows)
+
+    @property
+    def left(self) -> int:
+        return max(0, *(-self._off(i) for i in self._ends))
+
+    @property
+    def right(self) -> int:
+        return max(0, *(self._off(i) + self.length - self.rows for i in self._ends))
+
+    def _start(self) -> Array | int:
+        """Where this device's window starts in its rows with halos."""
+        if self.step == 0:
+            return self.left + self._off(0)
+        i = lax.axis_index(self.mesh_axis)
+        return self.left - self.pad + i * self.step
 
     def fetch(self, x: Array) -> Array:
-        """This block's rows with its halos (zeros beyond the edge blocks)."""
+        """This device's window of input rows (zeros beyond the edge blocks)."""
         n = self.count
         parts = []
         if self.left:
             tail = lax.slice_in_dim(x, self.rows - self.left, self.rows, axis=self.axis)
             parts.append(_permute(tail, self.mesh_axis, [(i, i + 1) for i in range(n - 1)]))
-        parts.append(x if self.right >= 0 else
-                     lax.slice_in_dim(x, 0, self.rows + self.right, axis=self.axis))
-        if self.right > 0:
+        parts.append(x)
+        if self.right:
             head = lax.slice_in_dim(x, 0, self.right, axis=self.axis)
             parts.append(_permute(head, self.mesh_axis, [(i + 1, i) for i in range(n - 1)]))
-        return lax.concatenate(parts, self.axis) if len(parts) > 1 else parts[0]
+        rows = lax.concatenate(parts, self.axis) if len(parts) > 1 else x
+        start = self._start()
+        if isinstance(start, int):
+            window = lax.slice_in_dim(rows, start, start + self.length, axis=self.axis)
+        else:  # clamped into the rows (devices past the last with outputs)
+            start = jnp.clip(start, 0, rows.shape[self.axis] - self.length)
+            window = lax.dynamic_slice_in_dim(rows, start, self.length, axis=self.axis)
+        # uneven blocks: the rows past the input's extent are XLA's padding, zeros here
+        if self.rows * self.count == self.size:
+            return window
+        i = lax.axis_index(self.mesh_axis)
+        return self._masked(window, i * self.rows - self.left + start, self.size)
+
+    def masked(self, dy: Array) -> Array:
+        """This device's output rows (a data or weight gradient's dy), those past the output's
+        extent (XLA's padding of uneven blocks) zeros."""
+        if self.out_rows * self.count == self.out_size:
+            return dy
+        return self._masked(dy, lax.axis_index(self.mesh_axis) * self.out_rows, self.out_size)
+
+    def _masked(self, t: Array, first: Array, extent: int) -> Array:
+        """``t``, whose rows are rows ``first`` on of the whole, with those past ``extent``
+        zeros."""
+        shape = [1] * t.ndim
+        shape[self.axis] = t.shape[self.axis]
+        index = first + lax.broadcasted_iota(jnp.int32, shape, self.axis)
+        return jnp.where(index < extent, t, jnp.zeros((), t.dtype))
 
     def give_back(self, dx: Array) -> Array:
-        """The inverse of ``fetch`` for a gradient: this block's rows of ``dx`` (its rows with
-        halos), plus the neighbours' gradients of its rows that were their halos."""
-        n, r = self.count, self.right
-        own = lax.slice_in_dim(dx, self.left, self.left + self.rows + min(r, 0), axis=self.axis)
-        if r < 0:  # rows no window read: no gradient
+        """The adjoint of ``fetch`` for a gradient: ``dx`` of this device's window placed in its
+        rows with halos, its own rows kept, and the neighbours' gradients of its rows that were
+        their halos added."""
+        n, r, left, right = self.count, self.rows, self.left, self.right
+        shape = list(dx.shape)
+        shape[self.axis] = left + r + right
+        start = self._start()
+        if isinstance(start, int):
             pad = [(0, 0)] * dx.ndim
-            pad[self.axis] = (0, -r)
-            own = jnp.pad(own, pad)
-        if self.left:  # the previous block's last rows, read by this block's windows
-            head = lax.slice_in_dim(dx, 0, self.left, axis=self.axis)
+            pad[self.axis] = (start, shape[self.axis] - start - self.length)
+            rows = jnp.pad(dx, pad)
+        else:
+            rows = lax.dynamic_update_slice_in_dim(jnp.zeros(shape, dx.dtype), dx, start,
+                                                   axis=self.axis)
+        own = lax.slice_in_dim(rows, left, left + r, axis=self.axis)
+        if left:  # this block's last rows were the next block's left halo
+            head = lax.slice_in_dim(rows, 0, left, axis=self.axis)
             got = _permute(head, self.mesh_axis, [(i + 1, i) for i in range(n - 1)])
             own = lax.dynamic_update_slice_in_dim(
-                own, lax.slice_in_dim(own, self.rows - self.left, self.rows, axis=self.axis)
-                + got, self.rows - self.left, axis=self.axis)
-        if r > 0:  # the next block's first rows
-            tail = lax.slice_in_dim(dx, self.left + self.rows, self.left + self.rows + r,
-                                    axis=self.axis)
+                own, lax.slice_in_dim(own, r - left, r, axis=self.axis) + got, r - left,
+                axis=self.axis)
+        if right:  # its first rows were the previous block's right halo
+            tail = lax.slice_in_dim(rows, left + r, left + r + right, axis=self.axis)
             got = _permute(tail, self.mesh_axis, [(i, i + 1) for i in range(n - 1)])
             own = lax.dynamic_update_slice_in_dim(
-                own, lax.slice_in_dim(own, 0, r, axis=self.axis) + got, 0, axis=self.axis)
+                own, lax.slice_in_dim(own, 0, right, axis=self.axis) + got, 0, axis=self.axis)
         return own
 
 
@@ -194,7 +259,7 @@ def call(kernel: Kernel, a: Array, b: Array, p: ConvProblem, local: Local) -> Ar
         # the mesh axes each factor is split over, read from the operands as they come (the
         # first operand's where two differ); a factor is kept split where the local problem
         # exists (its axes divide its size; a spatial one over one mesh axis, with halos no
-        # longer than a block) and no factor before it (n, c, o, s0, ...) took one of its
+        # longer than a block) and no factor before it (n, c, o, g, s0, ...) took one of its
         # axes: the result's sharding must name each mesh axis once
         found: dict[str, tuple[str, ...]] = {}
         for dims, shape in zip(maps, arg_shapes):
@@ -212,20 +277,17 @@ def call(kernel: Kernel, a: Array, b: Array, p: ConvProblem, local: Local) -> Ar
             if taken.intersection(axes):
                 continue
             if f in _SPLIT:
-                if getattr(p, _SPLIT[f]) % count == 0:
-                    split[f], fields[_SPLIT[f]] = axes, getattr(p, _SPLIT[f]) // count
+                if all(getattr(p, name) % count == 0 for name in _SPLIT[f]):
+                    split[f] = axes
+                    fields.update({name: getattr(p, name) // count for name in _SPLIT[f]})
                 continue
             k = int(f[1:])
-            if len(axes) != 1 or p.output_size[k] % count:
-                continue
-            rows = p.input_size[k] // count
-            left = p.pads_begin[k]
-            right = (p.kernel[k] - 1) * p.dilations[k] - left
-            if 0 <= left <= rows and -rows < right <= rows:
+            halo = (_Halo.of(p, k, p.data.spatial_axes[k], axes[0], count) if len(axes) == 1
+                    else None)
+            if halo is not None:
                 split[f] = axes
-                halos.append(_Halo(p.data.spatial_axes[k], axes[0], count, rows, left, right))
-                for name, value in (("input_size", rows + left + right),
-                                    ("output_size", p.output_size[k] // count),
+                halos.append(halo)
+                for name, value in (("input_size", halo.length), ("output_size", halo.out_rows),
                                     ("pads_begin", 0), ("pads_end", 0)):
                     t = list(fields.get(name, getattr(p, name)))
                     t[k] = value
@@ -246,11 +308,13 @@ def call(kernel: Kernel, a: Array, b: Array, p: ConvProblem, local: Local) -> Ar
         threads = 1 if mine > 1 else 0
 
         def lower(a: Array, b: Array) -> Array:
-            if kernel is not Kernel.DATA:  # a is x: its rows with their halos
-                for h in halos:
+            for h in halos:
+                if kernel is not Kernel.DATA:  # a is x: each device's window of rows
                     a = h.fetch(a)
+                if kernel is not Kernel.FORWARD:  # dy: its rows, padding zeroed
+                    b, a = (h.masked(b), a) if kernel is Kernel.WEIGHT else (b, h.masked(a))
             y = local(a, b, sub, threads)
-            if kernel is Kernel.DATA:  # dx of the rows with halos: the halos' part given back
+            if kernel is Kernel.DATA:  # dx of the window: the halos' part given back
                 for h in reversed(halos):
                     y = h.give_back(y)
             if summed:  # each device holds a partial sum
