@@ -321,7 +321,8 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
     channels; a grouped convolution's whole groups): shard-local, or one all-reduce where the
     sharded channels are summed over. Rows of any convolution ("same", valid, strided; blocks
     that do not divide the rows, as XLA pads them): a window of rows with halos from the
-    neighbours (collective permutes). No activation gathered for any of these. What the rule
+    neighbours (collective permutes), over one mesh axis or two. No activation gathered for any
+    of these. What the rule
     does not split is gathered (and stays correct): rows whose halo would pass a block. A fully
     manual shard_map region is oneDNN's call as on one device."""
     code = textwrap.dedent("""
@@ -340,6 +341,7 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
         rows = NamedSharding(mesh, P("batch", "model"))
         wg = jnp.asarray(rng.standard_normal((3, 3, 8, 32)), jnp.float32)
         wd = jnp.asarray(rng.standard_normal((3, 3, 1, 16)), jnp.float32)
+        xr = jnp.asarray(rng.standard_normal((2, 16, 8, 16)), jnp.float32)
         w2 = jnp.asarray(rng.standard_normal((3, 3, 16, 16)), jnp.float32)
         def chain(x, w1, w2, valid=False, con=True):
             h = jaxconv.convolution(x, w1, strides=2, pads_begin=1, pads_end=1)
@@ -397,6 +399,13 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
             # padding rows the halos must not read), then a "same" and a valid one of them
             "uneven-rows-chain": (jax.grad(chain, argnums=(0, 1, 2)), (x, w2, w2),
                                   (NamedSharding(mesh, P(None, "batch")), repl, repl)),
+            # rows over both mesh axes, named in the mesh's order and out of it
+            "grad-rows-two-axes": (jax.grad(lambda x, w: (same2(x, w) ** 2).mean(),
+                                            argnums=(0, 1)), (xr, w),
+                                   (NamedSharding(mesh, P(None, ("batch", "model"))), repl)),
+            "grad-rows-two-axes-swapped": (
+                jax.grad(lambda x, w: (same2(x, w) ** 2).mean(), argnums=(0, 1)), (xr, w),
+                (NamedSharding(mesh, P(None, ("model", "batch"))), repl)),
             # 6 rows on 4 devices with a valid 3x3 after them: a halo past a block, gathered
             "uneven-rows-valid": (jax.grad(lambda x, w1, w2: chain(x, w1, w2, valid=True),
                                            argnums=(0, 1, 2)), (x, w2, w2),
@@ -427,7 +436,7 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split("\n")[:20] == [
+    assert out.stdout.split("\n")[:22] == [
         "forward True 1 0 0 -", "forward-o-sharded True 1 0 0 -",
         "forward-c-sharded True 1 1 0 -", "forward-rows-sharded True 1 0 2 -",
         "forward-rows-valid True 1 0 2 -",
@@ -439,5 +448,6 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
         "transpose-c-sharded True 1 1 0 -", "transpose-filter-o-sharded True 1 0 0 -",
         "weight True 1 1 0 -", "weight-forced True 1 1 0 -", "grad True 3 1 0 -",
         "depthwise-grad-c-sharded True 3 0 0 -", "uneven-rows-chain True 6 1 12 -",
+        "grad-rows-two-axes True 3 1 3 -", "grad-rows-two-axes-swapped True 3 1 3 -",
         "uneven-rows-valid True 6 1 6 f32[16,8,6,16],f32[16,4,4,16]",
         "shard_map True"], out.stdout

@@ -26,8 +26,7 @@ collective permutes. No activation is gathered for any of these.
 
 What no local call computes is replicated before the call (the partitioner gathers it): a
 factor whose size the mesh axes do not divide evenly (uneven blocks would hold padding), the
-groups where a block would split one, rows split over more than one mesh axis or with halos
-longer than a block, and the later (in the order n, c, o, g, s0, ...) of two factors split over
+groups where a block would split one, rows with halos longer than a block, and the later (in the order n, c, o, g, s0, ...) of two factors split over
 the same mesh axis (a weight gradient of activations whose input and output channels are both
 sharded over it: its result could not be sharded both ways).
 """
@@ -108,17 +107,50 @@ def _mesh_axes(entry: object) -> tuple[str, ...]:
     return tuple(entry) if isinstance(entry, tuple) else (typing.cast(str, entry),)
 
 
-def _permute(x: Array, mesh_axis: str, pairs: list[tuple[int, int]]) -> Array:
-    """``x`` sent from device i to j along ``mesh_axis`` for each (i, j); zeros where none
-    is received."""
-    out: Array = lax.ppermute(x, mesh_axis, pairs)  # type: ignore[no-untyped-call]
-    return out
+@dataclasses.dataclass(frozen=True)
+class _Blocks:
+    """The blocks of a dimension split over ``axes`` (a PartitionSpec entry: the first axis
+    major), of ``sizes`` devices each. ppermute and axis_index number the devices of several
+    mesh axes in the mesh's order (``order``), which the entry need not follow."""
+
+    axes: tuple[str, ...]
+    sizes: tuple[int, ...]
+    order: tuple[str, ...]
+
+    @staticmethod
+    def of(mesh: typing.Any, axes: tuple[str, ...]) -> _Blocks:
+        return _Blocks(axes, tuple(mesh.shape[a] for a in axes),
+                       tuple(a for a in mesh.axis_names if a in axes))
+
+    def index(self) -> Array:
+        """This device's block."""
+        i: typing.Any = 0
+        for a, size in zip(self.axes, self.sizes):
+            i = i * size + lax.axis_index(a)
+        return typing.cast(Array, i)
+
+    def _device(self, block: int) -> int:
+        """The number ppermute gives the devices of block ``block``."""
+        digits = {}
+        for a, size in reversed(list(zip(self.axes, self.sizes))):
+            block, digits[a] = divmod(block, size)
+        sizes = dict(zip(self.axes, self.sizes))
+        out = 0
+        for a in self.order:
+            out = out * sizes[a] + digits[a]
+        return out
+
+    def permute(self, x: Array, pairs: list[tuple[int, int]]) -> Array:
+        """``x`` sent from block i to j for each (i, j); zeros where none is received."""
+        perm = [(self._device(i), self._device(j)) for i, j in pairs]
+        out: Array = lax.ppermute(x, self.order, perm)  # type: ignore[no-untyped-call]
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
 class _Halo:
-    """Spatial axis ``axis`` (of the data operands) split over mesh axis ``mesh_axis`` into
-    ``count`` blocks: ``rows`` input rows and ``out_rows`` output rows on each device.
+    """Spatial axis ``axis`` (of the data operands) split into ``count`` ``blocks`` (over one
+    mesh axis or several): ``rows`` input rows and ``out_rows`` output rows on each device.
 
     Device i's outputs [i Q, (i + 1) Q) (Q = ``out_rows``, stride S, dilation D, kernel K, pad P)
     read the input rows from i Q S - P on, ``length`` = (Q - 1) S + (K - 1) D + 1 of them: an
@@ -132,7 +164,7 @@ class _Halo:
     halo rows' part to the neighbours, who add it to theirs."""
 
     axis: int
-    mesh_axis: str
+    blocks: _Blocks
     count: int
     rows: int
     out_rows: int
@@ -143,13 +175,13 @@ class _Halo:
     out_size: int  # the output's
 
     @staticmethod
-    def of(p: ConvProblem, k: int, axis: int, mesh_axis: str, count: int) -> _Halo | None:
+    def of(p: ConvProblem, k: int, axis: int, blocks: _Blocks, count: int) -> _Halo | None:
         """The halo of spatial axis ``k`` split into ``count`` blocks, or None where no local
         call computes on them (a halo past a block). Blocks that do not divide an extent are
         XLA's: ceil(extent / count) rows each, the last ones padded (``masked``)."""
         rows, q = -(-p.input_size[k] // count), -(-p.output_size[k] // count)
         length = (q - 1) * p.strides[k] + (p.kernel[k] - 1) * p.dilations[k] + 1
-        halo = _Halo(axis, mesh_axis, count, rows, q, q * p.strides[k] - rows, p.pads_begin[k],
+        halo = _Halo(axis, blocks, count, rows, q, q * p.strides[k] - rows, p.pads_begin[k],
                      length, p.input_size[k], p.output_size[k])
         return halo if halo.left <= rows and halo.right <= rows else None
 
@@ -174,7 +206,7 @@ class _Halo:
         """Where this device's window starts in its rows with halos."""
         if self.step == 0:
             return self.left + self._off(0)
-        i = lax.axis_index(self.mesh_axis)
+        i = self.blocks.index()
         return self.left - self.pad + i * self.step
 
     def fetch(self, x: Array) -> Array:
@@ -183,11 +215,11 @@ class _Halo:
         parts = []
         if self.left:
             tail = lax.slice_in_dim(x, self.rows - self.left, self.rows, axis=self.axis)
-            parts.append(_permute(tail, self.mesh_axis, [(i, i + 1) for i in range(n - 1)]))
+            parts.append(self.blocks.permute(tail, [(i, i + 1) for i in range(n - 1)]))
         parts.append(x)
         if self.right:
             head = lax.slice_in_dim(x, 0, self.right, axis=self.axis)
-            parts.append(_permute(head, self.mesh_axis, [(i + 1, i) for i in range(n - 1)]))
+            parts.append(self.blocks.permute(head, [(i + 1, i) for i in range(n - 1)]))
         rows = lax.concatenate(parts, self.axis) if len(parts) > 1 else x
         start = self._start()
         if isinstance(start, int):
@@ -198,7 +230,7 @@ class _Halo:
         # uneven blocks: the rows past the input's extent are XLA's padding, zeros here
         if self.rows * self.count == self.size:
             return window
-        i = lax.axis_index(self.mesh_axis)
+        i = self.blocks.index()
         return self._masked(window, i * self.rows - self.left + start, self.size)
 
     def masked(self, dy: Array) -> Array:
@@ -206,7 +238,7 @@ class _Halo:
         extent (XLA's padding of uneven blocks) zeros."""
         if self.out_rows * self.count == self.out_size:
             return dy
-        return self._masked(dy, lax.axis_index(self.mesh_axis) * self.out_rows, self.out_size)
+        return self._masked(dy, self.blocks.index() * self.out_rows, self.out_size)
 
     def _masked(self, t: Array, first: Array, extent: int) -> Array:
         """``t``, whose rows are rows ``first`` on of the whole, with those past ``extent``
@@ -234,13 +266,13 @@ class _Halo:
         own = lax.slice_in_dim(rows, left, left + r, axis=self.axis)
         if left:  # this block's last rows were the next block's left halo
             head = lax.slice_in_dim(rows, 0, left, axis=self.axis)
-            got = _permute(head, self.mesh_axis, [(i + 1, i) for i in range(n - 1)])
+            got = self.blocks.permute(head, [(i + 1, i) for i in range(n - 1)])
             own = lax.dynamic_update_slice_in_dim(
                 own, lax.slice_in_dim(own, r - left, r, axis=self.axis) + got, r - left,
                 axis=self.axis)
         if right:  # its first rows were the previous block's right halo
             tail = lax.slice_in_dim(rows, left + r, left + r + right, axis=self.axis)
-            got = _permute(tail, self.mesh_axis, [(i, i + 1) for i in range(n - 1)])
+            got = self.blocks.permute(tail, [(i, i + 1) for i in range(n - 1)])
             own = lax.dynamic_update_slice_in_dim(
                 own, lax.slice_in_dim(own, 0, right, axis=self.axis) + got, 0, axis=self.axis)
         return own
@@ -258,8 +290,7 @@ def call(kernel: Kernel, a: Array, b: Array, p: ConvProblem, local: Local) -> Ar
     def partition(mesh, arg_shapes, result_shape):  # type: ignore[no-untyped-def]
         # the mesh axes each factor is split over, read from the operands as they come (the
         # first operand's where two differ); a factor is kept split where the local problem
-        # exists (its axes divide its size; a spatial one over one mesh axis, with halos no
-        # longer than a block) and no factor before it (n, c, o, g, s0, ...) took one of its
+        # exists (its axes divide its size; a spatial one with halos no longer than a block) and no factor before it (n, c, o, g, s0, ...) took one of its
         # axes: the result's sharding must name each mesh axis once
         found: dict[str, tuple[str, ...]] = {}
         for dims, shape in zip(maps, arg_shapes):
@@ -282,8 +313,7 @@ def call(kernel: Kernel, a: Array, b: Array, p: ConvProblem, local: Local) -> Ar
                     fields.update({name: getattr(p, name) // count for name in _SPLIT[f]})
                 continue
             k = int(f[1:])
-            halo = (_Halo.of(p, k, p.data.spatial_axes[k], axes[0], count) if len(axes) == 1
-                    else None)
+            halo = _Halo.of(p, k, p.data.spatial_axes[k], _Blocks.of(mesh, axes), count)
             if halo is not None:
                 split[f] = axes
                 halos.append(halo)
