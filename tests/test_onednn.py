@@ -321,8 +321,9 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
     channels; a grouped convolution's whole groups): shard-local, or one all-reduce where the
     sharded channels are summed over. Rows of any convolution ("same", valid, strided; blocks
     that do not divide the rows, as XLA pads them): a window of rows with halos from the
-    neighbours (collective permutes), over one mesh axis or two. No activation gathered for any
-    of these. What the rule
+    neighbours (collective permutes), over one mesh axis or two. A batch that does not divide
+    (XLA's uneven blocks; a weight gradient masks their padding). No activation gathered for
+    any of these. What the rule
     does not split is gathered (and stays correct): rows whose halo would pass a block. A fully
     manual shard_map region is oneDNN's call as on one device."""
     code = textwrap.dedent("""
@@ -342,6 +343,8 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
         wg = jnp.asarray(rng.standard_normal((3, 3, 8, 32)), jnp.float32)
         wd = jnp.asarray(rng.standard_normal((3, 3, 1, 16)), jnp.float32)
         xr = jnp.asarray(rng.standard_normal((2, 16, 8, 16)), jnp.float32)
+        x6 = jnp.asarray(rng.standard_normal((6, 12, 12, 16)), jnp.float32)
+        dy6 = jnp.asarray(rng.standard_normal((6, 10, 10, 32)), jnp.float32)
         w2 = jnp.asarray(rng.standard_normal((3, 3, 16, 16)), jnp.float32)
         def chain(x, w1, w2, valid=False, con=True):
             h = jaxconv.convolution(x, w1, strides=2, pads_begin=1, pads_end=1)
@@ -399,6 +402,13 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
             # padding rows the halos must not read), then a "same" and a valid one of them
             "uneven-rows-chain": (jax.grad(chain, argnums=(0, 1, 2)), (x, w2, w2),
                                   (NamedSharding(mesh, P(None, "batch")), repl, repl)),
+            # 6 examples on the 4 devices of "batch" (XLA's uneven blocks): kept split, no
+            # gather (the call masks their padding out of its sum over the batch; here XLA's
+            # padding reaches it as zeros, in uneven-rows-chain it does not)
+            "uneven-batch-weight": (lambda x, dy: jaxconv.convolution_backprop_filters(
+                jax.lax.with_sharding_constraint(x, channels) + 1,
+                jax.lax.with_sharding_constraint(dy, batch) + 1, w.shape), (x6, dy6),
+                (repl, repl)),
             # rows over both mesh axes, named in the mesh's order and out of it
             "grad-rows-two-axes": (jax.grad(lambda x, w: (same2(x, w) ** 2).mean(),
                                             argnums=(0, 1)), (xr, w),
@@ -436,7 +446,7 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split("\n")[:22] == [
+    assert out.stdout.split("\n")[:23] == [
         "forward True 1 0 0 -", "forward-o-sharded True 1 0 0 -",
         "forward-c-sharded True 1 1 0 -", "forward-rows-sharded True 1 0 2 -",
         "forward-rows-valid True 1 0 2 -",
@@ -448,6 +458,6 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
         "transpose-c-sharded True 1 1 0 -", "transpose-filter-o-sharded True 1 0 0 -",
         "weight True 1 1 0 -", "weight-forced True 1 1 0 -", "grad True 3 1 0 -",
         "depthwise-grad-c-sharded True 3 0 0 -", "uneven-rows-chain True 6 1 12 -",
-        "grad-rows-two-axes True 3 1 3 -", "grad-rows-two-axes-swapped True 3 1 3 -",
+        "uneven-batch-weight True 1 1 0 -", "grad-rows-two-axes True 3 1 3 -", "grad-rows-two-axes-swapped True 3 1 3 -",
         "uneven-rows-valid True 6 1 6 f32[16,8,6,16],f32[16,4,4,16]",
         "shard_map True"], out.stdout

@@ -24,11 +24,12 @@ as in tensor parallelism (the filter's output channels and the activations' chan
 them) compute shard-local or with one all-reduce of the result; rows with halos fetched by
 collective permutes. No activation is gathered for any of these.
 
-What no local call computes is replicated before the call (the partitioner gathers it): a
-factor whose size the mesh axes do not divide evenly (uneven blocks would hold padding), the
-groups where a block would split one, rows with halos longer than a block, and the later (in the order n, c, o, g, s0, ...) of two factors split over
-the same mesh axis (a weight gradient of activations whose input and output channels are both
-sharded over it: its result could not be sharded both ways).
+What no local call computes is replicated before the call (the partitioner gathers it): the
+groups where a block would split one, rows with halos longer than a block, and the later (in
+the order n, c, o, g, s0, ...) of two factors split over the same mesh axis (a weight gradient
+of activations whose input and output channels are both sharded over it: its result could not
+be sharded both ways). Blocks that do not divide a size are XLA's (ceil(size / count) each, the
+last ones padded), their padding masked to zeros where a call would read it.
 """
 
 from __future__ import annotations
@@ -105,6 +106,15 @@ def _mesh_axes(entry: object) -> tuple[str, ...]:
     if entry is None:
         return ()
     return tuple(entry) if isinstance(entry, tuple) else (typing.cast(str, entry),)
+
+
+def _masked(t: Array, axis: int, first: Array, extent: int) -> Array:
+    """``t``, whose entries along ``axis`` are entries ``first`` on of the whole, with those
+    past ``extent`` (the padding of XLA's uneven blocks) zeros."""
+    shape = [1] * t.ndim
+    shape[axis] = t.shape[axis]
+    index = first + lax.broadcasted_iota(jnp.int32, shape, axis)
+    return jnp.where(index < extent, t, jnp.zeros((), t.dtype))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,22 +241,14 @@ class _Halo:
         if self.rows * self.count == self.size:
             return window
         i = self.blocks.index()
-        return self._masked(window, i * self.rows - self.left + start, self.size)
+        return _masked(window, self.axis, i * self.rows - self.left + start, self.size)
 
     def masked(self, dy: Array) -> Array:
         """This device's output rows (a data or weight gradient's dy), those past the output's
         extent (XLA's padding of uneven blocks) zeros."""
         if self.out_rows * self.count == self.out_size:
             return dy
-        return self._masked(dy, self.blocks.index() * self.out_rows, self.out_size)
-
-    def _masked(self, t: Array, first: Array, extent: int) -> Array:
-        """``t``, whose rows are rows ``first`` on of the whole, with those past ``extent``
-        zeros."""
-        shape = [1] * t.ndim
-        shape[self.axis] = t.shape[self.axis]
-        index = first + lax.broadcasted_iota(jnp.int32, shape, self.axis)
-        return jnp.where(index < extent, t, jnp.zeros((), t.dtype))
+        return _masked(dy, self.axis, self.blocks.index() * self.out_rows, self.out_size)
 
     def give_back(self, dx: Array) -> Array:
         """The adjoint of ``fetch`` for a gradient: ``dx`` of this device's window placed in its
@@ -290,8 +292,11 @@ def call(kernel: Kernel, a: Array, b: Array, p: ConvProblem, local: Local) -> Ar
     def partition(mesh, arg_shapes, result_shape):  # type: ignore[no-untyped-def]
         # the mesh axes each factor is split over, read from the operands as they come (the
         # first operand's where two differ); a factor is kept split where the local problem
-        # exists (its axes divide its size; a spatial one with halos no longer than a block) and no factor before it (n, c, o, g, s0, ...) took one of its
-        # axes: the result's sharding must name each mesh axis once
+        # exists (a group is not split; rows' halos are no longer than a block) and no factor
+        # before it (n, c, o, g, s0, ...) took one of its axes: the result's sharding must name
+        # each mesh axis once. Blocks that do not divide a size are XLA's (ceil(size / count),
+        # the last ones padded): where the factor is summed over, its padding is masked to zeros
+        # in both operands (its contents are not zeros, and 0 * NaN is not 0)
         found: dict[str, tuple[str, ...]] = {}
         for dims, shape in zip(maps, arg_shapes):
             spec = tuple(shape.sharding.spec) + (None,) * len(dims)
@@ -301,16 +306,24 @@ def call(kernel: Kernel, a: Array, b: Array, p: ConvProblem, local: Local) -> Ar
         split: dict[str, tuple[str, ...]] = {}
         fields: dict[str, typing.Any] = {}
         halos: list[_Halo] = []
+        uneven: list[tuple[str, _Blocks, int, int]] = []  # factor, blocks, block, size
         order = [*_SPLIT, *(f"s{k}" for k in range(p.rank))]
         for f in (f for f in order if f in found):
             axes, taken = found[f], {ax for a in split.values() for ax in a}
             count = math.prod(mesh.shape[ax] for ax in axes)
             if taken.intersection(axes):
                 continue
-            if f in _SPLIT:
-                if all(getattr(p, name) % count == 0 for name in _SPLIT[f]):
+            if f == "g":  # each device whole groups
+                if p.groups % count == 0:
                     split[f] = axes
                     fields.update({name: getattr(p, name) // count for name in _SPLIT[f]})
+                continue
+            if f in _SPLIT:
+                (name,) = _SPLIT[f]
+                size = getattr(p, name)
+                split[f], fields[name] = axes, -(-size // count)
+                if fields[name] * count != size and f in reduction:
+                    uneven.append((f, _Blocks.of(mesh, axes), fields[name], size))
                 continue
             k = int(f[1:])
             halo = _Halo.of(p, k, p.data.spatial_axes[k], _Blocks.of(mesh, axes), count)
@@ -338,6 +351,9 @@ def call(kernel: Kernel, a: Array, b: Array, p: ConvProblem, local: Local) -> Ar
         threads = 1 if mine > 1 else 0
 
         def lower(a: Array, b: Array) -> Array:
+            for f, blocks, block, size in uneven:  # padding summed over: zeros
+                a = _masked(a, maps[0].index(f), blocks.index() * block, size)
+                b = _masked(b, maps[1].index(f), blocks.index() * block, size)
             for h in halos:
                 if kernel is not Kernel.DATA:  # a is x: each device's window of rows
                     a = h.fetch(a)
