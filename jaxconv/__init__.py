@@ -28,6 +28,7 @@ from jaxconv._src.openvino import (
     group_convolution_backprop_data,
 )
 from jaxconv._src.openvino_ir import from_openvino_ir
+from jaxconv._src.pooling import max_pool
 from jaxconv._src.tbe import conv2d_backprop_filter
 from jaxconv._src.version import __version__
 
@@ -48,6 +49,7 @@ __all__ = [
     "group_convolution",
     "group_convolution_backprop_data",
     "keep_freed_memory",
+    "max_pool",
     "onednn_export_checks",
     "tbe",
     "xla_cpu_compiler_options",

@@ -36,7 +36,7 @@ ARRAY_OPS: dict[str, OpInfo] = {
 }
 
 #: Public ops that are not array ops: ``from_openvino_ir`` builds one from an IR layer.
-OTHER_OPS = ("from_openvino_ir",)
+OTHER_OPS = ("from_openvino_ir", "max_pool")
 
 #: Public names that are not ops at all.
 NOT_OPS = ("__version__", "keep_freed_memory", "onednn_export_checks", "tbe",

@@ -1,0 +1,215 @@
+"""max_pool: a max pool whose derivatives are a gather and a phase-by-phase sum.
+
+A CNN's max pool is not a convolution, but its gradient sits in every ResNet's training step,
+and XLA:CPU computes the gradient of ``lax.reduce_window`` max (``select_and_scatter``) as a
+reduce-window over value-and-index tuples and a scatter: on ResNet-18's stem (8 x 112 x 112 x
+64) about 100 ms of a step in which PyTorch spends 5 (docs/performance.md). Here:
+
+    y[o]  = max_t xp[o S + t]                     xp: x padded with -inf, t a tap of the window
+    a[o]  = the first t where xp[o S + t] = y[o]  (the first maximum, as XLA's and PyTorch's)
+    dy[o] = dxp[o S + a[o]]                       the JVP: ``gather`` (linear in the tangent)
+    dxp   = sum_o ct[o] e[o S + a[o]]             its transpose: ``scatter``
+
+``scatter`` is computed per phase: the padded input's rows r = q S + p (p < S) receive only
+the taps t = p + S j, from the outputs o = q - j, so each phase p is a sum over its taps of
+``ct`` masked by ``a = t`` and shifted by j (pads, no scatter), and the phases interleave
+into dxp by one reshape. Both are primitives, each the other's transpose and its own JVP (both
+are linear in their array operand; the argmax is not differentiated), with a batching rule
+that folds a mapped axis into the batch: derivatives of any order in both modes and ``vmap``,
+and, lowered to slices, pads and selects, any backend, an export and XLA's partitioner.
+"""
+
+from __future__ import annotations
+
+import functools
+import typing
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+from jaxconv._src.geometry.pooling import PoolProblem, pool_problem
+from jaxconv._src.kernel import Array
+
+_OP = "max_pool"
+
+
+def _pad(x: Array, p: PoolProblem, value: Any) -> Array:
+    cfg = [(0, 0, 0)] * x.ndim
+    for axis, (lo, hi) in zip(p.data.spatial_axes, p.pads):
+        cfg[axis] = (lo, hi, 0)
+    return lax.pad(x, jnp.asarray(value, x.dtype), cfg)
+
+
+def _tap(xp: Array, p: PoolProblem, offset: tuple[int, ...]) -> Array:
+    """The tap at ``offset`` of every window: a strided slice of the padded input."""
+    start, limit, step = [0] * xp.ndim, list(xp.shape), [1] * xp.ndim
+    for axis, t, n, s in zip(p.data.spatial_axes, offset, p.output_size, p.strides):
+        start[axis], limit[axis], step[axis] = t, t + (n - 1) * s + 1, s
+    return lax.slice(xp, start, limit, step)
+
+
+def _forward(x: Array, p: PoolProblem) -> Array:
+    xp = _pad(x, p, -jnp.inf)
+    taps = [_tap(xp, p, t) for t in p.offsets()]
+    return functools.reduce(jnp.maximum, taps)
+
+
+def _argmax(x: Array, p: PoolProblem) -> Array:
+    """Per window, the index (in ``p.offsets()`` order) of its first maximal tap: a reduction
+    over the taps stacked on a new axis (XLA keeps a reduction's result as an array of its own;
+    the same argmax written element-wise is fused into the transpose, which then recomputes it
+    for every contribution of every phase: 3x the time on ResNet-18's stem pool)."""
+    xp = _pad(x, p, -jnp.inf)
+    taps = jnp.stack([_tap(xp, p, offset) for offset in p.offsets()])
+    arg = lax.argmax(taps, 0, jnp.int32)
+    return arg.astype(jnp.int8) if p.taps <= 127 else arg
+
+
+def _gather(t: Array, arg: Array, p: PoolProblem) -> Array:
+    """Each window's tap ``arg`` of ``t`` (zeros for the padding)."""
+    tp = _pad(t, p, 0)
+    out = jnp.zeros(arg.shape, t.dtype)
+    for n, offset in enumerate(p.offsets()):
+        out = jnp.where(arg == n, _tap(tp, p, offset), out)
+    return out
+
+
+def _scatter(ct: Array, arg: Array, p: PoolProblem) -> Array:
+    """The transpose of ``_gather``: ``ct`` summed into the input position of each window's
+    tap ``arg``, phase by phase (the module's comment)."""
+    axes, strides = p.data.spatial_axes, p.strides
+    rows = [-(-size // s) for size, s in zip(p.padded_size, strides)]  # per phase
+    phases = []
+    for phase in np.ndindex(*strides):
+        acc = jnp.zeros(p.shape(ct.shape, rows), ct.dtype)
+        for n, offset in enumerate(p.offsets()):
+            if any(t % s != q for t, s, q in zip(offset, strides, phase)):
+                continue
+            cfg = [(0, 0, 0)] * ct.ndim
+            for axis, t, s, o, r in zip(axes, offset, strides, p.output_size, rows):
+                cfg[axis] = (t // s, r - o - t // s, 0)
+            picked = jnp.where(arg == n, ct, jnp.zeros((), ct.dtype))
+            acc = acc + lax.pad(picked, jnp.zeros((), ct.dtype), cfg)
+        phases.append(acc)
+    # (phases..., data axes with each spatial size `rows`) -> each spatial axis (rows, stride),
+    # merged into rows * stride
+    k = len(strides)
+    full = jnp.stack(phases).reshape(*strides, *phases[0].shape)
+    order = []
+    for axis in range(ct.ndim):
+        order.append(k + axis)
+        if axis in axes:
+            order.append(axes.index(axis))
+    full = full.transpose(order).reshape(p.shape(ct.shape, [r * s for r, s in zip(rows, strides)]))
+    start, limit = [0] * ct.ndim, list(full.shape)
+    for axis, (lo, _), size in zip(axes, p.pads, p.input_size):
+        start[axis], limit[axis] = lo, lo + size
+    return lax.slice(full, start, limit)
+
+
+gather_p = Primitive("jaxconv_max_pool_gather")
+scatter_p = Primitive("jaxconv_max_pool_scatter")
+
+
+def _define(prim: Primitive, fn: Any, out_shape: Any, adjoint: Primitive) -> None:
+    def impl(t: Array, arg: Array, *, p: PoolProblem) -> Array:
+        return typing.cast(Array, fn(t, arg, p))
+
+    prim.def_impl(jax.jit(impl, static_argnames="p"))
+    prim.def_abstract_eval(
+        lambda t, arg, *, p: jax.core.ShapedArray(out_shape(t, arg, p), t.dtype))
+    mlir.register_lowering(prim, mlir.lower_fun(impl, multiple_results=False))
+
+    # linear in t: its own JVP, the other's transpose; the argmax is not differentiated
+    def jvp(primals: Any, tangents: Any, *, p: PoolProblem) -> Any:
+        (t, arg), (dt, _) = primals, tangents
+        out = prim.bind(t, arg, p=p)
+        if type(dt) is ad.Zero:
+            return out, ad.Zero(jax.typeof(out).to_tangent_aval())
+        return out, prim.bind(dt, arg, p=p)
+    ad.primitive_jvps[prim] = jvp
+
+    def transpose(ct: Any, t: Any, arg: Any, *, p: PoolProblem) -> Any:
+        if type(ct) is ad.Zero:
+            return [ad.Zero(t.aval), None]
+        return [adjoint.bind(ct, arg, p=p), None]
+    ad.primitive_transposes[prim] = transpose
+
+    def batch(args: Any, dims: Any, *, p: PoolProblem) -> Any:
+        # the mapped axis folded into the batch (axis 0 in both layouts), then split off again
+        (t, arg), (dt, da) = args, dims
+        size = t.shape[dt] if dt is not None else arg.shape[da]
+        t, arg = (jnp.broadcast_to(a, (size, *a.shape)) if d is None else jnp.moveaxis(a, d, 0)
+                  for a, d in ((t, dt), (arg, da)))
+        out = prim.bind(t.reshape(-1, *t.shape[2:]), arg.reshape(-1, *arg.shape[2:]), p=p)
+        return out.reshape(size, -1, *out.shape[1:]), 0
+    batching.primitive_batchers[prim] = batch
+
+
+_define(gather_p, _gather, lambda t, arg, p: arg.shape, scatter_p)
+_define(scatter_p, _scatter, lambda t, arg, p: p.shape(t.shape, p.input_size), gather_p)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _max_pool(x: Array, p: PoolProblem) -> Array:
+    return _forward(x, p)
+
+
+@_max_pool.defjvp
+def _max_pool_jvp(p: PoolProblem, primals: Any, tangents: Any) -> Any:
+    (x,), (dx,) = primals, tangents
+    return _forward(x, p), gather_p.bind(dx, _argmax(x, p), p=p)
+
+
+def max_pool(inputs: Array, window_shape: int | tuple[int, ...],
+             strides: int | tuple[int, ...] | None = None,
+             padding: str | tuple[tuple[int, int], ...] = "VALID", *,
+             data_format: str = "NXC") -> Array:
+    """Max pool whose gradient runs at PyTorch's speed on CPU (``flax.linen.max_pool``'s
+    arguments).
+
+    Computes ``lax.reduce_window`` max, exactly (the same values, the same gradient: each
+    window's first maximum receives it), but differentiates it without XLA's
+    ``select_and_scatter``: the JVP gathers each window's argmax tap, its transpose sums the
+    cotangent phase by phase (``jaxconv/_src/pooling.py``). On a 2-core CPU, ResNet-18's stem
+    pool (8 x 112 x 112 x 64, 3 x 3, stride 2), forward and backward, takes 12 ms against 108
+    for ``flax.linen.max_pool`` (docs/training.md). Composes with ``jit``, ``vmap`` and
+    ``grad``/``jvp`` to any order; padding positions are ``-inf`` and never chosen unless a
+    whole window is padding.
+
+    Args:
+      inputs: ``(batch, *spatial, channels)`` (``data_format="NXC"``, flax's layout) or
+        ``(batch, channels, *spatial)`` (``"NCX"``), floating, rank >= 3.
+      window_shape: the window per spatial axis (an int: every axis).
+      strides: the stride per spatial axis; ``None``: 1.
+      padding: ``"VALID"``, ``"SAME"`` (the extra element of an odd total at the end, as
+        ``lax.reduce_window``) or one ``(low, high)`` pair per spatial axis.
+      data_format: ``"NXC"`` or ``"NCX"``.
+
+    Returns:
+      The pooled array, ``inputs``' dtype and layout.
+
+    Raises:
+      TypeError: ``inputs`` not a floating array, or an argument of the wrong type.
+      ValueError: a rank, format, window, stride or padding out of range, or a padded input
+        shorter than one window.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxconv
+      >>> x = jnp.arange(16.0).reshape(1, 4, 4, 1)
+      >>> jaxconv.max_pool(x, (2, 2), strides=(2, 2))[0, :, :, 0]
+      Array([[ 5.,  7.],
+             [13., 15.]], dtype=float32)
+      >>> jax.grad(lambda x: jaxconv.max_pool(x, 2, 2).sum())(x)[0, :, :, 0]
+      Array([[0., 0., 0., 0.],
+             [0., 1., 0., 1.],
+             [0., 0., 0., 0.],
+             [0., 1., 0., 1.]], dtype=float32)
+    """
+    x, p = pool_problem(_OP, inputs, window_shape, strides, padding, data_format)
+    return _max_pool(x, p)
