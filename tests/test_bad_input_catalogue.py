@@ -1,6 +1,6 @@
 """The bad-input catalogue: every invalid call of the per-family error tables, across all ops.
 
-The four tables (``tests/test_*_errors.py``) hold the invalid calls; this module joins them,
+The tables (``tests/test_*_errors.py``) hold the invalid calls; this module joins them,
 checks the catalogue's coverage (at least 40 calls, every op, every kind of mistake), runs each
 call once more under the booby trap (nothing may be computed before the error), and keeps the
 table of ``docs/errors.md`` equal to what the calls really raise:
@@ -21,6 +21,7 @@ from tests import (
     test_convolution_errors,
     test_lax_conv_errors,
     test_openvino_errors,
+    test_pooling_errors,
     test_tbe_errors,
 )
 
@@ -30,6 +31,7 @@ FAMILIES = {
     "OpenVINO": test_openvino_errors,
     "Ascend TBE": test_tbe_errors,
     "JAX lax": test_lax_conv_errors,
+    "Max pool": test_pooling_errors,
 }
 CATALOGUE = [(family, *case) for family, mod in FAMILIES.items() for case in mod.CASES]
 DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "errors.md"

@@ -1,5 +1,6 @@
 """jaxconv.max_pool against lax.reduce_window (values and XLA's select_and_scatter gradient)
-and PyTorch's max_pool2d backward, under every transform, and its argument errors."""
+and PyTorch's max_pool2d backward, under every transform (its argument errors:
+``tests/test_pooling_errors.py``)."""
 
 import jax
 import jax.numpy as jnp
@@ -112,29 +113,3 @@ def test_ties_go_to_the_first_maximum():
     ref = jax.grad(lambda x: _reference(x, (2, 2), (2, 2), "VALID", "NXC").sum())(x)
     np.testing.assert_array_equal(dx, ref)
     assert float(dx[0, 0, 0, 0]) == 1.0 and float(dx.sum()) == 4.0
-
-
-@pytest.mark.parametrize("kwargs,error,message", [
-    (dict(inputs=[1.0]), TypeError, "max_pool: inputs must be a jax.Array"),
-    (dict(inputs=np.ones((2, 4, 4, 1), np.int32)), TypeError, "max_pool: inputs must have a "
-                                                              "floating dtype"),
-    (dict(inputs=np.ones((4, 4), np.float32)), ValueError, "max_pool: inputs must have rank >= 3"),
-    (dict(window_shape=None), TypeError, "max_pool: window_shape must be"),
-    (dict(window_shape=(2, 2, 2)), ValueError, "max_pool: window_shape must have 2 value(s)"),
-    (dict(window_shape=0), ValueError, "max_pool: window_shape must be positive"),
-    (dict(strides=(1, 0)), ValueError, "max_pool: strides must be positive"),
-    (dict(padding="FULL"), ValueError, "max_pool: padding must be 'VALID', 'SAME'"),
-    (dict(padding=((1, 1),)), ValueError, "max_pool: padding must have 2 (low, high) pair(s)"),
-    (dict(padding=((1, -1), (0, 0))), ValueError, "max_pool: padding must be >= 0"),
-    (dict(padding=((1, 1.5), (0, 0))), TypeError, "max_pool: padding must hold (low, high)"),
-    (dict(padding=3), TypeError, "max_pool: padding must be a string or a sequence"),
-    (dict(window_shape=(5, 5)), ValueError, "max_pool: the padded input must hold at least one"),
-    (dict(data_format="NHWC"), ValueError, "max_pool: data_format must be one of"),
-])
-def test_bad_arguments_raise_before_computing(kwargs, error, message, no_compute):
-    args = dict(inputs=np.ones((2, 4, 4, 1), np.float32), window_shape=(2, 2), strides=None,
-                padding="VALID")
-    args.update(kwargs)
-    data_format = args.pop("data_format", "NXC")
-    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
-        jaxconv.max_pool(**args, data_format=data_format)

@@ -28,15 +28,15 @@ def _ratio(v: float | None) -> str:
 
 def steps_table(results: list[dict[str, Any]]) -> str:
     lines = ["| model (batch, image) | BatchNorm | memory | lax ms | jaxconv ms | torch ms "
-             "| torch/jaxconv (runs) | lax/jaxconv | max pool ms, XLA / torch | torch/jaxconv "
+             "| torch/jaxconv (runs) | lax/jaxconv | max pool ms, XLA / jaxconv / torch | torch/jaxconv "
              "without it |", "|---|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         for r in res.get("steps", []):
             m = r["median_ms"]
             runs = ", ".join(f"{v:.2f}" for v in r["torch_over_jaxconv_runs"] if v)
             pool, rest = r.get("max_pool"), r.get("torch_over_jaxconv_without_max_pool")
-            pool_ms = "-" if not pool else (f"{pool['median_ms']['xla']:.0f} / "
-                                            f"{pool['median_ms']['torch']:.0f}")
+            pool_ms = "-" if not pool else " / ".join(
+                _ms(pool["median_ms"].get(k)) for k in ("xla", "jaxconv", "torch"))
             lines.append(
                 f"| {r['description']} ({r['batch']}, {r['image']}) | {'yes' if r['batchnorm'] else 'no'} "
                 f"| {'kept' if r['mode'] == 'kept' else 'glibc defaults'} "

@@ -12,9 +12,10 @@ interleaved in one process (a fresh random order each repetition, medians):
   ``jaxconv.keep_freed_memory()`` first (PyTorch's allocations are the same process's, so it
   keeps them too), ``default`` leaves glibc's settings; ``--runs N`` repeats each mode in N
   processes and reports the median. ``--no-batchnorm`` replaces BatchNorm by identity in both.
-  A ResNet's stem max pool is timed alone too, forward and backward, on both sides
-  (``max_pool``: XLA:CPU's gradient of flax's ``nn.max_pool`` took 7x torch's time), with
-  torch/jaxconv of the steps without it (``torch_over_jaxconv_without_max_pool``).
+  A ResNet's stem max pool (``jaxconv.max_pool`` in the jaxconv contender, flax's
+  ``nn.max_pool`` in lax's) is timed alone too, forward and backward, on every side
+  (``max_pool``: XLA:CPU's gradient of flax's took 10x torch's time), with torch/jaxconv of
+  the steps without it (``torch_over_jaxconv_without_max_pool``).
 * **layers**: every distinct convolution of those models at the same batch, each kernel a
   training step computes (forward, data gradient except at the input layer, weight gradient):
   jaxconv's op against ``torch.ops.aten.convolution`` / ``convolution_backward`` with its
@@ -119,10 +120,12 @@ def _torch_step(name: str, params: Any, x: np.ndarray, labels: np.ndarray,
 
 
 def measure_max_pool(shape: tuple[int, ...], reps: int) -> dict[str, Any] | None:
-    """The model's max pool alone, forward and backward, on both sides (interleaved medians, ms):
-    flax's ``nn.max_pool`` under ``jax.vjp`` (XLA:CPU expands the gradient, a select-and-scatter,
-    into a reduce-window over value-and-index tuples and a scatter) against torch's
-    ``max_pool2d_with_indices`` and its backward, channels-last. None without torch."""
+    """The model's max pool alone, forward and backward (interleaved medians, ms): flax's
+    ``nn.max_pool`` under ``jax.vjp`` (``xla``: XLA:CPU expands the gradient, a
+    select-and-scatter, into a reduce-window over value-and-index tuples and a scatter), the
+    jaxconv contender's ``jaxconv.max_pool`` (``jaxconv``) and torch's
+    ``max_pool2d_with_indices`` and its backward, channels-last; ``gap``: the largest difference
+    of either gradient from torch's. None without torch."""
     try:
         import torch
     except ImportError:
@@ -134,6 +137,7 @@ def measure_max_pool(shape: tuple[int, ...], reps: int) -> dict[str, Any] | None
     dy = rng.standard_normal(jax.eval_shape(models.max_pool, xj).shape).astype(np.float32)
     dyj = jnp.asarray(dy)
     xla = jax.jit(lambda x, dy: jax.vjp(models.max_pool, x)[1](dy)[0])
+    ours = jax.jit(lambda x, dy: jax.vjp(models.jaxconv_max_pool, x)[1](dy)[0])
     nchw = (0, 3, 1, 2)
     xt = torch.from_numpy(np.ascontiguousarray(x.transpose(nchw))).contiguous(
         memory_format=torch.channels_last)
@@ -145,20 +149,22 @@ def measure_max_pool(shape: tuple[int, ...], reps: int) -> dict[str, Any] | None
         _, idx = aten.max_pool2d_with_indices(xt, [3, 3], [2, 2], [1, 1])
         return aten.max_pool2d_with_indices_backward(dyt, xt, [3, 3], [2, 2], [1, 1], [1, 1],
                                                      False, idx)
-    gap = float(np.max(np.abs(np.asarray(xla(xj, dyj)) -
-                              peer().numpy().transpose(0, 2, 3, 1))))
-    times = interleaved({"xla": lambda: xla(xj, dyj).block_until_ready(), "torch": peer}, reps,
-                        seed=2)
+    ref = peer().numpy().transpose(0, 2, 3, 1)
+    gap = max(float(np.max(np.abs(np.asarray(f(xj, dyj)) - ref))) for f in (xla, ours))
+    times = interleaved({"xla": lambda: xla(xj, dyj).block_until_ready(),
+                         "jaxconv": lambda: ours(xj, dyj).block_until_ready(), "torch": peer},
+                        reps, seed=2)
     return {"input": list(shape), "gap": gap,
             "median_ms": {k: statistics.median(v) * 1e3 for k, v in times.items()}}
 
 
 def without_max_pool(median_ms: dict[str, float], pool: dict[str, Any] | None) -> float | None:
-    """torch/jaxconv with the max pool's time (forward and backward) taken from both steps."""
+    """torch/jaxconv with each step's max pool's time (forward and backward) taken from it
+    (the jaxconv contender's: ``jaxconv.max_pool``; in results before it had one, flax's)."""
     if pool is None or "torch" not in median_ms:
         return None
     t = pool["median_ms"]
-    return (median_ms["torch"] - t["torch"]) / (median_ms["jaxconv"] - t["xla"])
+    return (median_ms["torch"] - t["torch"]) / (median_ms["jaxconv"] - t.get("jaxconv", t["xla"]))
 
 
 def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
@@ -184,7 +190,8 @@ def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
             steps[k], info = made
             first[k], layout = (info["loss"], info["params"]), info["layout"]
             continue
-        step, tx = _jax_step(models.build(name, convs[k], batchnorm), batchnorm)
+        stem_pool = models.jaxconv_max_pool if k == "jaxconv" else None  # lax: nn.max_pool
+        step, tx = _jax_step(models.build(name, convs[k], batchnorm, pool=stem_pool), batchnorm)
         opt = tx.init(params)
         xj, lj = jnp.asarray(x), jnp.asarray(labels)
         new, _, _, loss = step(params, stats, opt, xj, lj)
@@ -260,7 +267,7 @@ def _steps(args: argparse.Namespace) -> list[dict[str, Any]]:
             pool = None if not pools else {
                 "input": pools[0]["input"], "gap": max(q["gap"] for q in pools),
                 "median_ms": {k: statistics.median(q["median_ms"][k] for q in pools)
-                              for k in ("xla", "torch")}}
+                              for k in pools[0]["median_ms"]}}
             out.append({**{k: v for k, v in rows[0].items()
                            if k not in ("median_ms", "samples_ms", "max_pool")},
                         "mode": mode, "runs": len(rows), "median_ms": med,
@@ -380,8 +387,9 @@ def _print(result: dict[str, Any]) -> None:
               f"  loss gap {r['loss_gap']:.1e} param gap {r['param_gap']:.1e}")
         if r.get("max_pool"):
             t = r["max_pool"]["median_ms"]
-            print(f"{'':12s} its max pool, forward and backward: XLA {t['xla']:.1f} ms, torch "
-                  f"{t['torch']:.1f}; the steps without it: torch/jaxconv "
+            print(f"{'':12s} its max pool, forward and backward: flax's (XLA) {t['xla']:.1f} ms, "
+                  f"jaxconv's {t.get('jaxconv', math.nan):.1f}, torch {t['torch']:.1f}; the steps "
+                  f"without it: torch/jaxconv "
                   f"{r['torch_over_jaxconv_without_max_pool']:.2f}")
     for lay in result.get("layers", []):
         g = lay["conv_gflops"]

@@ -3,7 +3,9 @@
 The style is flax's own ImageNet example: each model takes its convolution and its norm as
 module attributes (``conv: ModuleDef = nn.Conv``), so the jaxconv contender is the same model
 with ``conv=functools.partial(nn.Conv, conv_general_dilated=jaxconv.conv_general_dilated)``,
-the one-line change a user makes. The architectures are torchvision's (``resnet18``,
+the one-line change a user makes, and a ResNet's stem pool ``jaxconv.max_pool`` in place of
+``nn.max_pool`` (``pool``: the same arguments; XLA's gradient of flax's took about as long as
+a ResNet-18 step's convolutions are behind or ahead of torch's, many times over). The architectures are torchvision's (``resnet18``,
 ``resnet50`` v1.5 with the stride on the 3x3, ``mobilenet_v2`` without its dropout), with
 PyTorch's explicit padding (``(k - 1) // 2`` each side) so that ``torch_models`` holds the
 same network; every submodule is named as its torch twin's attribute (``layer1_0.conv1``).
@@ -95,6 +97,12 @@ def max_pool(x: jax.Array) -> jax.Array:
     return nn.max_pool(x, (3, 3), (2, 2), padding=((1, 1), (1, 1)))
 
 
+def jaxconv_max_pool(x: jax.Array) -> jax.Array:
+    """The same pool by ``jaxconv.max_pool`` (the jaxconv contender's)."""
+    from jaxconv._src.pooling import max_pool as pool
+    return pool(x, (3, 3), (2, 2), padding=((1, 1), (1, 1)))
+
+
 class ResNet(nn.Module):
     """torchvision's ResNet: a 7x7 stride-2 stem, a 3x3 stride-2 max pool, four stages."""
 
@@ -103,12 +111,13 @@ class ResNet(nn.Module):
     num_classes: int = 1000
     conv: ModuleDef = nn.Conv
     norm: ModuleDef = nn.BatchNorm
+    pool: Callable[[jax.Array], jax.Array] = max_pool
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         x = self.conv(64, (7, 7), (2, 2), padding=_pad(7), use_bias=False, name="conv1")(x)
         x = nn.relu(self.norm(name="bn1")(x))
-        x = max_pool(x)
+        x = self.pool(x)
         for i, n in enumerate(self.stage_sizes):
             for j in range(n):
                 x = self.block(64 * 2 ** i, 2 if i > 0 and j == 0 else 1, self.conv, self.norm,
@@ -203,14 +212,17 @@ def norm_def(batchnorm: bool) -> ModuleDef:
 
 
 def build(name: str, conv: Callable[..., jax.Array], batchnorm: bool = True,
-          num_classes: int = 1000) -> nn.Module:
+          num_classes: int = 1000,
+          pool: Callable[[jax.Array], jax.Array] | None = None) -> nn.Module:
     """Model ``name`` whose convolutions call ``conv`` (``lax.conv_general_dilated``'s
-    signature: lax's own, or ``jaxconv.conv_general_dilated``)."""
+    signature: lax's own, or ``jaxconv.conv_general_dilated``) and whose stem max pool (the
+    ResNets') is ``pool`` (None: flax's ``nn.max_pool``)."""
     if name not in MODELS:
         raise ValueError(f"models: name must be one of {sorted(MODELS)}, got {name!r}")
+    extra = {"pool": pool} if pool is not None and MODELS[name].max_pool else {}
     return MODELS[name].make(num_classes=num_classes,
                              conv=functools.partial(nn.Conv, conv_general_dilated=conv),
-                             norm=norm_def(batchnorm))
+                             norm=norm_def(batchnorm), **extra)
 
 
 def init(name: str, x: jax.Array, batchnorm: bool = True, seed: int = 0) -> Any:
