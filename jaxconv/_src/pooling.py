@@ -14,10 +14,11 @@ reduce-window over value-and-index tuples and a scatter: on ResNet-18's stem (8 
 the taps t = p + S j, from the outputs o = q - j, so each phase p is a sum over its taps of
 ``ct`` masked by ``a = t`` and shifted by j (pads, no scatter), and the phases interleave
 into dxp by stacks and reshapes, one spatial axis at a time (one transpose of all phases at
-once ran 3x slower on XLA:CPU: it fused the argmax into every contribution). Both are primitives, each the other's transpose and its own JVP (both
-are linear in their array operand; the argmax is not differentiated), with a batching rule
-that folds a mapped axis into the batch: derivatives of any order in both modes and ``vmap``,
-and, lowered to slices, pads and selects, any backend, an export and XLA's partitioner.
+once ran 3x slower on XLA:CPU: it fused the argmax into every contribution). Both are
+primitives, each the other's transpose and its own JVP (both are linear in their array
+operand; the argmax is not differentiated), with a batching rule that folds a mapped axis
+into the batch: derivatives of any order in both modes and ``vmap``, and, lowered to slices,
+pads and selects, any backend, an export and XLA's partitioner.
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def _forward(x: Array, p: PoolProblem) -> Array:
 
 
 def _argmax(x: Array, p: PoolProblem) -> Array:
-    """Per window, the index (in ``p.offsets()`` order) of its first maximal tap."""
+    """Per window, the index (in ``p.offsets()`` order) of its first maximal tap. (Its running
+    maximum is not the JVP's primal: that stays ``_forward``'s, whose ``maximum`` passes a NaN
+    on as ``lax.reduce_window`` does; XLA fuses the two passes, no slower than one.)"""
     xp = _pad(x, p, -jnp.inf)
     dtype = jnp.int8 if p.taps <= 127 else jnp.int32
     first, *rest = p.offsets()
@@ -183,15 +186,16 @@ def max_pool(inputs: Array, window_shape: int | tuple[int, ...],
              strides: int | tuple[int, ...] | None = None,
              padding: str | tuple[tuple[int, int], ...] = "VALID", *,
              data_format: str = "NXC") -> Array:
-    """Max pool whose gradient runs at PyTorch's speed on CPU (``flax.linen.max_pool``'s
+    """Max pool whose gradient is not XLA's ``select_and_scatter`` (``flax.linen.max_pool``'s
     arguments).
 
     Computes ``lax.reduce_window`` max, exactly (the same values, the same gradient: each
     window's first maximum receives it), but differentiates it without XLA's
     ``select_and_scatter``: the JVP gathers each window's argmax tap, its transpose sums the
-    cotangent phase by phase (``jaxconv/_src/pooling.py``). On a 2-core CPU, ResNet-18's stem
-    pool (8 x 112 x 112 x 64, 3 x 3, stride 2), forward and backward, takes 6.6 ms against 63
-    for ``flax.linen.max_pool`` and 5.5 for PyTorch's (docs/training.md). Composes with ``jit``, ``vmap`` and
+    cotangent phase by phase (``jaxconv/_src/pooling.py``). Measured on XLA:CPU only (a 2-core
+    Intel Xeon, AVX-512): ResNet-18's stem pool (8 x 112 x 112 x 64, 3 x 3, stride 2), forward
+    and backward, takes 6.6 ms against 63 for ``flax.linen.max_pool`` and 5.5 for PyTorch's
+    (docs/training.md); no GPU or TPU timing yet. Composes with ``jit``, ``vmap`` and
     ``grad``/``jvp`` to any order; padding positions are ``-inf`` and never chosen unless a
     whole window is padding.
 

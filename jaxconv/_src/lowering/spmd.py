@@ -127,6 +127,10 @@ class _Blocks:
     sizes: tuple[int, ...]
     order: tuple[str, ...]
 
+    @property
+    def count(self) -> int:
+        return math.prod(self.sizes)
+
     @staticmethod
     def of(mesh: typing.Any, axes: tuple[str, ...]) -> _Blocks:
         return _Blocks(axes, tuple(mesh.shape[a] for a in axes),
@@ -175,7 +179,6 @@ class _Halo:
 
     axis: int
     blocks: _Blocks
-    count: int
     rows: int
     out_rows: int
     step: int  # Q S - R: how far device i + 1's window moves past device i's, relative to its rows
@@ -185,15 +188,20 @@ class _Halo:
     out_size: int  # the output's
 
     @staticmethod
-    def of(p: ConvProblem, k: int, axis: int, blocks: _Blocks, count: int) -> _Halo | None:
-        """The halo of spatial axis ``k`` split into ``count`` blocks, or None where no local
-        call computes on them (a halo past a block). Blocks that do not divide an extent are
-        XLA's: ceil(extent / count) rows each, the last ones padded (``masked``)."""
+    def of(p: ConvProblem, k: int, axis: int, blocks: _Blocks) -> _Halo | None:
+        """The halo of spatial axis ``k`` split into ``blocks``, or None where no local call
+        computes on them (a halo past a block). Blocks that do not divide an extent are XLA's:
+        ceil(extent / count) rows each, the last ones padded (``masked``)."""
+        count = blocks.count
         rows, q = -(-p.input_size[k] // count), -(-p.output_size[k] // count)
         length = (q - 1) * p.strides[k] + (p.kernel[k] - 1) * p.dilations[k] + 1
-        halo = _Halo(axis, blocks, count, rows, q, q * p.strides[k] - rows, p.pads_begin[k],
+        halo = _Halo(axis, blocks, rows, q, q * p.strides[k] - rows, p.pads_begin[k],
                      length, p.input_size[k], p.output_size[k])
         return halo if halo.left <= rows and halo.right <= rows else None
+
+    @property
+    def count(self) -> int:
+        return self.blocks.count
 
     def _off(self, i: int) -> int:
         return i * self.step - self.pad
@@ -213,11 +221,12 @@ class _Halo:
         return max(0, *(self._off(i) + self.length - self.rows for i in self._ends))
 
     def _start(self) -> Array | int:
-        """Where this device's window starts in its rows with halos."""
+        """Where this device's window starts in its rows with halos (clamped into them on the
+        devices past the last with outputs)."""
         if self.step == 0:
             return self.left + self._off(0)
-        i = self.blocks.index()
-        return self.left - self.pad + i * self.step
+        start = self.left - self.pad + self.blocks.index() * self.step
+        return jnp.clip(start, 0, self.left + self.rows + self.right - self.length)
 
     def fetch(self, x: Array) -> Array:
         """This device's window of input rows (zeros beyond the edge blocks)."""
@@ -234,8 +243,7 @@ class _Halo:
         start = self._start()
         if isinstance(start, int):
             window = lax.slice_in_dim(rows, start, start + self.length, axis=self.axis)
-        else:  # clamped into the rows (devices past the last with outputs)
-            start = jnp.clip(start, 0, rows.shape[self.axis] - self.length)
+        else:
             window = lax.dynamic_slice_in_dim(rows, start, self.length, axis=self.axis)
         # uneven blocks: the rows past the input's extent are XLA's padding, zeros here
         if self.rows * self.count == self.size:
@@ -326,7 +334,7 @@ def call(kernel: Kernel, a: Array, b: Array, p: ConvProblem, local: Local) -> Ar
                     uneven.append((f, _Blocks.of(mesh, axes), fields[name], size))
                 continue
             k = int(f[1:])
-            halo = _Halo.of(p, k, p.data.spatial_axes[k], _Blocks.of(mesh, axes), count)
+            halo = _Halo.of(p, k, p.data.spatial_axes[k], _Blocks.of(mesh, axes))
             if halo is not None:
                 split[f] = axes
                 halos.append(halo)
