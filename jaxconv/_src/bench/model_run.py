@@ -8,6 +8,9 @@ interleaved in one process (a fresh random order each repetition, medians):
   ``jaxconv.conv_general_dilated`` (``jaxconv``), and its ``torch.nn`` twin (``torch``,
   ``torch_models.py``) holding the same parameters, batch and labels, in its faster memory
   format. One step of each from the same state must agree (``loss_gap``, ``param_gap``).
+  Each contender carries its state from step to step as a training loop does: torch's
+  optimizer updates in place, and the flax steps donate their parameters, statistics and
+  optimizer state (``donate_argnums``) so that XLA does too.
   ``--modes kept default`` runs each mode in a child process of its own: ``kept`` calls
   ``jaxconv.keep_freed_memory()`` first (PyTorch's allocations are the same process's, so it
   keeps them too), ``default`` leaves glibc's settings; ``--runs N`` repeats each mode in N
@@ -57,7 +60,11 @@ LR, MOMENTUM = 0.01, 0.9
 
 # --------------------------------------------------------------------------- steps
 
-def _jax_step(model: Any, batchnorm: bool) -> tuple[Callable, Any]:
+def _jax_step(model: Any, batchnorm: bool, donate: bool = False) -> tuple[Callable, Any]:
+    """The jitted training step ``(params, stats, opt, x, labels) -> (params, stats, opt,
+    loss)`` and its optax optimizer; with ``donate`` the step takes over the buffers of its
+    parameters, statistics and optimizer state (``donate_argnums``, as a training loop
+    compiles it: XLA then updates them in place, as ``torch.optim`` does)."""
     import optax  # type: ignore[import-untyped]
     tx = optax.sgd(LR, momentum=MOMENTUM)
 
@@ -71,12 +78,24 @@ def _jax_step(model: Any, batchnorm: bool) -> tuple[Callable, Any]:
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
         return loss, stats
 
-    @jax.jit
     def step(params: Any, stats: Any, opt: Any, x: jax.Array, labels: jax.Array) -> Any:
         (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, stats, x, labels)
         updates, opt = tx.update(grads, opt, params)
         return optax.apply_updates(params, updates), stats, opt, loss
-    return step, tx
+    return jax.jit(step, donate_argnums=(0, 1, 2) if donate else ()), tx
+
+
+def _training_loop(step: Callable, params: Any, stats: Any, opt: Any, x: jax.Array,
+                   labels: jax.Array) -> Callable[[], Any]:
+    """A zero-argument call of a donating ``step`` that carries its state from call to call
+    (copies of ``params`` and ``stats``: the caller's stay valid), as a training loop does."""
+    state = [jax.tree.map(jnp.copy, params), jax.tree.map(jnp.copy, stats), opt]
+
+    def run() -> Any:
+        new_params, new_stats, new_opt, loss = step(*state, x, labels)
+        state[:] = [new_params, new_stats, new_opt]
+        return new_params, new_opt, loss
+    return run
 
 
 def _torch_step(name: str, params: Any, x: np.ndarray, labels: np.ndarray,
@@ -191,12 +210,12 @@ def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
             first[k], layout = (info["loss"], info["params"]), info["layout"]
             continue
         stem_pool = models.jaxconv_max_pool if k == "jaxconv" else None  # lax: nn.max_pool
-        step, tx = _jax_step(models.build(name, convs[k], batchnorm, pool=stem_pool), batchnorm)
-        opt = tx.init(params)
+        step, tx = _jax_step(models.build(name, convs[k], batchnorm, pool=stem_pool), batchnorm,
+                             donate=True)
         xj, lj = jnp.asarray(x), jnp.asarray(labels)
-        new, _, _, loss = step(params, stats, opt, xj, lj)
+        steps[k] = _training_loop(step, params, stats, tx.init(params), xj, lj)
+        new, _, loss = steps[k]()  # the first step, from params: the agreement check
         first[k] = (float(loss), torch_models.flat_params(jax.device_get(new)))
-        steps[k] = (lambda s=step, o=opt, xj=xj, lj=lj: s(params, stats, o, xj, lj))
     ref_loss, ref = first[next(iter(first))]
     scale = max(float(np.max(np.abs(v))) for v in ref.values())
     # each contender against the first: the loss, the largest parameter difference and where
