@@ -321,10 +321,9 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
     channels; a grouped convolution's whole groups): shard-local, or one all-reduce where the
     sharded channels are summed over. Rows of any convolution ("same", valid, strided; blocks
     that do not divide the rows, as XLA pads them): a window of rows with halos from the
-    neighbours (collective permutes), over one mesh axis or two. A batch that does not divide
-    (XLA's uneven blocks; a weight gradient masks their padding). No activation gathered for
-    any of these. What the rule
-    does not split is gathered (and stays correct): rows whose halo would pass a block. A fully
+    neighbours (collective permutes; a halo longer than a block from as many blocks as it
+    spans), over one mesh axis or two. A batch that does not divide (XLA's uneven blocks; a
+    weight gradient masks their padding). No activation gathered for any of these. A fully
     manual shard_map region is oneDNN's call as on one device."""
     code = textwrap.dedent("""
         import re, jax, jax.numpy as jnp, numpy as np, jaxconv
@@ -346,6 +345,14 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
         x6 = jnp.asarray(rng.standard_normal((6, 12, 12, 16)), jnp.float32)
         dy6 = jnp.asarray(rng.standard_normal((6, 10, 10, 32)), jnp.float32)
         w2 = jnp.asarray(rng.standard_normal((3, 3, 16, 16)), jnp.float32)
+        x8 = jnp.asarray(rng.standard_normal((2, 8, 8, 16)), jnp.float32)
+        xs = jnp.asarray(rng.standard_normal((2, 8, 14, 8)), jnp.float32)
+        dys = jnp.asarray(rng.standard_normal((2, 4, 7, 8)), jnp.float32)
+        mesh8 = jax.make_mesh((8,), ("r",), axis_types=(jax.sharding.AxisType.Auto,))
+        rows8, repl8 = NamedSharding(mesh8, P(None, "r")), NamedSharding(mesh8, P())
+        small_weight = lambda x, dy: jaxconv.convolution_backprop_filters(
+            x, dy, (3, 3, 8, 8), strides=2, pads_begin=1, pads_end=1)
+        w7 = jnp.asarray(rng.standard_normal((7, 7, 16, 16)), jnp.float32)
         def chain(x, w1, w2, valid=False, con=True):
             h = jaxconv.convolution(x, w1, strides=2, pads_begin=1, pads_end=1)
             if con:  # its 6 rows stay on the 4 devices of "batch"
@@ -416,15 +423,30 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
             "grad-rows-two-axes-swapped": (
                 jax.grad(lambda x, w: (same2(x, w) ** 2).mean(), argnums=(0, 1)), (xr, w),
                 (NamedSharding(mesh, P(None, ("model", "batch"))), repl)),
-            # 6 rows on 4 devices with a valid 3x3 after them: a halo past a block, gathered
+            # 6 rows on 4 devices with a valid 3x3 after them: a halo past a block (the last
+            # device's window starts 3 rows before its 2), from two blocks
             "uneven-rows-valid": (jax.grad(lambda x, w1, w2: chain(x, w1, w2, valid=True),
                                            argnums=(0, 1, 2)), (x, w2, w2),
                                   (NamedSharding(mesh, P(None, "batch")), repl, repl)),
+            # a 7x7 "same" kernel over 2 rows a device: halos of 3 rows from two blocks on
+            # either side (the edge blocks' zeros past the neighbours), given back the same way
+            "grad-rows-long-halo": (jax.grad(lambda x, w: (jaxconv.convolution(
+                x, w, pads_begin=3, pads_end=3) ** 2).mean(), argnums=(0, 1)), (x8, w7),
+                (NamedSharding(mesh, P(None, "batch")), repl)),
+            # a weight gradient too small for oneDNN to pay, of a strided convolution with rows
+            # over 8 devices: still oneDNN's, by the rule (XLA's partitioner computed this one
+            # wrong, jax.vjp's too: docs/distributed.md)
+            "weight-rows-stride-2-small": (lambda x, dy: small_weight(
+                *(jax.lax.with_sharding_constraint(t, rows8) for t in (x, dy))), (xs, dys),
+                (repl8, repl8)),
         }
         reference = {"uneven-rows-chain": jax.grad(lambda *a: chain(*a, con=False),
                                                    argnums=(0, 1, 2)),
                      "uneven-rows-valid": jax.grad(lambda *a: chain(*a, valid=True, con=False),
-                                                   argnums=(0, 1, 2))}
+                                                   argnums=(0, 1, 2)),
+                     "weight-rows-stride-2-small": small_weight,
+                     "uneven-batch-weight": lambda x, dy: jaxconv.convolution_backprop_filters(
+                         x + 1, dy + 1, w.shape)}
         for name, (f, args, shardings) in cases.items():
             f, one = jax.jit(f), jax.jit(reference.get(name, f))
             put = [jax.device_put(a, s) for a, s in zip(args, shardings)]
@@ -446,7 +468,7 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split("\n")[:23] == [
+    assert out.stdout.split("\n")[:25] == [
         "forward True 1 0 0 -", "forward-o-sharded True 1 0 0 -",
         "forward-c-sharded True 1 1 0 -", "forward-rows-sharded True 1 0 2 -",
         "forward-rows-valid True 1 0 2 -",
@@ -459,5 +481,5 @@ def test_a_program_partitioned_across_devices_runs_onednn_per_batch_shard():
         "weight True 1 1 0 -", "weight-forced True 1 1 0 -", "grad True 3 1 0 -",
         "depthwise-grad-c-sharded True 3 0 0 -", "uneven-rows-chain True 6 1 12 -",
         "uneven-batch-weight True 1 1 0 -", "grad-rows-two-axes True 3 1 3 -", "grad-rows-two-axes-swapped True 3 1 3 -",
-        "uneven-rows-valid True 6 1 6 f32[16,8,6,16],f32[16,4,4,16]",
-        "shard_map True"], out.stdout
+        "uneven-rows-valid True 6 1 15 -", "grad-rows-long-halo True 3 1 12 -",
+        "weight-rows-stride-2-small True 1 1 5 -", "shard_map True"], out.stdout

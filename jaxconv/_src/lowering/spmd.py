@@ -22,10 +22,11 @@ each device's call computes a partial result from its slices of the sum, and one
 and data gradient shard-local and each weight gradient with one all-reduce; channels sharded
 as in tensor parallelism (the filter's output channels and the activations' channels with
 them) compute shard-local or with one all-reduce of the result; rows with halos fetched by
-collective permutes. No activation is gathered for any of these.
+collective permutes (a halo longer than a block from as many blocks as it spans). No
+activation is gathered for any of these.
 
 What no local call computes is replicated before the call (the partitioner gathers it): the
-groups where a block would split one, rows with halos longer than a block, and the later (in
+groups where a block would split one, and the later (in
 the order n, c, o, g, s0, ...) of two factors split over the same mesh axis (a weight gradient
 of activations whose input and output channels are both sharded over it: its result could not
 be sharded both ways). Blocks that do not divide a size are XLA's (ceil(size / count) each, the
@@ -173,9 +174,11 @@ class _Halo:
     growing or shrinking with i elsewhere (a valid one). So each device fetches the last
     ``left`` rows of the previous block and the first ``right`` of the next (the most any device
     needs; zeros beyond the edge blocks: the padding), and takes its window of ``length`` rows
-    from ``left + off(i)`` on: a valid (unpadded) convolution of it gives its outputs. A data
-    gradient computes that convolution's input gradient, places it at the window, and hands the
-    halo rows' part to the neighbours, who add it to theirs."""
+    from ``left + off(i)`` on: a valid (unpadded) convolution of it gives its outputs. A halo
+    longer than a block comes from as many blocks as it spans, one collective permute each
+    (block i - h sends its last rows h blocks on: ``_hops``). A data gradient computes that
+    convolution's input gradient, places it at the window, and hands the halo rows' part back
+    the same ways, and each block adds it to its own."""
 
     axis: int
     blocks: _Blocks
@@ -188,16 +191,14 @@ class _Halo:
     out_size: int  # the output's
 
     @staticmethod
-    def of(p: ConvProblem, k: int, axis: int, blocks: _Blocks) -> _Halo | None:
-        """The halo of spatial axis ``k`` split into ``blocks``, or None where no local call
-        computes on them (a halo past a block). Blocks that do not divide an extent are XLA's:
-        ceil(extent / count) rows each, the last ones padded (``masked``)."""
+    def of(p: ConvProblem, k: int, axis: int, blocks: _Blocks) -> _Halo:
+        """The halo of spatial axis ``k`` split into ``blocks``. Blocks that do not divide an
+        extent are XLA's: ceil(extent / count) rows each, the last ones padded (``masked``)."""
         count = blocks.count
         rows, q = -(-p.input_size[k] // count), -(-p.output_size[k] // count)
         length = (q - 1) * p.strides[k] + (p.kernel[k] - 1) * p.dilations[k] + 1
-        halo = _Halo(axis, blocks, rows, q, q * p.strides[k] - rows, p.pads_begin[k],
+        return _Halo(axis, blocks, rows, q, q * p.strides[k] - rows, p.pads_begin[k],
                      length, p.input_size[k], p.output_size[k])
-        return halo if halo.left <= rows and halo.right <= rows else None
 
     @property
     def count(self) -> int:
@@ -220,6 +221,26 @@ class _Halo:
     def right(self) -> int:
         return max(0, *(self._off(i) + self.length - self.rows for i in self._ends))
 
+    def _hops(self, halo: int) -> list[tuple[int, int, int]]:
+        """A halo of ``halo`` rows as (h, n, at): the ``n`` rows next to this block of the block
+        h away, at row ``at`` of the halo counted from this block outwards (h = 1, 2, ... as
+        far as it reaches: the rows of one block, then the next block's)."""
+        hops, at, h = [], 0, 1
+        while at < halo:
+            n = min(self.rows, halo - at)
+            hops.append((h, n, at))
+            at, h = at + n, h + 1
+        return hops
+
+    def _send(self, x: Array, h: int) -> Array:
+        """``x`` of block i received by block i + h (h < 0: by i - |h|); zeros where no
+        block is h away (the padding beyond the edge blocks)."""
+        n = self.count
+        if abs(h) >= n:
+            return jnp.zeros_like(x)
+        pairs = [(i, i + h) for i in range(n - h)] if h > 0 else [(i - h, i) for i in range(n + h)]
+        return self.blocks.permute(x, pairs)
+
     def _start(self) -> Array | int:
         """Where this device's window starts in its rows with halos (clamped into them on the
         devices past the last with outputs)."""
@@ -230,15 +251,12 @@ class _Halo:
 
     def fetch(self, x: Array) -> Array:
         """This device's window of input rows (zeros beyond the edge blocks)."""
-        n = self.count
-        parts = []
-        if self.left:
-            tail = lax.slice_in_dim(x, self.rows - self.left, self.rows, axis=self.axis)
-            parts.append(self.blocks.permute(tail, [(i, i + 1) for i in range(n - 1)]))
+        r, parts = self.rows, []
+        for h, n, _ in reversed(self._hops(self.left)):  # the farthest block's rows first
+            parts.append(self._send(lax.slice_in_dim(x, r - n, r, axis=self.axis), h))
         parts.append(x)
-        if self.right:
-            head = lax.slice_in_dim(x, 0, self.right, axis=self.axis)
-            parts.append(self.blocks.permute(head, [(i + 1, i) for i in range(n - 1)]))
+        for h, n, _ in self._hops(self.right):
+            parts.append(self._send(lax.slice_in_dim(x, 0, n, axis=self.axis), -h))
         rows = lax.concatenate(parts, self.axis) if len(parts) > 1 else x
         start = self._start()
         if isinstance(start, int):
@@ -262,7 +280,7 @@ class _Halo:
         """The adjoint of ``fetch`` for a gradient: ``dx`` of this device's window placed in its
         rows with halos, its own rows kept, and the neighbours' gradients of its rows that were
         their halos added."""
-        n, r, left, right = self.count, self.rows, self.left, self.right
+        r, left, right = self.rows, self.left, self.right
         shape = list(dx.shape)
         shape[self.axis] = left + r + right
         start = self._start()
@@ -274,17 +292,15 @@ class _Halo:
             rows = lax.dynamic_update_slice_in_dim(jnp.zeros(shape, dx.dtype), dx, start,
                                                    axis=self.axis)
         own = lax.slice_in_dim(rows, left, left + r, axis=self.axis)
-        if left:  # this block's last rows were the next block's left halo
-            head = lax.slice_in_dim(rows, 0, left, axis=self.axis)
-            got = self.blocks.permute(head, [(i + 1, i) for i in range(n - 1)])
+        for h, n, at in self._hops(left):  # this block's last n rows were block i + h's halo
+            got = self._send(lax.slice_in_dim(rows, left - at - n, left - at, axis=self.axis), -h)
             own = lax.dynamic_update_slice_in_dim(
-                own, lax.slice_in_dim(own, r - left, r, axis=self.axis) + got, r - left,
+                own, lax.slice_in_dim(own, r - n, r, axis=self.axis) + got, r - n, axis=self.axis)
+        for h, n, at in self._hops(right):  # its first n rows were block i - h's halo
+            tail = lax.slice_in_dim(rows, left + r + at, left + r + at + n, axis=self.axis)
+            own = lax.dynamic_update_slice_in_dim(
+                own, lax.slice_in_dim(own, 0, n, axis=self.axis) + self._send(tail, h), 0,
                 axis=self.axis)
-        if right:  # its first rows were the previous block's right halo
-            tail = lax.slice_in_dim(rows, left + r, left + r + right, axis=self.axis)
-            got = self.blocks.permute(tail, [(i, i + 1) for i in range(n - 1)])
-            own = lax.dynamic_update_slice_in_dim(
-                own, lax.slice_in_dim(own, 0, right, axis=self.axis) + got, 0, axis=self.axis)
         return own
 
 
@@ -300,7 +316,7 @@ def call(kernel: Kernel, a: Array, b: Array, p: ConvProblem, local: Local) -> Ar
     def partition(mesh, arg_shapes, result_shape):  # type: ignore[no-untyped-def]
         # the mesh axes each factor is split over, read from the operands as they come (the
         # first operand's where two differ); a factor is kept split where the local problem
-        # exists (a group is not split; rows' halos are no longer than a block) and no factor
+        # exists (a group is not split) and no factor
         # before it (n, c, o, g, s0, ...) took one of its axes: the result's sharding must name
         # each mesh axis once. Blocks that do not divide a size are XLA's (ceil(size / count),
         # the last ones padded): where the factor is summed over, its padding is masked to zeros
@@ -335,14 +351,13 @@ def call(kernel: Kernel, a: Array, b: Array, p: ConvProblem, local: Local) -> Ar
                 continue
             k = int(f[1:])
             halo = _Halo.of(p, k, p.data.spatial_axes[k], _Blocks.of(mesh, axes))
-            if halo is not None:
-                split[f] = axes
-                halos.append(halo)
-                for name, value in (("input_size", halo.length), ("output_size", halo.out_rows),
-                                    ("pads_begin", 0), ("pads_end", 0)):
-                    t = list(fields.get(name, getattr(p, name)))
-                    t[k] = value
-                    fields[name] = tuple(t)
+            split[f] = axes
+            halos.append(halo)
+            for name, value in (("input_size", halo.length), ("output_size", halo.out_rows),
+                                ("pads_begin", 0), ("pads_end", 0)):
+                t = list(fields.get(name, getattr(p, name)))
+                t[k] = value
+                fields[name] = tuple(t)
         sub = dataclasses.replace(p, **fields)
 
         def named(dims: list[str]) -> NamedSharding:
