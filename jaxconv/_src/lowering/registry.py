@@ -95,9 +95,9 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
             if (kernel is Kernel.WEIGHT and backend == "cpu" and any(s > 1 for s in p.strides)
                     and not METHODS[method].per_shard and why_not("onednn", kernel, p) is None):
                 # oneDNN per device's blocks by jaxconv's rule even where it would not pay: on
-                # 8 devices XLA's partitioner computed a strided weight gradient with rows
-                # split wrong (a 3x3 kernel, stride 2 or 3, pads 1: 0.2-1.0 off; jax.vjp's too;
-                # docs/distributed.md)
+                # 8 CPU devices XLA's partitioner (jaxlib 0.10.2) computed a strided weight
+                # gradient with rows split wrong (a 3x3 kernel, stride 2 or 3, pads 1: 0.2-1.0
+                # off; jax.vjp's too; docs/distributed.md)
                 method = "onednn"
         why = why_not(method, kernel, p)
         if why is not None:  # a table bug (tests/test_lowering_registry.py), never a user's

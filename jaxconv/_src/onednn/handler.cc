@@ -380,9 +380,9 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
 // warm-up, the best of alternating trials) and the fastest is kept: once per problem and
 // process, as XLA autotunes GPU kernels. The trials go on until each candidate has run
 // kTrialRounds times and for kTrialSeconds in all (at most kTrialMaxRounds): with two rounds
-// a sub-millisecond problem was misjudged in one process of four on a noisy VM (ResNet-18's
-// 1x1 stride-2 weight gradient kept the blocked layout, 0.76 ms a call, over the caller's,
-// 0.47). Problems whose buffers exceed kTrialBytes take the first candidate without a trial.
+// a sub-millisecond problem was misjudged in one process of four on a 2-core AVX-512 Xeon
+// VM (ResNet-18's 1x1 stride-2 weight gradient kept the blocked layout, 0.76 ms a call, over
+// the caller's, 0.47). Problems whose buffers exceed kTrialBytes take the first candidate without a trial.
 // With torch's OpenMP threads spinning after its calls (libgomp spins for milliseconds),
 // both candidates of that problem took ~4 ms in 2 trials of 12 (0 of 12 with
 // OMP_WAIT_POLICY=PASSIVE): a tie there keeps the caller's layout (kTrialMargin).
