@@ -132,6 +132,31 @@ def test_batches_one_call_or_chunks_on_xlas_pool(m, batch):
                                                         lowering="onednn"), dw_ref, jnp.float32)
 
 
+# Strided 1x1 data gradients: the handler computes the unit-stride one and spreads it onto
+# dx's grid with the zeros between (Spread, SpreadCopy in handler.cc). The spacing on the
+# innermost buffer axis (NCX) and not (NXC), a trailing row no window reads, 1D and 3D, and a
+# batch past 2^21 multiply-adds per example (chunks on XLA's pool, each spreading its own).
+SPREAD = [
+    ((2, "NXC", "XIO", 1, 16, 24, (10, 11), (1, 1), (2, 3), (1, 1), (0, 0), (0, 0)), 2),
+    ((1, "NCX", "OIX", 1, 6, 5, (13,), (1,), (3,), (1,), (0,), (0,)), 3),
+    ((3, "NXC", "OIX", 2, 8, 6, (5, 4, 7), (1, 1, 1), (2, 1, 2), (1, 1, 1), (0, 0, 0),
+      (0, 0, 0)), 2),
+    ((2, "NCX", "XIO", 1, 128, 128, (32, 31), (1, 1), (2, 2), (1, 1), (0, 0), (0, 0)), 3),
+]
+
+
+@needs_onednn
+@pytest.mark.parametrize("m, batch", SPREAD, ids=["2d-nxc", "1d-ncx", "3d-nxc-g2", "chunks"])
+def test_strided_1x1_data_gradient_spreads_onto_dx(m, batch):
+    """The handler's own spread (no pad in the program) equals torch's data gradient."""
+    x, w, dy, attrs, (_, dx_ref, _) = _problem(m, seed=6, batch=batch)
+    op = jax.jit(lambda dy, w: jaxconv.convolution_backward_data(dy, w, x.shape, **attrs,
+                                                                 lowering="onednn"))
+    h.assert_close(op(dy, w), dx_ref, jnp.float32)
+    program = op.lower(dy, w).as_text()
+    assert library.TARGETS["data"] in program and "stablehlo.pad" not in program
+
+
 @needs_onednn
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("m", [MATRIX[1], MATRIX[3], MATRIX[4]], ids=[IDS[1], IDS[3], IDS[4]])

@@ -19,8 +19,8 @@ operands' dtype. A negative pad (a ConvTranspose output past its full result) is
 of x (the data gradient's cropped elements are zeros). The gradients leave out the output
 positions whose windows read only padding (above ``_kernel``); the weight gradient's problem
 is fitted exactly (no trailing element unread), and a strided 1x1 weight gradient is the
-unit-stride one on the grid of x it reads, and its data gradient the unit-stride one put
-back on the grid (``_grid`` below).
+unit-stride one on the grid of x it reads (``_grid`` below); its data gradient is the handler's
+unit-stride one scattered onto dx's grid (``Spread`` in the handler).
 ``threads``: 0, the handler's own rule (batch chunks on XLA's pool or one call on oneDNN's
 OpenMP team, ``Chunks`` in the handler); 1, one thread on the calling one (a device's shard
 where several devices of this process run their calls at once, ``spmd.py``).
@@ -63,12 +63,12 @@ def _cropped(p: ConvProblem, fitted: bool) -> tuple[ConvProblem, list[tuple[int,
 
 # A 1x1 kernel with strides reads x only at o*S - pb: the grid of x padded (or cropped) to
 # (O - 1)*S + 1 elements from -pb, every S-th element (zeros where it falls in the padding).
-# Its weight gradient is the unit-stride 1x1 problem on that grid, and its data gradient the
-# unit-stride one's put back on the grid with zeros between. oneDNN 3.2's strided 1x1 weight
-# gradient miscomputes on AVX2 when x has trailing elements no window reads (the lowering
-# matrix caught it: 38% off), and on a fitted (cropped) x it leaves its 1x1 kernel for a
-# generic one, 2.5x slower; its strided 1x1 data gradient ran 1.4x behind jax.vjp. On the grid
-# each is oneDNN's unit-stride 1x1 kernel, a product of matrices, for a copy of 1/S^rank of x.
+# Its weight gradient is the unit-stride 1x1 problem on that grid. oneDNN 3.2's strided 1x1
+# weight gradient miscomputes on AVX2 when x has trailing elements no window reads (the
+# lowering matrix caught it: 38% off), and on a fitted (cropped) x it leaves its 1x1 kernel
+# for a generic one, 2.5x slower. On the grid it is oneDNN's unit-stride 1x1 kernel, a
+# product of matrices, for a copy of 1/S^rank of x. (The data gradient is the unit-stride one
+# too, scattered onto dx's grid by the handler itself: ``Spread`` in ``handler.cc``.)
 def _grid_of_1x1(p: ConvProblem) -> bool:
     return all(k == 1 for k in p.kernel) and any(s > 1 for s in p.strides)
 
@@ -85,13 +85,6 @@ def _grid(x: Array, p: ConvProblem) -> Array:
     # for a 1x1 kernel the fitted pads span the grid: (O - 1)*S + 1 elements from -pb
     return common.window(common.pad_spatial(x, p.data.spatial_axes, p.fit_pads), p,
                          (0,) * p.rank, p.output_size, p.strides)
-
-
-def _from_grid(dx: Array, p: ConvProblem) -> Array:
-    """The transpose of ``_grid``'s x: the grid's values S apart (zeros between), then the
-    padding removed (and a cropped tail given back as zeros)."""
-    return common.pad_spatial(dx, p.data.spatial_axes, [(-lo, -hi) for lo, hi in p.fit_pads],
-                              interior=[s - 1 for s in p.strides])
 
 
 def _dtypes() -> tuple[np.dtype, ...]:
@@ -112,13 +105,13 @@ def _kernel(kernel: Kernel) -> object:
     def compute(a: Array, b: Array, p: ConvProblem, precision: Precision,
                 preferred_element_type: DType, threads: int = 0) -> Array | None:
         pet = preferred_element_type
-        grid = kernel is not Kernel.FORWARD and _grid_of_1x1(p)
+        grid = kernel is Kernel.WEIGHT and _grid_of_1x1(p)
         # the weight gradient is fitted: oneDNN 3.2's 1x1 one miscomputed with unread elements
         fitted, crop = _cropped(p, fitted=kernel is Kernel.WEIGHT)
         if (a.dtype not in _dtypes() or b.dtype != a.dtype or min(fitted.input_size) <= 0
                 or (pet is not None and np.dtype(pet) != a.dtype) or library.why_not(p)):
             return None  # declined: the dispatch runs the default leaf (Method.declines)
-        axes, whole = p.data.spatial_axes, p
+        axes = p.data.spatial_axes
         dead = p.padding_only_outputs
         if kernel is not Kernel.FORWARD and any(lo or hi for lo, hi in dead):
             # dy at output positions whose windows read only padding reaches neither dx nor
@@ -132,10 +125,8 @@ def _kernel(kernel: Kernel) -> object:
             else:  # b is dy
                 b = common.pad_spatial(b, axes, cut)
             return compute(a, b, live, precision, preferred_element_type, threads)
-        if grid:
-            if kernel is Kernel.WEIGHT:  # a is x
-                a = _grid(a, p)
-            p, crop = _unit(p), [(0, 0)] * p.rank
+        if grid:  # a is x
+            a, p, crop = _grid(a, p), _unit(p), [(0, 0)] * p.rank
         else:
             p = fitted
         if kernel is not Kernel.DATA:  # a is x
@@ -149,9 +140,7 @@ def _kernel(kernel: Kernel) -> object:
             strides=np.array(p.strides, np.int64), dilations=np.array(p.dilations, np.int64),
             pads_begin=np.array(p.pads_begin, np.int64), pads_end=np.array(p.pads_end, np.int64),
             threads=np.int64(threads))
-        if kernel is Kernel.DATA and grid:  # dx: the grid's values, zeros between
-            out = _from_grid(out, whole)
-        elif kernel is Kernel.DATA:  # dx's cropped head and tail: zeros
+        if kernel is Kernel.DATA:  # dx's cropped head and tail: zeros
             out = common.pad_spatial(out, axes, crop)
         return out
     return compute

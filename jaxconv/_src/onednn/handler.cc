@@ -96,6 +96,14 @@ std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims) {
   return s;
 }
 
+double Elements(const std::vector<int64_t>& dims) {
+  double n = 1;
+  for (int64_t d : dims) n *= static_cast<double>(d);
+  return n;
+}
+
+size_t ElementSize(memory::data_type t) { return t == memory::data_type::f32 ? 4 : 2; }
+
 // A data tensor (N, C, X...) of a buffer whose axes hold the roles at `axes`.
 memory::desc DataMd(const std::vector<int64_t>& dims, const std::vector<int64_t>& axes,
                     memory::data_type dtype) {
@@ -160,6 +168,11 @@ struct Entry {
   // handler (2-core Zen 3 EPYC).
   dnnl::reorder to_x, to_y, to_w, from_x, from_y, from_w;
   std::string impl;
+  bool on_callers = false;  // the primitive reads and writes the caller's activation layouts
+  // A spread data gradient (Spread): dx's bytes (0 otherwise), and for SpreadCopy dx's and
+  // the grid's buffer shapes and byte strides, and the grid's spacing along each buffer axis.
+  size_t spread_bytes = 0;
+  std::vector<int64_t> dx_dims, dx_strides, grid_dims, grid_strides, spacing;
 
   // The memory objects of one call (the caller's buffers, the primitive's copies, the
   // scratchpad), made once and pointed at each call's buffers: making one cost ~0.7 us,
@@ -207,10 +220,64 @@ dnnl::reorder Reorder(const memory::desc& from, const memory::desc& to) {
   return dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), from, Engine(), to));
 }
 
-// The reorders of kernel k: its inputs into the primitive's layouts, its output back.
-std::shared_ptr<Entry> WithReorders(std::shared_ptr<Entry> e, Kernel k) {
-  if (k == Kernel::kData) e->from_x = Reorder(e->prim_x, e->user_x);
-  else e->to_x = Reorder(e->user_x, e->prim_x);
+// A strided 1x1 data gradient without pads_begin writes dx only at x = t*S (t < O along each
+// axis), and zeros between: it is the unit-stride 1x1 data gradient, a product of matrices,
+// whose O^rank results SpreadCopy puts S apart into dx with the zeros, in the same chunk.
+// oneDNN 3.2's strided 1x1 data gradient ("brgconv_strided") writes the zeros itself at 1.4x
+// jax.vjp's time (2-core Zen 3 EPYC, AVX2). The unit-stride one put back on the grid by XLA's
+// interior pad made that pad a pass of its own over dx: ResNet-18's 1x1 stride-2 projection
+// (batch 8, 64 -> 128 channels, 56x56) took 0.43 ms for the call and 0.45 for the pad.
+// (2-core AVX-512 Xeon; measurements in SpreadCopy and lowering/onednn.py.)
+bool Spread(const Problem& p) {
+  if (p.kernel != Kernel::kData) return false;
+  bool strided = false;
+  for (size_t i = 0; i < p.strides.size(); ++i) {
+    const int64_t in = p.x_dims[p.data_axes[i + 2]], out = p.y_dims[p.data_axes[i + 2]];
+    if (p.w_dims[p.filter_axes[i + 2]] != 1 || p.pads_begin[i] != 0 ||
+        (out - 1) * p.strides[i] > in - 1)
+      return false;
+    strided |= p.strides[i] > 1;
+  }
+  return strided;
+}
+
+// The unit-stride problem of a spread one: dx on the grid, O^rank per example.
+Problem Unit(const Problem& p) {
+  Problem u = p;
+  for (size_t i = 0; i < p.strides.size(); ++i) {
+    const int64_t axis = p.data_axes[i + 2];
+    u.x_dims[axis] = p.y_dims[axis];
+    u.strides[i] = 1;
+    u.pads_end[i] = 0;
+  }
+  return u;
+}
+
+// The reorders of kernel k: its inputs into the primitive's layouts, its output back (a
+// spread data gradient's into the caller's layout of its unit-stride problem, for SpreadCopy).
+std::shared_ptr<Entry> WithReorders(std::shared_ptr<Entry> e, Kernel k, const Problem& spread,
+                                    bool spreads) {
+  e->on_callers = e->prim_x == e->user_x && e->prim_y == e->user_y;
+  if (spreads) {  // the unit-stride dx (in the caller's layout) goes onto dx's grid
+    const size_t es = ElementSize(spread.dtype);
+    e->spread_bytes = static_cast<size_t>(Elements(spread.x_dims)) * es;
+    e->dx_dims = spread.x_dims;
+    e->grid_dims = Unit(spread).x_dims;
+    e->dx_strides = RowMajorStrides(e->dx_dims);
+    e->grid_strides = RowMajorStrides(e->grid_dims);
+    e->spacing.assign(e->dx_dims.size(), 1);
+    for (size_t a = 0; a < e->dx_dims.size(); ++a) {
+      e->dx_strides[a] *= static_cast<int64_t>(es);
+      e->grid_strides[a] *= static_cast<int64_t>(es);
+    }
+    for (size_t i = 0; i < spread.strides.size(); ++i)
+      e->spacing[spread.data_axes[i + 2]] = spread.strides[i];
+  }
+  if (k == Kernel::kData) {
+    e->from_x = Reorder(e->prim_x, e->user_x);
+  } else {
+    e->to_x = Reorder(e->user_x, e->prim_x);
+  }
   if (k == Kernel::kForward) e->from_y = Reorder(e->prim_y, e->user_y);
   else e->to_y = Reorder(e->user_y, e->prim_y);
   if (k == Kernel::kWeight) e->from_w = Reorder(e->prim_w, e->user_w);
@@ -218,7 +285,9 @@ std::shared_ptr<Entry> WithReorders(std::shared_ptr<Entry> e, Kernel k) {
   return e;
 }
 
-std::shared_ptr<Entry> Create(const Problem& p, Activations where) {
+std::shared_ptr<Entry> Create(const Problem& spread, Activations where) {
+  const bool spreads = Spread(spread);
+  const Problem p = spreads ? Unit(spread) : spread;
   auto e = std::make_shared<Entry>();
   e->user_x = DataMd(p.x_dims, p.data_axes, p.dtype);
   e->user_y = DataMd(p.y_dims, p.data_axes, p.dtype);
@@ -241,7 +310,7 @@ std::shared_ptr<Entry> Create(const Problem& p, Activations where) {
     e->prim = dnnl::convolution_forward(pd);
     e->prim_x = pd.src_desc(); e->prim_w = pd.weights_desc(); e->prim_y = pd.dst_desc();
     e->scratch = pd.scratchpad_desc(); e->impl = pd.impl_info_str();
-    return WithReorders(e, p.kernel);
+    return WithReorders(e, p.kernel, spread, spreads);
   }
   dnnl::convolution_forward::primitive_desc hint(Engine(), dnnl::prop_kind::forward_training,
                                                  algo, x, w, y, st, dil, pb, pe);
@@ -251,14 +320,14 @@ std::shared_ptr<Entry> Create(const Problem& p, Activations where) {
     e->prim = dnnl::convolution_backward_data(pd);
     e->prim_x = pd.diff_src_desc(); e->prim_w = pd.weights_desc(); e->prim_y = pd.diff_dst_desc();
     e->scratch = pd.scratchpad_desc(); e->impl = pd.impl_info_str();
-    return WithReorders(e, p.kernel);
+    return WithReorders(e, p.kernel, spread, spreads);
   }
   dnnl::convolution_backward_weights::primitive_desc pd(Engine(), algo, x, w, y, st, dil, pb,
                                                         pe, hint, attr);
   e->prim = dnnl::convolution_backward_weights(pd);
   e->prim_x = pd.src_desc(); e->prim_w = pd.diff_weights_desc(); e->prim_y = pd.diff_dst_desc();
   e->scratch = pd.scratchpad_desc(); e->impl = pd.impl_info_str();
-  return WithReorders(e, p.kernel);
+  return WithReorders(e, p.kernel, spread, spreads);
 }
 
 // Working memory of the calling thread, kept between calls: a fresh allocation of an
@@ -323,13 +392,47 @@ dnnl::stream& Stream() {
   return s;
 }
 
+// Puts a spread data gradient's unit-stride result `grid` (dense, the caller's layout) on dx's
+// grid from buffer axis `a` on: element i of an axis is the grid's i / spacing where the
+// spacing divides i (within the grid), else zero. Every byte of dx is written once, each run
+// of zeros by one memset (a zero-fill of the whole of dx first, then the grid's values,
+// wrote a quarter of a stride-2 2D dx twice and took as long as the primitive).
+template <typename T>
+void SpreadCopy(const Entry& e, size_t a, const uint8_t* grid, uint8_t* dx) {
+  const int64_t n = e.dx_dims[a], g = e.grid_dims[a], f = e.spacing[a];
+  const int64_t ds = e.dx_strides[a], gs = e.grid_strides[a];
+  if (a + 1 == e.dx_dims.size()) {  // the innermost axis: ds == gs == sizeof(T)
+    if (f == 1) {
+      std::memcpy(dx, grid, g * ds);
+      std::memset(dx + g * ds, 0, (n - g) * ds);
+      return;
+    }
+    T* out = reinterpret_cast<T*>(dx);
+    const T* in = reinterpret_cast<const T*>(grid);
+    std::memset(dx, 0, n * ds);
+    for (int64_t t = 0; t < g; ++t) out[t * f] = in[t];
+    return;
+  }
+  for (int64_t i = 0; i < n;) {
+    if (i % f == 0 && i / f < g) {
+      SpreadCopy<T>(e, a + 1, grid + (i / f) * gs, dx + i * ds);
+      ++i;
+      continue;
+    }
+    int64_t j = i + 1;  // the run of zeros: up to the next grid point (or the end)
+    while (j < n && !(j % f == 0 && j / f < g)) ++j;
+    std::memset(dx + i * ds, 0, (j - i) * ds);
+    i = j;
+  }
+}
+
 // Runs entry `e` of kernel `k` on the caller's buffers (x, y, w: which are read and which
 // written depends on k), reordering where the primitive wants another layout.
 void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
   dnnl::stream& s = Stream();
   std::unique_ptr<Entry::Memories> m = e.Take();
   // this thread's own (no state shared between threads): reordered copies and the scratchpad
-  thread_local Buffer bx, by, bw, bs;
+  thread_local Buffer bx, by, bw, bs, bg;
   const bool forward = k == Kernel::kForward, data = k == Kernel::kData;
   // The memory the primitive reads or writes: the caller's buffer where the primitive takes
   // its layout (the entry holds no reorder for it), else this thread's copy in the
@@ -345,7 +448,10 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
   const dnnl::reorder& rx = data ? e.from_x : e.to_x;
   const dnnl::reorder& ry = forward ? e.from_y : e.to_y;
   const dnnl::reorder& rw = k == Kernel::kWeight ? e.from_w : e.to_w;
-  const dnnl_memory_t mx = bind(m->ux, m->mx, x, rx, e.prim_x, bx, !data);
+  // a spread data gradient's unit-stride dx: in this thread's buffer, SpreadCopy puts it on x
+  const bool spread = data && e.spread_bytes > 0;
+  uint8_t* grid = spread ? bg.Get(e.user_x.get_size()) : nullptr;
+  const dnnl_memory_t mx = bind(m->ux, m->mx, spread ? grid : x, rx, e.prim_x, bx, !data);
   const dnnl_memory_t my = bind(m->uy, m->my, y, ry, e.prim_y, by, !forward);
   const dnnl_memory_t mw = bind(m->uw, m->mw, w, rw, e.prim_w, bw, k != Kernel::kWeight);
   m->scratch.set_data_handle(bs.Get(e.scratch.get_size() + 1));
@@ -362,6 +468,12 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
     Exec(e.prim, s, {{DNNL_ARG_DIFF_DST, my}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DIFF_SRC, mx},
                      {DNNL_ARG_SCRATCHPAD, scratch}});
     back(rx, m->mx, m->ux);
+    if (spread) {
+      s.wait();
+      auto* out = static_cast<uint8_t*>(x);
+      if (ElementSize(e.prim_x.get_data_type()) == 4) SpreadCopy<uint32_t>(e, 0, grid, out);
+      else SpreadCopy<uint16_t>(e, 0, grid, out);
+    }
   } else {
     Exec(e.prim, s, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_DIFF_DST, my}, {DNNL_ARG_DIFF_WEIGHTS, mw},
                      {DNNL_ARG_SCRATCHPAD, scratch}});
@@ -369,7 +481,7 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
   }
   s.wait();
   e.Give(std::move(m));
-  for (Buffer* b : {&bx, &by, &bw, &bs}) b->Trim();
+  for (Buffer* b : {&bx, &by, &bw, &bs, &bg}) b->Trim();
 }
 
 // The primitive for `p`. oneDNN may implement a kernel on the caller's activations, on the
@@ -431,7 +543,7 @@ std::shared_ptr<Entry> Choose(const Problem& p) {
   const size_t bytes = first.user_x.get_size() + first.user_y.get_size() + first.user_w.get_size();
   if (found.size() == 1 || bytes > kTrialBytes || Reference(first)) return found.front();
   // zero-filled, and aligned as XLA's buffers are: the trial times what the calls will get
-  const AlignedBytes bx = Allocate(first.user_x.get_size(), true),
+  const AlignedBytes bx = Allocate(std::max(first.user_x.get_size(), first.spread_bytes), true),
                      by = Allocate(first.user_y.get_size(), true),
                      bw = Allocate(first.user_w.get_size(), true);
   std::vector<double> best(found.size(), 1e300);
@@ -464,9 +576,7 @@ std::shared_ptr<Entry> Choose(const Problem& p) {
   // was chance; the caller's layout needs no reorders of the activations.
   const size_t fastest_at = std::min_element(best.begin(), best.end()) - best.begin();
   for (size_t c = 0; c < found.size(); ++c) {
-    const Entry& e = *found[c];
-    const bool on_callers = !e.to_x && !e.from_x && !e.to_y && !e.from_y;
-    if (on_callers && racing[c] && best[c] <= (1 + kTrialMargin) * best[fastest_at])
+    if (found[c]->on_callers && racing[c] && best[c] <= (1 + kTrialMargin) * best[fastest_at])
       return found[c];
   }
   return found[fastest_at];
@@ -584,12 +694,6 @@ const OpenMp& Omp() {
   return *omp;
 }
 
-double Elements(const std::vector<int64_t>& dims) {
-  double n = 1;
-  for (int64_t d : dims) n *= static_cast<double>(d);
-  return n;
-}
-
 // Multiply-adds of a problem: y's elements times the taps and input channels each one sums.
 double Macs(const Problem& p) {
   const double o = static_cast<double>(p.w_dims[p.filter_axes[0]]);
@@ -625,8 +729,6 @@ int64_t Chunks(const Problem& p, ffi::ThreadPool& pool) {
     return 0;  // the filter outweighs a chunk's activations: one call reorders it once
   return n;
 }
-
-size_t ElementSize(memory::data_type t) { return t == memory::data_type::f32 ? 4 : 2; }
 
 struct Job {  // shared by the caller and its tasks
   Problem p;
