@@ -30,6 +30,7 @@ import numpy as np
 
 import jaxconv
 from jaxconv._src.bench.run import _time_n, calls_per_sample, cpu_model
+from jaxconv._src.bench.timing import settle
 from jaxconv._src.onednn import library
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -65,7 +66,7 @@ def measure(lowering: str, reps: int) -> dict[str, float]:
     order = np.random.default_rng(0)
     for _ in range(reps):
         for k in order.permutation(list(fns)):
-            _time_n(fns[k], 1)
+            settle(fns[k], calls[k])
             times[k].append(_time_n(fns[k], calls[k]) / calls[k])
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     return {**{f"{k}_ms": v for k, v in med.items()},

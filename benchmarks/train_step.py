@@ -53,6 +53,7 @@ import jaxconv
 from benchmarks.train_step_torch import torch_step
 from jaxconv._src import host_memory
 from jaxconv._src.bench.run import _time_n, calls_per_sample, cpu_model, geomean
+from jaxconv._src.bench.timing import settle
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 Conv = Callable[..., jax.Array]
@@ -213,7 +214,7 @@ def measure(name: str, batch: int, reps: int,
     sys_s = {k: 0.0 for k in steps}
     for _ in range(reps):
         for k in order.permutation(list(steps)):
-            _time_n(steps[k], 1)
+            settle(steps[k], calls[k])
             before = resource.getrusage(resource.RUSAGE_SELF)
             times[k].append(_time_n(steps[k], calls[k]) / calls[k])
             after = resource.getrusage(resource.RUSAGE_SELF)

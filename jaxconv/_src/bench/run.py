@@ -60,6 +60,7 @@ from jaxconv._src.bench.timing import (  # noqa: F401 - re-exported for the scri
     cpu_model,
     geomean,
     hlo_instructions,
+    interleaved,
     same_program,
 )
 from jaxconv._src.bench.torch_contender import _torch_impl
@@ -174,19 +175,11 @@ def measure(prob: benchdnn.Problem, kind: str, reps: int, with_torch: bool = Tru
     """
     impls = build(prob, kind, with_torch=with_torch, gpu=gpu)
     compile_s = {name: _time(fn) for name, fn in impls.items()}  # first call: compile + run
-    calls = {name: calls_per_sample(fn) for name, fn in impls.items()}
     # Interleaved, in a fresh random order each rep (a fixed rotation keeps the same
     # neighbours, and a program timed right after another inherits its threads' state:
-    # two copies of one program differed by 15% that way); one untimed call before each
-    # sample lets the previous implementation's threads settle.
-    order = np.random.default_rng(0)
-    names = list(impls)
-    times: dict[str, list[float]] = {name: [] for name in impls}
-    for _ in range(reps):
-        for name in order.permutation(names):
-            fn, n = impls[name], calls[name]
-            _time_n(fn, 1)
-            times[name].append(_time_n(fn, n) / n)
+    # two copies of one program differed by 15% that way), each sample after an untimed
+    # lead-in that lets the previous implementation's threads settle (timing.settle).
+    times = interleaved(impls, reps)
     med = {name: statistics.median(ts) for name, ts in times.items()}
     # jax.vjp's sample over jaxconv's, per repetition (the two taken in the same round): the
     # spread of these paired ratios is the row's noise (identical programs differ by up to

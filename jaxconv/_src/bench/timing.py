@@ -90,16 +90,31 @@ def geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
+def settle(fn: Callable, calls: int) -> None:
+    """Untimed calls of ``fn`` for about half a sample (``calls`` lasting >= 20 ms: >= 10 ms),
+    before each of its samples: the previous contender's threads settle first.
+
+    PyTorch's OpenMP workers (libgomp) spin for about 5 ms after each parallel region on a
+    2-core AVX-512 Xeon VM (the process's CPU time during a sleep after a call), on the cores
+    the next sample needs. With one untimed call as the lead-in, a jaxconv sample right after
+    torch's shared the cores with that spinning: ResNet-18's 1x1 stride-2 data gradient 0.90-0.96
+    ms against 0.78-0.81 with this lead-in (torch's own 0.85-0.89 either way) and its forward
+    0.56-0.58 against 0.50-0.52 (torch 0.48-0.50). A training loop runs one framework: each
+    contender is timed on cores its own threads hold.
+    """
+    _time_n(fn, max(1, calls // 2))
+
+
 def interleaved(fns: dict[str, Callable], reps: int, seed: int = 0) -> dict[str, list[float]]:
     """Seconds per call of each of ``fns``, ``reps`` samples each, interleaved: a fresh random
-    order each repetition, one untimed call before each sample (the previous callable's
-    threads settle), each sample back-to-back calls for at least 20 ms."""
+    order each repetition, each sample back-to-back calls for at least 20 ms after the
+    untimed lead-in of :func:`settle`."""
     import numpy as np
     calls = {k: calls_per_sample(fn) for k, fn in fns.items()}
     order = np.random.default_rng(seed)
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(reps):
         for k in order.permutation(list(fns)):
-            _time_n(fns[k], 1)
+            settle(fns[k], calls[k])
             times[k].append(_time_n(fns[k], calls[k]) / calls[k])
     return times
