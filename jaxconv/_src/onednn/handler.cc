@@ -707,6 +707,20 @@ double Macs(const Problem& p) {
 // 24 whole, against 23 for XLA's own convolution).
 constexpr double kMinChunkMacs = double{1 << 21};
 
+// The same for the bytes of activations a call reads and writes: a depthwise or other
+// memory-bound problem takes far longer than its multiply-adds say (MobileNetV2's 3x3 stride-2
+// depthwise 576 -> 576 at 14x14, batch 8: 2.0e6 multiply-adds, 4.5 MB; its data gradient whole
+// on one thread 0.51 ms, torch's on two 0.17-0.26; 2-core AVX-512 Xeon; in two chunks 0.34-0.36
+// against torch's 0.34, and its forward 0.24 -> 0.17 against 0.19). About 50 us of one core's
+// memory traffic.
+constexpr double kMinChunkBytes = double{1 << 20};
+
+// A problem's work in units of the least worth a thread of its own.
+double Work(const Problem& p) {
+  const double bytes = (Elements(p.x_dims) + Elements(p.y_dims)) * ElementSize(p.dtype);
+  return std::max(Macs(p) / kMinChunkMacs, bytes / kMinChunkBytes);
+}
+
 // How the call runs: 0 as one OpenMP call, n >= 1 as n chunks of the batch on XLA's pool (1:
 // whole, single-threaded, on the calling thread). The batch must be the data buffers' outer
 // axis. A weight gradient past kMinChunkMacs is one OpenMP call: as chunks, each chunk wrote
@@ -720,11 +734,14 @@ constexpr double kMinChunkMacs = double{1 << 21};
 // one call, torch 13.5; the 1x1 2048 -> 512 data gradient 8.6 -> 7.0, torch 7.4).
 int64_t Chunks(const Problem& p, ffi::ThreadPool& pool) {
   if (!Omp().ok() || p.data_axes[0] != 0) return 0;
-  const double macs = Macs(p);
-  if (p.kernel == Kernel::kWeight) return macs >= kMinChunkMacs ? 0 : 1;
-  const int64_t by_work = std::max<int64_t>(1, static_cast<int64_t>(macs / kMinChunkMacs));
+  // (weight gradients by their multiply-adds only: MobileNetV2's depthwise one above took 0.35
+  // ms as one OpenMP call, oneDNN 3.2 reordering x and dy into its blocked layout, against 0.19
+  // whole on one thread; torch 0.16)
+  if (p.kernel == Kernel::kWeight) return Macs(p) >= kMinChunkMacs ? 0 : 1;
+  const double work = Work(p);
+  const int64_t by_work = std::max<int64_t>(1, static_cast<int64_t>(work));
   const int64_t n = std::min<int64_t>({pool.num_threads(), p.x_dims[0], by_work});
-  if (n == 1 && macs >= kMinChunkMacs) return 0;  // one large example: OpenMP's team
+  if (n == 1 && work >= 1) return 0;  // one large example: OpenMP's team
   if (n > 1 && Elements(p.w_dims) * n > Elements(p.x_dims) + Elements(p.y_dims))
     return 0;  // the filter outweighs a chunk's activations: one call reorders it once
   return n;
