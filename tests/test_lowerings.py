@@ -203,7 +203,9 @@ def test_cpu_table_picks_onednn_over_xla_convolution_from_fewer_multiply_adds():
     medium = problem(16, 8, 4, 6, 3, dilation=2)
     # the same at N2 (1.1e4): below the threshold
     small = problem(2, 8, 4, 6, 3, dilation=2)
-    # a window over the whole input at N8 with 8 channels (2.5e4): the rules' product
+    # a window over the whole input at N8 with 8 channels (2.5e4): the rules' product for the
+    # data gradient, XLA's convolution for the forward (below WHOLE_WINDOW_DOT_MIN_MACS), never
+    # oneDNN (whose direct kernels do not tile it)
     whole = problem(8, 5, 8, 8, 7, pads_end=1)
     macs = backends._macs
     assert backends.ONEDNN_OVER_XLA_CONV_MIN_MACS <= macs(medium) < backends.ONEDNN_MIN_FLOPS
@@ -215,7 +217,8 @@ def test_cpu_table_picks_onednn_over_xla_convolution_from_fewer_multiply_adds():
     for kernel in (Kernel.FORWARD, Kernel.DATA):
         assert lowering.choose(kernel, medium, "cpu") == ("onednn" if built else xla[kernel])
         assert lowering.choose(kernel, small, "cpu") != "onednn"
-        assert lowering.choose(kernel, whole, "cpu") not in ("onednn", "conv", "grid")
+        assert lowering.choose(kernel, whole, "cpu") == (
+            "conv" if kernel is Kernel.FORWARD else "dot")
     assert lowering.choose(Kernel.WEIGHT, medium, "cpu") != "onednn"
 
 
@@ -281,9 +284,11 @@ def test_forward_auto_choice(xla_cpu_rules):
     assert cpu(2, 8, (3, 3, 3), strides=2) == "dot"  # ... at stride 1
     assert cpu(2, 128, (3, 3, 3)) == "dot"  # ... and at most 64 channels
     # one window over the whole input: one product, or XLA's convolution for one output
-    # channel per group (its reduction over the window)
-    assert cpu(1, 8, (9, 9)) == "dot"
-    assert cpu(4, 8, (9, 9)) == "dot"  # 2 output channels per group
+    # channel per group (its reduction over the window) and below WHOLE_WINDOW_DOT_MIN_MACS
+    assert cpu(1, 8, (9, 9), n=32) == "dot"
+    assert cpu(4, 8, (9, 9), n=128) == "dot"  # 2 output channels per group
+    assert cpu(1, 8, (9, 9), n=2) == "conv"  # 1.0e4 multiply-adds
+    assert cpu(1, 8, (9, 9, 9), n=2) == "dot"  # ... in 2D only
     whole_one = geometry.convolution_problem(
         "t", geometry.Names(), x_shape=(2, 9, 9, 9, 8), y_shape=None, w_shape=(9, 9, 9, 8, 1),
         strides=None, pads_begin=None, pads_end=None, dilations=None, auto_pad="valid",
@@ -517,8 +522,8 @@ def _problem_strided(s, channels=8, groups=1):
 @pytest.mark.parametrize("oc", [8, 40], ids=["outer-sum", "dot_general"])
 def test_dot_for_a_window_covering_the_input(rank, df, ff, groups, dilation, pad, stride, oc,
                                              monkeypatch):
-    """Every output extent 1 (benchdnn's 3d_conv_large_shape): the CPU table's "dot" computes
-    each kernel as one product over the window's axes, never a loop over its taps. The weight
+    """Every output extent 1 (benchdnn's 3d_conv_large_shape): "dot" computes each kernel as
+    one product over the window's axes, never a loop over its taps. The weight
     gradient is an outer product over the batch, summed element-wise (at most 8 output channels
     per group, from 4096 window elements per example: lowered here for these small windows)
     or by one dot_general; the forward and the data gradient one dot_general each."""
@@ -540,8 +545,11 @@ def test_dot_for_a_window_covering_the_input(rank, df, ff, groups, dilation, pad
         "t", geometry.Names(), x_shape=x.shape, y_shape=dy.shape, w_shape=w_shape,
         strides=stride, pads_begin=pad, pads_end=pads_end, dilations=dilation, auto_pad="none",
         groups=groups, data_format=df, filter_format=ff)
-    for kernel_kind in Kernel:
-        assert lowering.choose(kernel_kind, p, "cpu") == "dot"
+    # the CPU table picks "dot" for the gradients of any whole window, and for a 1D or 2D
+    # forward from WHOLE_WINDOW_DOT_MIN_MACS (test_forward_auto_choice)
+    assert lowering.choose(Kernel.WEIGHT, p, "cpu") == "dot"
+    assert lowering.choose(Kernel.DATA, p, "cpu") == "dot"
+    kw["lowering"] = "dot"
 
     def forward(x, w):
         return jaxconv.convolution(x, w, **kw)

@@ -164,6 +164,17 @@ ONEDNN_MIN_MACS_PER_ELEMENT = 1.5
 PER_TAP_3D_MIN_MACS = {"forward": 1e4, "weight": 1e5}
 
 
+#: A 1D or 2D forward whose window covers the whole input (one output position per axis) is
+#: one product ("dot") on XLA:CPU from this many multiply-adds (XLA's convolution took 5-10x
+#: its time from 1e7 up, below); under it XLA's own convolution, which the product's slice
+#: and copy fusions cost more than: benchdnn's dilated list, 16 x 4 -> 6 channels, 5x5-7x7
+#: dilated windows (1e4-2e4 multiply-adds), 21.4 us against jax.vjp's 18.2; 2 x 12x12 x 4 -> 6
+#: channels, 13.0 us against 16.2 (2-core AVX-512 Xeon). Not for 3D windows (a 3x3x3 one of
+#: 1.4e4 multiply-adds: 19.4 against 15.5) nor for data gradients, where XLA's convolution
+#: on the grid took 3-13x the product's time (2D 12x12: 177 against 16 us).
+WHOLE_WINDOW_DOT_MIN_MACS = 1e5
+
+
 def _macs(p: ConvProblem) -> int:
     return p.batch * math.prod(p.output_size) * p.out_channels * math.prod(p.kernel) * (
         p.in_channels // max(p.groups, 1))
@@ -248,7 +259,9 @@ def _forward_cpu(p: ConvProblem) -> str:
         # splits it across threads, ran faster: 33^3x16 -> 1, N2 0.33 vs 0.55 ms; 12x12
         # depthwise C64, N8 0.037 vs 0.072; "dot" won at 33^3x16 -> 8 (0.79 vs 5.5) and
         # 7x7x512 -> 1000, N16 (11 vs 104; 2-core Zen 3 EPYC)
-        return "conv" if p.out_channels // p.groups == 1 else "dot"
+        one_out = p.out_channels // p.groups == 1
+        tiny = p.rank <= 2 and _macs(p) < WHOLE_WINDOW_DOT_MIN_MACS
+        return "conv" if one_out or tiny else "dot"
     if not small:
         return "conv"
     if p.groups > 1 and icg == 1:
