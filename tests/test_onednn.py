@@ -183,11 +183,13 @@ BF16 = "bfloat16" in library.status().dtypes
 @needs_onednn
 @pytest.mark.skipif(not BF16, reason=f"oneDNN computes {list(library.status().dtypes)} here: "
                     f"bfloat16 needs AVX-512 BF16 or AMX (ISA {library.status().isa})")
-@pytest.mark.parametrize("m", [MATRIX[1], MATRIX[2], LARGE], ids=[IDS[1], IDS[2], "large-chunks"])
+@pytest.mark.parametrize("m", [MATRIX[1], MATRIX[2], LARGE, SPREAD[0][0]],
+                         ids=[IDS[1], IDS[2], "large-chunks", "strided-1x1"])
 def test_bfloat16_through_the_handler(m):
     """bfloat16 computed by oneDNN (the program holds the handler's calls): forward, data and
     weight gradients against a float64 oracle on the same rounded operands, at bfloat16's bound;
-    both layouts, groups and depthwise, and a problem large enough to run in chunks."""
+    both layouts, groups and depthwise, a problem large enough to run in chunks, and a strided
+    1x1 one (its data gradient spread onto dx's grid in 16-bit elements)."""
     x, w, dy, attrs, (y_ref, dx_ref, dw_ref) = _problem(m, seed=5, dtype=jnp.bfloat16)
     ops = (lambda x, w, dy: jaxconv.convolution(x, w, **attrs, lowering="onednn"),
            lambda x, w, dy: jaxconv.convolution_backward_data(dy, w, x.shape, **attrs,
