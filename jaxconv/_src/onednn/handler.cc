@@ -395,8 +395,9 @@ dnnl::stream& Stream() {
 // Puts a spread data gradient's unit-stride result `grid` (dense, the caller's layout) on dx's
 // grid from buffer axis `a` on: element i of an axis is the grid's i / spacing where the
 // spacing divides i (within the grid), else zero. Every byte of dx is written once, each run
-// of zeros by one memset (a zero-fill of the whole of dx first, then the grid's values,
-// wrote a quarter of a stride-2 2D dx twice and took as long as the primitive).
+// of zeros by one memset. (A zero-fill of the whole of dx, then oneDNN's reorder onto the grid,
+// wrote a quarter of a stride-2 2D dx twice: for ResNet-18's projection, per chunk of 4, the
+// fill took 0.20-0.27 ms and the reorder 0.07-0.11 beside the primitive's 0.31-0.36.)
 template <typename T>
 void SpreadCopy(const Entry& e, size_t a, const uint8_t* grid, uint8_t* dx) {
   const int64_t n = e.dx_dims[a], g = e.grid_dims[a], f = e.spacing[a];
