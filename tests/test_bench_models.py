@@ -61,7 +61,15 @@ def test_one_step_is_as_exact_as_torch_nn(request, name, batchnorm, batch, image
     BatchNorm, through 1/std of small batches), so its float32 rounding depends on the model,
     not only on the dtype. (With BatchNorm: maps of at least 2x2 over 4 examples; a 1x1 map
     over 2 examples has no meaningful variance.) At XLA's own optimisation level, as users
-    compile: level 0 rounds XLA's reductions differently (tests/conftest.py)."""
+    compile: level 0 rounds XLA's reductions differently (tests/conftest.py).
+
+    Float32 rounding moves the step further than its own size: ReLU's and ReLU6's kinks make
+    the gradient jump wherever rounding moves a unit across one. MobileNetV2 with BatchNorm at
+    4 x 64x64: x scaled by 1 + 1e-7 noise moved torch's float32 error from 6.2e-4 to 1.1e-2,
+    and jaxconv's step in a process whose layout trials had chosen other (equally exact)
+    kernels was 1.1e-2 off. So torch's float32 error is taken over the batch as it is and over
+    four copies of it perturbed by float32's epsilon (relative), each an equally valid float32
+    computation of the step, and the bound is the largest of them."""
     if h.rerun_at_xla_default_level(request):
         return
     import jax
@@ -88,7 +96,12 @@ def test_one_step_is_as_exact_as_torch_nn(request, name, batchnorm, batch, image
         return max(float(np.max(np.abs(got[n] - oracle[n]))) for n in oracle) / scale
     eps = float(np.finfo(np.float32).eps)
     assert error(theirs) > 0  # the oracle is a different computation
-    assert error(ours) <= 4 * error(theirs), (error(ours), error(theirs))
+    noise = np.random.default_rng(1)
+    perturbed = [_torch_step_result(name, params, (x * (1 + eps * noise.standard_normal(x.shape)))
+                                    .astype(np.float32), labels, batchnorm, torch.float32)[1]
+                 for _ in range(4)]
+    bound = max(error(t) for t in [theirs, *perturbed])
+    assert error(ours) <= 4 * bound, (error(ours), error(theirs), bound)
     assert abs(float(loss) - loss64) <= 4 * abs(loss32 - loss64) + 4 * eps * abs(loss64)
 
 
