@@ -50,6 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxconv._src import host_memory
 from jaxconv._src.bench import benchdnn, machine, models
 from jaxconv._src.bench.timing import _time_n, interleaved
 from jaxconv._src.geometry import conv_output_size
@@ -443,6 +444,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(_steps_child(args)))
         return 0
+    if "layers" in args.parts:
+        # the layers in the steps' kept mode (keep_freed_memory: torch's allocations are this
+        # process's too), before anything starts JAX's backends: called after machine.describe()
+        # it raised, was skipped, and every table so far ran on glibc's defaults, where a large
+        # output is fresh pages on each call (ResNet-18's projection data gradient, 6.4 MB: 1.0
+        # ms against 0.79 kept)
+        try:
+            host_memory.keep_freed_memory()
+        except RuntimeError:  # a caller (a test) whose JAX backends exist: its own settings
+            pass
     info = machine.describe()
     if args.dtype == "bfloat16" and "bfloat16" not in info["jaxconv_onednn_dtypes"] \
             and not args.force_dtype:
@@ -454,13 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     if "steps" in args.parts:
         result["steps"] = _steps(args)
     if "layers" in args.parts:
-        import jaxconv
-        from jaxconv._src import host_memory
-        try:  # as in the steps' kept mode, where this process's JAX has not started yet
-            jaxconv.keep_freed_memory()
-        except RuntimeError:  # a caller (a test) whose JAX backends exist: its own settings
-            pass
-        result["layers_memory_kept"] = host_memory.keeps_freed_memory()
+        result["layers_memory_kept"] = host_memory.keeps_freed_memory() or \
+            host_memory._KEPT_BY_CALL
         dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
         result["layers"] = [measure_layers(m, args.batch, args.image or models.MODELS[m].image,
                                            args.reps, dtype, not args.no_batchnorm)
