@@ -444,14 +444,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(_steps_child(args)))
         return 0
+    kept_by_call = False
     if "layers" in args.parts:
         # the layers in the steps' kept mode (keep_freed_memory: torch's allocations are this
         # process's too), before anything starts JAX's backends: called after machine.describe()
         # it raised, was skipped, and every table so far ran on glibc's defaults, where a large
         # output is fresh pages on each call (ResNet-18's projection data gradient, 6.4 MB: 1.0
-        # ms against 0.79 kept)
+        # ms against 0.79 kept; 2-core AVX-512 Xeon)
         try:
-            host_memory.keep_freed_memory()
+            kept_by_call = host_memory.keep_freed_memory()
         except RuntimeError:  # a caller (a test) whose JAX backends exist: its own settings
             pass
     info = machine.describe()
@@ -465,8 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     if "steps" in args.parts:
         result["steps"] = _steps(args)
     if "layers" in args.parts:
-        result["layers_memory_kept"] = host_memory.keeps_freed_memory() or \
-            host_memory._KEPT_BY_CALL
+        result["layers_memory_kept"] = kept_by_call or host_memory.keeps_freed_memory()
         dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
         result["layers"] = [measure_layers(m, args.batch, args.image or models.MODELS[m].image,
                                            args.reps, dtype, not args.no_batchnorm)

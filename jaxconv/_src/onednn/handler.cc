@@ -255,10 +255,10 @@ Problem Unit(const Problem& p) {
 
 // The reorders of kernel k: its inputs into the primitive's layouts, its output back (a
 // spread data gradient's into the caller's layout of its unit-stride problem, for SpreadCopy).
-std::shared_ptr<Entry> WithReorders(std::shared_ptr<Entry> e, Kernel k, const Problem& spread,
-                                    bool spreads) {
+std::shared_ptr<Entry> WithReorders(std::shared_ptr<Entry> e, const Problem& spread) {
+  const Kernel k = spread.kernel;
   e->on_callers = e->prim_x == e->user_x && e->prim_y == e->user_y;
-  if (spreads) {  // the unit-stride dx (in the caller's layout) goes onto dx's grid
+  if (Spread(spread)) {  // the unit-stride dx (in the caller's layout) goes onto dx's grid
     const size_t es = ElementSize(spread.dtype);
     e->spread_bytes = static_cast<size_t>(Elements(spread.x_dims)) * es;
     e->dx_dims = spread.x_dims;
@@ -286,8 +286,7 @@ std::shared_ptr<Entry> WithReorders(std::shared_ptr<Entry> e, Kernel k, const Pr
 }
 
 std::shared_ptr<Entry> Create(const Problem& spread, Activations where) {
-  const bool spreads = Spread(spread);
-  const Problem p = spreads ? Unit(spread) : spread;
+  const Problem p = Spread(spread) ? Unit(spread) : spread;  // the problem the primitive computes
   auto e = std::make_shared<Entry>();
   e->user_x = DataMd(p.x_dims, p.data_axes, p.dtype);
   e->user_y = DataMd(p.y_dims, p.data_axes, p.dtype);
@@ -310,7 +309,7 @@ std::shared_ptr<Entry> Create(const Problem& spread, Activations where) {
     e->prim = dnnl::convolution_forward(pd);
     e->prim_x = pd.src_desc(); e->prim_w = pd.weights_desc(); e->prim_y = pd.dst_desc();
     e->scratch = pd.scratchpad_desc(); e->impl = pd.impl_info_str();
-    return WithReorders(e, p.kernel, spread, spreads);
+    return WithReorders(e, spread);
   }
   dnnl::convolution_forward::primitive_desc hint(Engine(), dnnl::prop_kind::forward_training,
                                                  algo, x, w, y, st, dil, pb, pe);
@@ -320,14 +319,14 @@ std::shared_ptr<Entry> Create(const Problem& spread, Activations where) {
     e->prim = dnnl::convolution_backward_data(pd);
     e->prim_x = pd.diff_src_desc(); e->prim_w = pd.weights_desc(); e->prim_y = pd.diff_dst_desc();
     e->scratch = pd.scratchpad_desc(); e->impl = pd.impl_info_str();
-    return WithReorders(e, p.kernel, spread, spreads);
+    return WithReorders(e, spread);
   }
   dnnl::convolution_backward_weights::primitive_desc pd(Engine(), algo, x, w, y, st, dil, pb,
                                                         pe, hint, attr);
   e->prim = dnnl::convolution_backward_weights(pd);
   e->prim_x = pd.src_desc(); e->prim_w = pd.diff_weights_desc(); e->prim_y = pd.diff_dst_desc();
   e->scratch = pd.scratchpad_desc(); e->impl = pd.impl_info_str();
-  return WithReorders(e, p.kernel, spread, spreads);
+  return WithReorders(e, spread);
 }
 
 // Working memory of the calling thread, kept between calls: a fresh allocation of an
