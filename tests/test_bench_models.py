@@ -85,7 +85,9 @@ def test_one_step_is_as_exact_as_torch_nn(request, name, batchnorm, batch, image
     params, stats = variables["params"], variables.get("batch_stats", {})
     step, tx = model_run._jax_step(models.build(name, jaxconv.conv_general_dilated, batchnorm),
                                    batchnorm)
-    new, _, _, loss = step(params, stats, tx.init(params), jnp.asarray(x), jnp.asarray(labels))
+    with jax.default_matmul_precision("float32"):  # GPUs round to TF32 by default
+        new, _, _, loss = step(params, stats, tx.init(params), jnp.asarray(x),
+                               jnp.asarray(labels))
     ours = torch_models.flat_params(jax.device_get(new))
     loss64, oracle = _torch_step_result(name, params, x, labels, batchnorm, torch.float64)
     loss32, theirs = _torch_step_result(name, params, x, labels, batchnorm, torch.float32)

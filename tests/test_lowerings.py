@@ -98,8 +98,13 @@ def _run(case: Case, kernel, method):
 ISOLATED = pytest.mark.isolated
 
 
+#: a forced "onednn" needs the extra built (tests/test_onednn.py says why not)
+NEEDS_ONEDNN = pytest.mark.skipif(not library.status().available,
+                                  reason="the onednn extra is not built")
+
+
 def _marks(method):
-    return [ISOLATED] if method == "dot" else []
+    return [ISOLATED] if method == "dot" else [NEEDS_ONEDNN] if method == "onednn" else []
 
 
 PARAMS = [pytest.param(c, k, m, id=f"{m}-{c.id}-k{'x'.join(map(str, k))}", marks=_marks(m))
@@ -429,11 +434,13 @@ def test_block_diagonal_keeps_a_non_finite_value_in_its_group(kind, xla_cpu_rule
     """The dense filter's off-diagonal blocks are selected zeros, not products with 0: an inf
     in one group's weights (or data) gives the grouped convolution's inf/NaN pattern exactly.
     Both sides' leaves are XLA's (oneDNN skips the taps that fall in the padding, where XLA's
-    convolution multiplies the inf by a padded zero: NaN; docs/onednn.md)."""
+    convolution multiplies the inf by a padded zero: NaN; docs/onednn.md). Off CPU the data
+    gradient's reference is one convolution per group: XLA:GPU's convolutions of the stride
+    phases place the NaNs of padded taps differently (an H200, 2026-11-25)."""
     rng = np.random.default_rng(4)
     x = h.random(rng, (2, 5, 6, 4, 6))
     w = h.random(rng, (2, 3, 2, 2, 9))
-    kw = dict(groups=3, strides=(2, 1, 1), pads_begin=1)
+    kw = dict(groups=3, strides=(2, 1, 1), pads_begin=1, precision=HIGHEST)
     y = jaxconv.convolution(x, w, **kw)
     dy = h.random(rng, y.shape)
     if kind == "forward":
@@ -445,7 +452,9 @@ def test_block_diagonal_keeps_a_non_finite_value_in_its_group(kind, xla_cpu_rule
     else:
         x = x.at[0, 1, 1, 1, 0].set(jnp.inf)
         run = lambda m: jaxconv.convolution_backprop_filters(x, dy, w.shape, **kw, lowering=m)  # noqa: E731
-    ref = run("per_group" if kind == "forward" else "phases" if kind == "data" else "conv")
+    on_cpu = jax.default_backend() == "cpu"
+    ref = run("per_group" if kind == "forward" or (kind == "data" and not on_cpu)
+              else "phases" if kind == "data" else "conv")
     got = run("block_diagonal")
     assert bool(jnp.isinf(ref).any()) and not bool(jnp.isnan(ref).all())
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
@@ -678,6 +687,12 @@ def test_forced_lowering_after_jit_changes_the_compiled_program():
         h.assert_close(got, ref, jnp.float32)
         programs[method] = "\n".join(_compiled(op, x, dy, (3, 3, 4, 8), groups=2,
                                                 lowering=method))
+    # "conv" and "vjp" differ only in how padding beyond the windows is kept: none here
+    assert programs["vjp"] == programs["conv"]
+    assert len(set(programs.values())) == 4
+    if jax.default_backend() != "cpu":  # the rest is XLA:CPU's compiled text
+        assert programs["auto"] == programs["vjp"]  # the GPU (and TPU) rule for grouped 2D
+        return
     assert programs["auto"] == programs["per_group"]  # the CPU rule for grouped 2D
     assert "feature_group_count=2" in programs["feature_group"]
     assert programs["per_group"].count("convolution(") == 2  # one dense one per group
@@ -686,9 +701,6 @@ def test_forced_lowering_after_jit_changes_the_compiled_program():
     assert "convolution-base-dilated" in programs["conv"]
     assert "feature_group_count" not in programs["conv"]
     assert "dot(" in programs["dot"] and "convolution(" not in programs["dot"]
-    # "conv" and "vjp" differ only in how padding beyond the windows is kept: none here
-    assert programs["vjp"] == programs["conv"]
-    assert len(set(programs.values())) == 4
 
 
 VJP_CASES = [  # (data_format, filter_format, groups, strides, dilations, pads_begin, pads_end)
@@ -817,6 +829,34 @@ def test_products_have_no_size_one_batch_dimension(rank, df, kernel):
         for f in (fn, jax.grad(loss, (0, 1)), jax.grad(grad_norm, (0, 1))):
             assert not _size_one_batch_dims(f, *args)
         assert _dot_generals(fn, *args)  # the check saw products
+
+
+@pytest.mark.parametrize("kind", ["forward", "weight", "data"])
+def test_dot_products_are_fenced_in_gpu_programs_only(kind):
+    """The programs XLA:GPU's Triton GEMM fusion aborted on (2D 1x1 "dot", strides 3 x 1;
+    docs/performance.md, "GPU") compiled once the product's operands and result passed
+    through an optimization barrier: a "dot" kernel of one product lowered for CUDA or ROCm
+    is fenced (two barriers), none lowered for CPU is, nor a kernel of several taps (fencing
+    those cost 2-4x on an H200, and none aborted)."""
+    rng = np.random.default_rng(0)
+    x, w = h.random(rng, (2, 4, 9, 7)), h.random(rng, (3, 4, 1, 1))
+    a = dict(data_format="NCX", filter_format="OIX", strides=(3, 1), precision=HIGHEST,
+             lowering="dot")
+    dy = h.random(rng, jaxconv.convolution(x, w, **a).shape)
+    fn, args = {
+        "forward": (lambda x, w: jaxconv.convolution(x, w, **a), (x, w)),
+        "weight": (lambda x, dy: jaxconv.convolution_backprop_filters(x, dy, w.shape, **a),
+                   (x, dy)),
+        "data": (lambda dy, w: jaxconv.convolution_backward_data(dy, w, x.shape, **a),
+                 (dy, w))}[kind]
+    for plat, fenced in (("cpu", False), ("cuda", True), ("rocm", True)):
+        text = _exported(fn, plat, *args)
+        assert text.count("stablehlo.dot_general") == 1, plat
+        assert text.count("stablehlo.optimization_barrier") == (2 if fenced else 0), plat
+    w3 = h.random(rng, (3, 4, 3, 2))  # six taps: six products, none fenced
+    text = _exported(lambda x, w: jaxconv.convolution(x, w, **a), "cuda", x, w3)
+    assert text.count("stablehlo.dot_general") == 6
+    assert "optimization_barrier" not in text
 
 
 GRAD_PROBLEMS = {  # small problems: (x shape NXC, groups, attributes)

@@ -112,8 +112,30 @@ def from_channels_last(a: Array, p: ConvProblem) -> Array:
 Read = tuple[Sequence[int], Sequence[int], Sequence[int], tuple[int, ...]]
 
 
+def product(a: Array, b: Array, dims: lax.DotDimensionNumbers, precision: Precision,
+            acc: DType, *, fence: bool = False) -> Array:
+    """``lax.dot_general(a, b, dims)``; with ``fence``, its operands and its result pass
+    through ``lax.optimization_barrier``, so XLA fuses nothing into the product.
+
+    XLA:GPU's Triton GEMM fusion (jaxlib 0.11.2) aborted the process when it fused a
+    product with the strided slice, reshapes and transposes around it: the "dot" weight
+    gradient of a 2D 1x1 problem (NXC/XIO, strides 3 x 1) and its forward (NCX/OIX), on an
+    H100 and an H200 (``triton_tiling_propagation.cc``: "Check failed: src_fragment_it !=
+    src_fragments_order.end()" and "subdim_size_accumulator == dim_size (12 vs. 7)"). The
+    same products written alone compiled and were exact, and so did these two once fenced
+    (on the H200). The "dot" method fences the product of a kernel that is one product, in
+    the programs of the backends its record names (``Method.fenced_on``, ``taps._one_product``).
+    """
+    if fence:
+        a, b = lax.optimization_barrier((a, b))  # type: ignore[no-untyped-call]
+    out = lax.dot_general(a, b, dims, precision=precision, preferred_element_type=acc)
+    if fence:
+        out = lax.optimization_barrier(out)  # type: ignore[no-untyped-call]
+    return out
+
+
 def tap_products(a: Array, wc: Array, reads: Sequence[Read], precision: Precision, acc: DType,
-                 *, elementwise: bool = False) -> Array:
+                 *, elementwise: bool = False, fence: bool = False) -> Array:
     """``sum_j window_j(a) . wc[..., tap_j]``, contracting the channels: the per-tap kernels.
 
     ``a`` is channels-last (N, *X, G*Cin_g); ``wc`` is (G, Cin_g, Cout_g, *K); each read is
@@ -123,7 +145,7 @@ def tap_products(a: Array, wc: Array, reads: Sequence[Read], precision: Precisio
     grouped convolution). With one group there is no batch dimension: a size-1 batch
     dimension next to the contracted ones is what aborted XLA:GPU's Triton GEMM fusion
     (docs/performance.md). ``elementwise`` (Cin_g = 1) multiplies instead of contracting,
-    a multiply-add XLA fuses. Returns (N, *U, G*Cout_g) in ``acc`` (the input dtype if None).
+    a multiply-add XLA fuses. ``fence``: each product fenced (:func:`product`). Returns (N, *U, G*Cout_g) in ``acc`` (the input dtype if None).
     """
     g, cin, cout = wc.shape[:3]
     n = a.ndim - 2
@@ -142,11 +164,11 @@ def tap_products(a: Array, wc: Array, reads: Sequence[Read], precision: Precisio
             wk = wk.reshape((1,) * (win.ndim - wk.ndim) + wk.shape)  # explicit broadcast
             part = win * wk if acc is None else win.astype(acc) * wk.astype(acc)
         elif g > 1:  # -> (G, N, *U, Cout_g)
-            part = lax.dot_general(win, wk, (((n + 2,), (1,)), ((n + 1,), (0,))),
-                                   precision=precision, preferred_element_type=acc)
+            part = product(win, wk, (((n + 2,), (1,)), ((n + 1,), (0,))), precision, acc,
+                           fence=fence)
         else:  # -> (N, *U, Cout)
-            part = lax.dot_general(win, wk[0], (((n + 1,), (0,)), ((), ())),
-                                   precision=precision, preferred_element_type=acc)
+            part = product(win, wk[0], (((n + 1,), (0,)), ((), ())), precision, acc,
+                           fence=fence)
         total = part if total is None else total + part
     assert total is not None  # at least one tap
     if flat:

@@ -63,6 +63,10 @@ class Method:
     #: device's blocks (``lowering/spmd.py``: a custom call wrapped in ``custom_partitioning``) instead
     #: of leaving the problem to the backend's XLA formulation
     per_shard: bool = False
+    #: the backends on whose programs its kernels fence their matrix products off from the
+    #: operations around them (they take ``fence=True`` there: ``common.product``, where
+    #: XLA:GPU aborted otherwise)
+    fenced_on: tuple[str, ...] = ()
 
     def why_not(self, kernel: Kernel, p: ConvProblem) -> str | None:
         """Why this method cannot compute ``kernel`` for ``p``, or None if it can."""

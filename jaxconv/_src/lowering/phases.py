@@ -30,11 +30,11 @@ from jaxconv._src.lowering.method import Method
 # zero grid: S^rank times less work than the grid form.
 def _phase_dots(dyp: Array, w: Array, p: ConvProblem, taps: Sequence[Sequence[int]],
                 u_max: Sequence[int], dil: Sequence[int], precision: Precision,
-                preferred_element_type: DType) -> Array:
+                preferred_element_type: DType, fence: bool) -> Array:
     """One phase of the "dot" data gradient: ``dx_r[u] = sum_j dyp[u + j*D'] W[taps[j]]``.
 
-    The channel contraction (OCg -> ICg) is :func:`common.tap_products`'. Returns the
-    phase in the data layout.
+    The channel contraction (OCg -> ICg) is :func:`common.tap_products`' (``fence``: each
+    product fenced, :func:`common.product`). Returns the phase in the data layout.
     """
     g = p.groups
     o_ax, i_ax, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
@@ -45,13 +45,15 @@ def _phase_dots(dyp: Array, w: Array, p: ConvProblem, taps: Sequence[Sequence[in
              for j in itertools.product(*(range(len(t)) for t in taps))]
     acc = common.accumulation_dtype(dyp.dtype, preferred_element_type)
     total = common.tap_products(common.channels_last(dyp, p), wc, reads, precision, acc,
-                          elementwise=g > 1 and ocg == icg == 1)  # depthwise: multiply-adds
+                                  elementwise=g > 1 and ocg == icg == 1,  # depthwise: multiply-adds
+                                  fence=fence)
     return common.from_channels_last(total, p).astype(
         preferred_element_type if preferred_element_type is not None else dyp.dtype)
 
 
 def _data_grad_phases(dy: Array, w: Array, p: ConvProblem, precision: Precision,
-                      preferred_element_type: DType, dot: bool = False) -> Array:
+                      preferred_element_type: DType, dot: bool = False,
+                      fence: bool = False) -> Array:
     _, _, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
     d = p.data
     n = p.rank
@@ -80,7 +82,7 @@ def _data_grad_phases(dy: Array, w: Array, p: ConvProblem, precision: Precision,
         dyp = common.pad_spatial(dy, d.spatial_axes, pads)
         if dot:
             parts[combo] = _phase_dots(dyp, w, p, [t for t, _ in sel], u_max, dil, precision,
-                                       preferred_element_type)
+                                       preferred_element_type, fence)
             continue
         # sub-kernel: taps in decreasing k (the reversal), on each spatial axis of the filter
         wsub = w

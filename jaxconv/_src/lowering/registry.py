@@ -119,8 +119,11 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
     fn = record.kernels[kernel]
     if not record.combinator:
         def compute(sa: Array, sb: Array, sub: ConvProblem, threads: int = 0) -> Array:
-            # a per-shard method takes the threads its call may use (spmd.py)
-            extra = {"threads": threads} if record.per_shard else {}
+            # a per-shard method takes the threads its call may use (spmd.py); a fenced one,
+            # whether this backend's program fences its products (common.product)
+            extra: dict[str, Any] = {"threads": threads} if record.per_shard else {}
+            if record.fenced_on:
+                extra["fence"] = backend in record.fenced_on
             out = typing.cast(Any, fn)(sa, sb, sub, precision, preferred_element_type, **extra)
             if out is None and record.declines:  # operands it does not take: the default leaf
                 return run(kernel, sa, sb, sub, method=default_leaf(kernel), backend=None,

@@ -42,11 +42,23 @@ from jaxconv._src.lowering import common, phases
 from jaxconv._src.lowering.method import Method
 
 
+def _one_product(p: ConvProblem) -> bool:
+    """Whether the "dot" kernels compute ``p`` with one matrix product: a window of one tap
+    (1x1) or one window over the whole input. Only such a product is fenced where the method's
+    record asks for it (:func:`common.product`): the two programs XLA:GPU aborted on were 1x1,
+    and fencing every product of a 3x3x3 weight gradient made it 2-4x slower on an H200
+    (3d_conv_pad:1, N16: 0.216 ms fenced vs 0.048 ms; 1x1x1 problems within 10%)."""
+    return math.prod(p.kernel) == 1 or p.whole_window
+
+
 def forward_taps(x: Array, w: Array, p: ConvProblem, precision: Precision,
-                 preferred_element_type: DType, *, elementwise: bool = False) -> Array:
-    """y from x and W, one product (``elementwise``: one multiply-add) per kernel tap."""
+                 preferred_element_type: DType, *, elementwise: bool = False,
+                 fence: bool = False) -> Array:
+    """y from x and W, one product (``elementwise``: one multiply-add) per kernel tap
+    (``fence``: a kernel of one product fenced, :func:`_one_product`)."""
+    fence = fence and _one_product(p)
     if p.whole_window:
-        return _forward_whole_window(x, w, p, precision, preferred_element_type)
+        return _forward_whole_window(x, w, p, precision, preferred_element_type, fence)
     d, g = p.data, p.groups
     o_ax, i_ax, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
     icg, ocg = p.in_channels // g, p.out_channels // g
@@ -58,7 +70,7 @@ def forward_taps(x: Array, w: Array, p: ConvProblem, precision: Precision,
         starts = [kk * dl for kk, dl in zip(k, p.dilations)]
         reads.append((starts, p.output_size, p.strides, k))
     acc = common.accumulation_dtype(x.dtype, preferred_element_type)
-    y = common.tap_products(xl, wc, reads, precision, acc, elementwise=elementwise)
+    y = common.tap_products(xl, wc, reads, precision, acc, elementwise=elementwise, fence=fence)
     return common.from_channels_last(y, p).astype(
         preferred_element_type if preferred_element_type is not None else x.dtype)
 
@@ -81,7 +93,7 @@ def _filter_by_role(w: Array, p: ConvProblem) -> tuple[Array, list[str]]:
 
 
 def _product(a: Array, a_axes: list[str], b: Array, b_axes: list[str], contract: list[str],
-             out: list[str], precision: Precision, acc: DType) -> Array:
+             out: list[str], precision: Precision, acc: DType, fence: bool) -> Array:
     """dot_general by axis names: contract ``contract``, batch over the groups ("g") when
     there are several (one group: no size-1 batch dimension, docs/performance.md "GPU"),
     result in the order ``out``."""
@@ -91,19 +103,19 @@ def _product(a: Array, a_axes: list[str], b: Array, b_axes: list[str], contract:
         b, b_axes = lax.index_in_dim(b, 0, b_axes.index("g"), False), [x for x in b_axes if x != "g"]
     dims = (([a_axes.index(x) for x in contract], [b_axes.index(x) for x in contract]),
             ([a_axes.index(x) for x in batch], [b_axes.index(x) for x in batch]))
-    res = lax.dot_general(a, b, dims, precision=precision, preferred_element_type=acc)
+    res = common.product(a, b, dims, precision, acc, fence=fence)
     got = batch + [x for axes in (a_axes, b_axes) for x in axes if x not in contract + batch]
     return jnp.transpose(res, [got.index(x) for x in out if x in got])
 
 
 def _forward_whole_window(x: Array, w: Array, p: ConvProblem, precision: Precision,
-                          preferred_element_type: DType) -> Array:
+                          preferred_element_type: DType, fence: bool) -> Array:
     ks = [f"k{j}" for j in range(p.rank)]
     xw = _window_channels_last(x, p)  # (N, *K, G, ICg)
     wg, w_axes = _filter_by_role(w, p)
     acc = common.accumulation_dtype(x.dtype, preferred_element_type)
     y = _product(xw, ["n", *ks, "g", "ic"], wg, w_axes, [*ks, "ic"], ["n", "g", "oc"],
-                 precision, acc)
+                 precision, acc, fence)
     y = y.reshape(y.shape[0], *(1,) * p.rank, p.out_channels)  # (N, 1.., G*OCg)
     return common.from_channels_last(y, p).astype(
         preferred_element_type if preferred_element_type is not None else x.dtype)
@@ -123,7 +135,7 @@ def _filter_first(batch: int, ocg: int) -> bool:
 
 
 def _data_grad_whole_window(dy: Array, w: Array, p: ConvProblem, precision: Precision,
-                            preferred_element_type: DType) -> Array:
+                            preferred_element_type: DType, fence: bool) -> Array:
     g, r = p.groups, p.rank
     ks = [f"k{j}" for j in range(r)]
     dyc = common.channels_last(dy, p).reshape(dy.shape[p.data.batch_axis], g, p.out_channels // g)
@@ -131,10 +143,10 @@ def _data_grad_whole_window(dy: Array, w: Array, p: ConvProblem, precision: Prec
     acc = common.accumulation_dtype(dy.dtype, preferred_element_type)
     if _filter_first(dyc.shape[0], p.out_channels // g):
         dxw = _product(wg, w_axes, dyc, ["n", "g", "oc"], ["oc"], ["n", *ks, "g", "ic"],
-                       precision, acc)
+                       precision, acc, fence)
     else:
         dxw = _product(dyc, ["n", "g", "oc"], wg, w_axes, ["oc"], ["n", *ks, "g", "ic"],
-                       precision, acc)
+                       precision, acc, fence)
     dxw = common.from_channels_last(dxw.reshape(*dxw.shape[:r + 1], p.in_channels), p)
     out_dtype = preferred_element_type if preferred_element_type is not None else dy.dtype
     config = [(0, 0, 0)] * dxw.ndim
@@ -145,14 +157,15 @@ def _data_grad_whole_window(dy: Array, w: Array, p: ConvProblem, precision: Prec
 
 
 def _data_grad_dot(dy: Array, w: Array, p: ConvProblem, precision: Precision,
-                   preferred_element_type: DType) -> Array:
+                   preferred_element_type: DType, *, fence: bool = False) -> Array:
+    fence = fence and _one_product(p)
     if p.whole_window:
-        return _data_grad_whole_window(dy, w, p, precision, preferred_element_type)
-    return phases.data_grad_dot(dy, w, p, precision, preferred_element_type)
+        return _data_grad_whole_window(dy, w, p, precision, preferred_element_type, fence)
+    return phases.data_grad_dot(dy, w, p, precision, preferred_element_type, fence=fence)
 
 
 def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, precision: Precision,
-                        acc: DType) -> Array:
+                        acc: DType, fence: bool) -> Array:
     """The "dot" weight gradient, in the data's own layout: (G, ICg, OCg, *K).
 
     With one group the products have no batch dimension: a size-1 batch
@@ -178,8 +191,8 @@ def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, precision: Precisio
         for k in np.ndindex(*p.kernel):
             start = [kk * dl for kk, dl in zip(k, p.dilations)]
             xs = split(common.window(xc, p, start, p.output_size, p.strides), p.in_channels // g)
-            taps.append(lax.dot_general(xs, dyg, (([b, *sp], [b, *sp]), batch),
-                                        precision=precision, preferred_element_type=acc))
+            taps.append(common.product(xs, dyg, (([b, *sp], [b, *sp]), batch), precision, acc,
+                                       fence=fence))
         dw = jnp.stack(taps, axis=-1).reshape(*taps[0].shape, *p.kernel)  # ([G,] ICg, OCg, *K)
         return dw if grouped else dw[None]
     # every O == 1: the window covers the padded input once; contract the batch only
@@ -193,7 +206,7 @@ def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, precision: Precisio
         dw = _outer_sum(xs, jnp.moveaxis(dyg, b_dy, 0), b, c if grouped else None, acc)
     else:
         dims = (((b,), (b_dy,)), ((c,), (c - sum(a < c for a in sp),)) if grouped else ((), ()))
-        dw = lax.dot_general(xs, dyg, dims, precision=precision, preferred_element_type=acc)
+        dw = common.product(xs, dyg, dims, precision, acc, fence=fence)
     # dw: [G,] x's free axes, OCg
     free = [a for a in range(xs.ndim) if a != b and not (grouped and a == c)]
     lead = 1 if grouped else 0
@@ -240,9 +253,10 @@ def _outer_sum(xs: Array, dyn: Array, b: int, g_axis: int | None, acc: DType) ->
 
 
 def _weight_grad_dot(x: Array, dy: Array, p: ConvProblem, precision: Precision,
-                     preferred_element_type: DType) -> Array:
+                     preferred_element_type: DType, *, fence: bool = False) -> Array:
+    fence = fence and _one_product(p)
     acc = common.accumulation_dtype(x.dtype, preferred_element_type)
-    dw = _weight_grad_sliced(x, dy, p, precision, acc)
+    dw = _weight_grad_sliced(x, dy, p, precision, acc, fence)
     return common.weight_out(dw, p).astype(
         preferred_element_type if preferred_element_type is not None else x.dtype)
 
@@ -250,4 +264,5 @@ def _weight_grad_dot(x: Array, dy: Array, p: ConvProblem, precision: Precision,
 DOT = Method(
     "dot", "one matrix product per kernel tap",
     {Kernel.FORWARD: forward_taps, Kernel.DATA: _data_grad_dot,
-     Kernel.WEIGHT: _weight_grad_dot})
+     Kernel.WEIGHT: _weight_grad_dot},
+    fenced_on=("gpu",))
