@@ -147,12 +147,27 @@ def why_not(p: ConvProblem) -> str | None:
     return None
 
 
+def check_filter_transpose(o: int, i: int, taps: tuple[int, ...]) -> bool | None:
+    """The handler's own filter transpose (XIO into oneDNN's ABcd16a16b) of an ``o`` x ``i``
+    filter with spatial extents ``taps`` against oneDNN's reorder on the same values: whether
+    the two agree bit for bit, or None where the transpose does not apply (channels not
+    multiples of 16, a CPU without AVX-512) or the library is not loaded. For the tests."""
+    if not status().available:
+        return None
+    fn = _HANDLES[-1].jaxconv_onednn_check_filter_transpose
+    fn.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
+    got = fn(o, i, (ctypes.c_int64 * max(1, len(taps)))(*taps), len(taps))
+    return None if got < 0 else bool(got)
+
+
 def cache_stats() -> dict[str, int]:
     """The primitive cache: entries, capacity, hits, misses, and over the process the reference
     implementations left out of the first-call trials (``reference_skipped``) and those timed
-    (``reference_trials``: only where nothing else implements a problem); zeros when not
-    loaded."""
-    names = ("entries", "capacity", "hits", "misses", "reference_skipped", "reference_trials")
+    (``reference_trials``: only where nothing else implements a problem), and the calls that
+    moved the filter into oneDNN's blocked layout by jaxconv's own transpose
+    (``filter_transposes``); zeros when not loaded."""
+    names = ("entries", "capacity", "hits", "misses", "reference_skipped", "reference_trials",
+             "filter_transposes")
     if not status().available:
         return dict.fromkeys(names, 0)
     out = (ctypes.c_int64 * len(names))()
