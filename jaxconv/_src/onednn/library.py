@@ -147,16 +147,21 @@ def why_not(p: ConvProblem) -> str | None:
     return None
 
 
-def check_filter_transpose(o: int, i: int, taps: tuple[int, ...]) -> bool | None:
-    """The handler's own filter transpose (XIO into oneDNN's ABcd16a16b) of an ``o`` x ``i``
-    filter with spatial extents ``taps`` against oneDNN's reorder on the same values: whether
-    the two agree bit for bit, or None where the transpose does not apply (channels not
-    multiples of 16, a CPU without AVX-512) or the library is not loaded. For the tests."""
+def check_filter_move(kind: str, o: int, i: int, taps: tuple[int, ...]) -> bool | None:
+    """The handler's own move of an ``o`` x ``i`` filter with spatial extents ``taps`` between
+    the caller's XIO layout and oneDNN's blocked one, against oneDNN's reorder of the same
+    values: ``kind`` "transpose" (XIO into ABcd16a16b, a forward's or data gradient's input)
+    or "copy" (ABcd16b16a into XIO, a weight gradient's output). Whether the two agree bit for
+    bit, or None where the move does not apply (channels not multiples of 16; the transpose on
+    a CPU without AVX-512) or the library is not loaded. For the tests."""
+    if kind not in ("transpose", "copy"):
+        raise ValueError(f"check_filter_move: kind must be 'transpose' or 'copy', got {kind!r}")
     if not status().available:
         return None
-    fn = _HANDLES[-1].jaxconv_onednn_check_filter_transpose
-    fn.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
-    got = fn(o, i, (ctypes.c_int64 * max(1, len(taps)))(*taps), len(taps))
+    fn = _HANDLES[-1].jaxconv_onednn_check_filter_move
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64),
+                   ctypes.c_int]
+    got = fn(int(kind == "copy"), o, i, (ctypes.c_int64 * max(1, len(taps)))(*taps), len(taps))
     return None if got < 0 else bool(got)
 
 
@@ -165,9 +170,10 @@ def cache_stats() -> dict[str, int]:
     implementations left out of the first-call trials (``reference_skipped``) and those timed
     (``reference_trials``: only where nothing else implements a problem), and the calls that
     moved the filter into oneDNN's blocked layout by jaxconv's own transpose
-    (``filter_transposes``); zeros when not loaded."""
+    (``filter_transposes``) and the weight gradients copied out of it by jaxconv's own copy
+    (``filter_copies``); zeros when not loaded."""
     names = ("entries", "capacity", "hits", "misses", "reference_skipped", "reference_trials",
-             "filter_transposes")
+             "filter_transposes", "filter_copies")
     if not status().available:
         return dict.fromkeys(names, 0)
     out = (ctypes.c_int64 * len(names))()
