@@ -188,54 +188,76 @@ const OpenMp& Omp() {
   return *omp;
 }
 
-// The filter of a forward or data gradient from the caller's layout with O innermost and I
-// next (XIO: flax's HWIO) into the blocked layout oneDNN's AVX-512 primitive takes it in,
-// 16x16 blocks with I innermost (ABcd16a16b): a transpose of each 16x16 block. oneDNN 3.2's
-// own reorder of that direction took 0.73 ms for a 3x3 512 -> 512 filter against 0.39 from
-// OIHW, torch's layout (2 threads, 2-core AVX-512 Xeon): ResNet-18's layer-4 data gradient ran
-// at 1.07x torch's time. This one (AVX-512 register transposes, oneDNN's OpenMP team, one
-// thread per range of I blocks, each reading its rows in order, two blocks ahead prefetched,
-// and writing with streaming stores) took 0.50 ms a call in a loop whose filter XLA wrote
-// afresh each call, where oneDNN's took 1.2.
-struct FilterTranspose {
+// jaxconv's own moves of a filter between the caller's XIO layout (O innermost, then I, then
+// the spatial axes: flax's HWIO) and oneDNN's 16x16-blocked layouts, where oneDNN 3.2's
+// reorders of those directions were slow (2-core AVX-512 Xeon, 2 threads):
+// - into a forward's or data gradient's ABcd16a16b (I innermost in each block): a transpose of
+//   each block (FilterTranspose). oneDNN's took 0.73 ms for a 3x3 512 -> 512 filter against
+//   0.39 from torch's OIHW: ResNet-18's layer-4 data gradient ran at 1.07x torch's time. This
+//   one (AVX-512 register transposes on oneDNN's OpenMP team, one thread per range of I
+//   blocks, each reading its rows in order, the block after next prefetched, streaming stores)
+//   took 0.50 ms a call in a loop whose filter XLA wrote afresh each call, oneDNN's 1.2.
+// - out of a weight gradient's ABcd16b16a (O innermost in each block, as in XIO): a copy of
+//   64-byte rows (FilterCopy). oneDNN's took 0.05-0.09 ms for the 128 x 64 filter of
+//   ResNet-18's 1x1 stride-2 weight gradient, a 0.38 ms primitive; torch's into OIHW 0.007.
+struct FilterMove {
   bool on = false;
   int64_t o = 0, i = 0;                   // channels, multiples of 16
   std::vector<int64_t> taps;              // the filter's spatial extents
-  std::vector<int64_t> src_tap, dst_tap;  // each spatial axis's stride (elements)
-  int64_t src_i = 0;                      // the source stride of I (O's is 1)
-  int64_t dst_o = 0, dst_i = 0;           // the destination strides of O's and I's blocks
+  std::vector<int64_t> xio_tap, blk_tap;  // each spatial axis's stride (elements) on each side
+  int64_t xio_i = 0;                      // XIO's stride of I (O's is 1)
+  int64_t blk_o = 0, blk_i = 0;           // the blocked side's strides of O's and I's blocks
 };
 
-// The plan of FilterTranspose from `from` (the caller's filter) to `to` (the primitive's), or
-// one that is off where it does not apply (oneDNN's reorder then runs).
-FilterTranspose PlanFilterTranspose(const memory::desc& from, const memory::desc& to) {
-  FilterTranspose t;
-  const int n = from.get_ndims();
-  if (from.get_data_type() != memory::data_type::f32 || to.get_data_type() != from.get_data_type()
-      || n < 3 || n > 5 || to.get_ndims() != n || !__builtin_cpu_supports("avx512f"))
+// The plan of a move between `xio` (the caller's filter) and `blk` (the primitive's) whose 16x16
+// blocks nest the dims `idxs` ({0, 1}: I innermost; {1, 0}: O innermost), or one that is off
+// where it does not apply (oneDNN's reorder then runs).
+FilterMove PlanFilterMove(const memory::desc& xio, const memory::desc& blk,
+                          const memory::dims& idxs) {
+  FilterMove t;
+  const int n = xio.get_ndims();
+  if (xio.get_data_type() != memory::data_type::f32 || blk.get_data_type() != xio.get_data_type()
+      || n < 3 || n > 5 || blk.get_ndims() != n)
     return t;
-  if (from.get_format_kind() != memory::format_kind::blocked ||
-      to.get_format_kind() != memory::format_kind::blocked || from.get_inner_nblks() != 0 ||
-      to.get_inner_nblks() != 2 || to.get_inner_blks() != memory::dims{16, 16} ||
-      to.get_inner_idxs() != memory::dims{0, 1} || to.get_padded_dims() != to.get_dims() ||
-      to.get_submemory_offset() != 0 || from.get_submemory_offset() != 0)
+  if (xio.get_format_kind() != memory::format_kind::blocked ||
+      blk.get_format_kind() != memory::format_kind::blocked || xio.get_inner_nblks() != 0 ||
+      blk.get_inner_nblks() != 2 || blk.get_inner_blks() != memory::dims{16, 16} ||
+      blk.get_inner_idxs() != idxs || blk.get_padded_dims() != blk.get_dims() ||
+      blk.get_submemory_offset() != 0 || xio.get_submemory_offset() != 0)
     return t;
-  const memory::dims dims = from.get_dims(), fs = from.get_strides(), ts = to.get_strides();
-  if (dims != to.get_dims() || dims[0] % 16 != 0 || dims[1] % 16 != 0 || fs[0] != 1 ||
-      fs[1] != dims[0])
+  const memory::dims dims = xio.get_dims(), xs = xio.get_strides(), bs = blk.get_strides();
+  if (dims != blk.get_dims() || dims[0] % 16 != 0 || dims[1] % 16 != 0 || xs[0] != 1 ||
+      xs[1] != dims[0])
     return t;
   t.o = dims[0];
   t.i = dims[1];
-  t.src_i = fs[1];
-  t.dst_o = ts[0];
-  t.dst_i = ts[1];
+  t.xio_i = xs[1];
+  t.blk_o = bs[0];
+  t.blk_i = bs[1];
   for (int a = 2; a < n; ++a) {
     t.taps.push_back(dims[a]);
-    t.src_tap.push_back(fs[a]);
-    t.dst_tap.push_back(ts[a]);
+    t.xio_tap.push_back(xs[a]);
+    t.blk_tap.push_back(bs[a]);
   }
   t.on = true;
   return t;
+}
+
+// The offsets (elements) of spatial position `tap` (row-major over the taps) on each side.
+void TapOffsets(const FilterMove& t, int64_t tap, int64_t& xio, int64_t& blk) {
+  xio = blk = 0;
+  for (size_t a = t.taps.size(); a-- > 0;) {
+    const int64_t idx = tap % t.taps[a];
+    tap /= t.taps[a];
+    xio += idx * t.xio_tap[a];
+    blk += idx * t.blk_tap[a];
+  }
+}
+
+int64_t Taps(const FilterMove& t) {
+  int64_t n = 1;
+  for (int64_t k : t.taps) n *= k;
+  return n;
 }
 
 // r[0..15] (16 rows of 16) into w[0..15], its transpose: three rounds of interleaving.
@@ -264,152 +286,93 @@ __attribute__((target("avx512f"))) inline void Transpose16(const __m512* r, __m5
   }
 }
 
-// I blocks [ib0, ib1) of every tap: dst[ob, ib, tap][a][b] = src[tap][ib*16 + b][ob*16 + a].
-__attribute__((target("avx512f"))) void TransposeBlocks(const FilterTranspose& t,
-                                                        const float* src, float* dst,
-                                                        int64_t ib0, int64_t ib1) {
-  int64_t n_taps = 1;
-  for (int64_t k : t.taps) n_taps *= k;
+// FilterTranspose's I blocks [ib0, ib1) of every tap:
+// blk[ob, ib, tap][a][b] = xio[tap][ib*16 + b][ob*16 + a].
+__attribute__((target("avx512f"))) void TransposeBlocks(const FilterMove& t, const float* src,
+                                                        float* dst, int64_t ib0, int64_t ib1) {
   __m512 r[16], w[16];
-  for (int64_t tap = 0; tap < n_taps; ++tap) {
-    int64_t rest = tap, s_off = 0, d_off = 0;
-    for (size_t a = t.taps.size(); a-- > 0;) {
-      const int64_t idx = rest % t.taps[a];
-      rest /= t.taps[a];
-      s_off += idx * t.src_tap[a];
-      d_off += idx * t.dst_tap[a];
-    }
+  for (int64_t tap = 0, n = Taps(t); tap < n; ++tap) {
+    int64_t s_off, d_off;
+    TapOffsets(t, tap, s_off, d_off);
     for (int64_t ib = ib0; ib < ib1; ++ib)
       for (int64_t ob = 0; ob < t.o / 16; ++ob) {
-        const float* in = src + s_off + ib * 16 * t.src_i + ob * 16;
+        const float* in = src + s_off + ib * 16 * t.xio_i + ob * 16;
         // the block after next, into L1 (a prefetch past the rows' end never faults): 0.50 ms
         // a call against 0.73 without, for a filter fresh from XLA each call (3x3 512 -> 512)
         for (int b = 0; b < 16; ++b)
-          _mm_prefetch(reinterpret_cast<const char*>(in + 32 + b * t.src_i), _MM_HINT_T0);
-        for (int b = 0; b < 16; ++b) r[b] = _mm512_loadu_ps(in + b * t.src_i);
+          _mm_prefetch(reinterpret_cast<const char*>(in + 32 + b * t.xio_i), _MM_HINT_T0);
+        for (int b = 0; b < 16; ++b) r[b] = _mm512_loadu_ps(in + b * t.xio_i);
         Transpose16(r, w);
-        float* out = dst + d_off + ib * t.dst_i + ob * t.dst_o;
+        float* out = dst + d_off + ib * t.blk_i + ob * t.blk_o;
         for (int a = 0; a < 16; ++a) _mm512_stream_ps(out + a * 16, w[a]);
       }
   }
   _mm_sfence();  // the streaming stores are visible before the primitive reads the filter
 }
 
-struct TransposeJob {
-  const FilterTranspose* t;
-  const float* src;
-  float* dst;
-};
-
-void TransposeOnTeam(void* data) {  // one OpenMP thread's share of the I blocks
-  const auto& job = *static_cast<TransposeJob*>(data);
-  const int64_t blocks = job.t->i / 16, k = Omp().thread_num(), n = Omp().num_threads();
-  TransposeBlocks(*job.t, job.src, job.dst, blocks * k / n, blocks * (k + 1) / n);
-}
-
-// Runs plan `t` from src into dst (64-byte aligned) on the calling thread's OpenMP team (one
-// thread where the call runs single-threaded: its thread count is then 1).
-std::atomic<int64_t> filter_transposes{0};  // calls that ran it, for the tests
-
-void RunFilterTranspose(const FilterTranspose& t, const void* src, void* dst) {
-  ++filter_transposes;
-  TransposeJob job{&t, static_cast<const float*>(src), static_cast<float*>(dst)};
-  if (Omp().teams()) Omp().parallel(TransposeOnTeam, &job, 0, 0);
-  else TransposeBlocks(t, job.src, job.dst, 0, t.i / 16);
-}
-
-// A weight gradient's filter from the primitive's blocked layout with O innermost in each
-// 16x16 block (ABcd16b16a) back into the caller's XIO, whose O is innermost too: 64-byte rows
-// copied. oneDNN 3.2's reorder of that direction took 0.05-0.09 ms for the 128 x 64 filter of
-// ResNet-18's 1x1 stride-2 weight gradient (a 0.38 ms primitive), torch's into OIHW 0.007.
-struct FilterCopy {
-  bool on = false;
-  int64_t o = 0, i = 0;                   // channels, multiples of 16
-  std::vector<int64_t> taps;              // the filter's spatial extents
-  std::vector<int64_t> src_tap, dst_tap;  // each spatial axis's stride (elements)
-  int64_t src_o = 0, src_i = 0;           // the source strides of O's and I's blocks
-  int64_t dst_i = 0;                      // the destination stride of I (O's is 1)
-};
-
-// The plan of FilterCopy from `from` (the primitive's filter) to `to` (the caller's), or one
-// that is off where it does not apply (oneDNN's reorder then runs).
-FilterCopy PlanFilterCopy(const memory::desc& from, const memory::desc& to) {
-  FilterCopy t;
-  const int n = from.get_ndims();
-  if (from.get_data_type() != memory::data_type::f32 || to.get_data_type() != from.get_data_type()
-      || n < 3 || n > 5 || to.get_ndims() != n)
-    return t;
-  if (from.get_format_kind() != memory::format_kind::blocked ||
-      to.get_format_kind() != memory::format_kind::blocked || to.get_inner_nblks() != 0 ||
-      from.get_inner_nblks() != 2 || from.get_inner_blks() != memory::dims{16, 16} ||
-      from.get_inner_idxs() != memory::dims{1, 0} || from.get_padded_dims() != from.get_dims() ||
-      to.get_submemory_offset() != 0 || from.get_submemory_offset() != 0)
-    return t;
-  const memory::dims dims = from.get_dims(), fs = from.get_strides(), ts = to.get_strides();
-  if (dims != to.get_dims() || dims[0] % 16 != 0 || dims[1] % 16 != 0 || ts[0] != 1 ||
-      ts[1] != dims[0])
-    return t;
-  t.o = dims[0];
-  t.i = dims[1];
-  t.src_o = fs[0];
-  t.src_i = fs[1];
-  t.dst_i = ts[1];
-  for (int a = 2; a < n; ++a) {
-    t.taps.push_back(dims[a]);
-    t.src_tap.push_back(fs[a]);
-    t.dst_tap.push_back(ts[a]);
-  }
-  t.on = true;
-  return t;
-}
-
-// O blocks [ob0, ob1) of every tap: dst[tap][ib*16 + b][ob*16 + a] = src[ob, ib, tap][b][a].
-void CopyBlocks(const FilterCopy& t, const float* src, float* dst, int64_t ob0, int64_t ob1) {
-  int64_t n_taps = 1;
-  for (int64_t k : t.taps) n_taps *= k;
-  for (int64_t tap = 0; tap < n_taps; ++tap) {
-    int64_t rest = tap, s_off = 0, d_off = 0;
-    for (size_t a = t.taps.size(); a-- > 0;) {
-      const int64_t idx = rest % t.taps[a];
-      rest /= t.taps[a];
-      s_off += idx * t.src_tap[a];
-      d_off += idx * t.dst_tap[a];
-    }
+// FilterCopy's O blocks [ob0, ob1) of every tap:
+// xio[tap][ib*16 + b][ob*16 + a] = blk[ob, ib, tap][b][a].
+void CopyBlocks(const FilterMove& t, const float* src, float* dst, int64_t ob0, int64_t ob1) {
+  for (int64_t tap = 0, n = Taps(t); tap < n; ++tap) {
+    int64_t d_off, s_off;
+    TapOffsets(t, tap, d_off, s_off);
     for (int64_t ob = ob0; ob < ob1; ++ob)
       for (int64_t ib = 0; ib < t.i / 16; ++ib) {
-        const float* in = src + s_off + ob * t.src_o + ib * t.src_i;
-        float* out = dst + d_off + ib * 16 * t.dst_i + ob * 16;
-        for (int b = 0; b < 16; ++b) std::memcpy(out + b * t.dst_i, in + b * 16, 16 * sizeof(float));
+        const float* in = src + s_off + ob * t.blk_o + ib * t.blk_i;
+        float* out = dst + d_off + ib * 16 * t.xio_i + ob * 16;
+        for (int b = 0; b < 16; ++b) std::memcpy(out + b * t.xio_i, in + b * 16, 16 * sizeof(float));
       }
   }
 }
 
-struct CopyJob {
-  const FilterCopy* t;
+using BlockRange = void (*)(const FilterMove&, const float*, float*, int64_t, int64_t);
+
+struct MoveJob {
+  BlockRange range;
+  const FilterMove* t;
   const float* src;
   float* dst;
+  int64_t blocks;
 };
 
-void CopyOnTeam(void* data) {  // one OpenMP thread's share of the O blocks
-  const auto& job = *static_cast<CopyJob*>(data);
-  const int64_t blocks = job.t->o / 16, k = Omp().thread_num(), n = Omp().num_threads();
-  CopyBlocks(*job.t, job.src, job.dst, blocks * k / n, blocks * (k + 1) / n);
+void MoveOnTeam(void* data) {  // one OpenMP thread's share of the blocks
+  const auto& job = *static_cast<MoveJob*>(data);
+  const int64_t k = Omp().thread_num(), n = Omp().num_threads();
+  job.range(*job.t, job.src, job.dst, job.blocks * k / n, job.blocks * (k + 1) / n);
 }
 
-std::atomic<int64_t> filter_copies{0};  // calls that ran it, for the tests
+// Runs `range` over [0, blocks) on the calling thread's OpenMP team (a team of one where the
+// call runs single-threaded), or on the calling thread alone where `team` is false.
+void RunMove(BlockRange range, const FilterMove& t, const void* src, void* dst, int64_t blocks,
+             bool team) {
+  MoveJob job{range, &t, static_cast<const float*>(src), static_cast<float*>(dst), blocks};
+  if (team && Omp().teams()) Omp().parallel(MoveOnTeam, &job, 0, 0);
+  else range(t, job.src, job.dst, 0, blocks);
+}
 
-// Runs plan `t`: a filter under kFilterCopyTeamBytes on the calling thread, a larger one on
-// its OpenMP team.
-constexpr size_t kFilterCopyTeamBytes = size_t{1} << 20;
-void RunFilterCopy(const FilterCopy& t, const void* src, void* dst) {
+std::atomic<int64_t> filter_transposes{0}, filter_copies{0};  // calls that ran them, for the tests
+
+FilterMove PlanFilterTranspose(const memory::desc& xio, const memory::desc& blk) {
+  return __builtin_cpu_supports("avx512f") ? PlanFilterMove(xio, blk, {0, 1}) : FilterMove();
+}
+
+FilterMove PlanFilterCopy(const memory::desc& blk, const memory::desc& xio) {
+  return PlanFilterMove(xio, blk, {1, 0});
+}
+
+// The transpose of plan `t` from src (XIO) into dst (blocked, 64-byte aligned), on the team.
+void RunFilterTranspose(const FilterMove& t, const void* src, void* dst) {
+  ++filter_transposes;
+  RunMove(TransposeBlocks, t, src, dst, t.i / 16, true);
+}
+
+// The copy of plan `t` from src (blocked) into dst (XIO): a filter under kFilterCopyTeamBytes
+// on the calling thread, a larger one on its OpenMP team.
+constexpr int64_t kFilterCopyTeamBytes = int64_t{1} << 20;
+void RunFilterCopy(const FilterMove& t, const void* src, void* dst) {
   ++filter_copies;
-  CopyJob job{&t, static_cast<const float*>(src), static_cast<float*>(dst)};
-  int64_t elements = t.o * t.i;
-  for (int64_t k : t.taps) elements *= k;
-  if (Omp().teams() && static_cast<size_t>(elements) * sizeof(float) >= kFilterCopyTeamBytes)
-    Omp().parallel(CopyOnTeam, &job, 0, 0);
-  else
-    CopyBlocks(t, job.src, job.dst, 0, t.o / 16);
+  const int64_t bytes = t.o * t.i * Taps(t) * static_cast<int64_t>(sizeof(float));
+  RunMove(CopyBlocks, t, src, dst, t.o / 16, bytes >= kFilterCopyTeamBytes);
 }
 
 // One cached primitive: its descriptors, and whether each operand needs a reorder.
@@ -422,8 +385,8 @@ struct Entry {
   // a lookup, a primitive object), 8-10 us of the 13 us a call of a 2x2 problem spent in the
   // handler (2-core Zen 3 EPYC).
   dnnl::reorder to_x, to_y, to_w, from_x, from_y, from_w;
-  FilterTranspose w_transpose;  // in place of to_w where it applies
-  FilterCopy w_copy;  // in place of from_w where it applies
+  FilterMove w_transpose;  // in place of to_w where it applies (FilterTranspose)
+  FilterMove w_copy;       // in place of from_w where it applies (FilterCopy)
   std::string impl;
   bool on_callers = false;  // the primitive reads and writes the caller's activation layouts
   // A spread data gradient (Spread): dx's bytes (0 otherwise), and for SpreadCopy dx's and
@@ -1303,9 +1266,8 @@ int jaxconv_onednn_check_filter_move(int copy, int64_t o, int64_t i, const int64
   const memory::desc blocked(dims, memory::data_type::f32, copy ? copied[n - 1] : transposed[n - 1]);
   const memory::desc& from = copy ? blocked : xio;
   const memory::desc& to = copy ? xio : blocked;
-  const FilterTranspose t = copy ? FilterTranspose() : PlanFilterTranspose(from, to);
-  const FilterCopy c = copy ? PlanFilterCopy(from, to) : FilterCopy();
-  if (!t.on && !c.on) return -1;
+  const FilterMove t = copy ? PlanFilterCopy(from, to) : PlanFilterTranspose(from, to);
+  if (!t.on) return -1;
   memory src(from, Engine()), want(to, Engine());
   const AlignedBytes got = Allocate(to.get_size(), true);
   auto* in = static_cast<float*>(src.get_data_handle());
@@ -1314,7 +1276,7 @@ int jaxconv_onednn_check_filter_move(int copy, int64_t o, int64_t i, const int64
   dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), from, Engine(), to))
       .execute(s, src, want);
   s.wait();
-  if (copy) RunFilterCopy(c, in, got.get());
+  if (copy) RunFilterCopy(t, in, got.get());
   else RunFilterTranspose(t, in, got.get());
   return std::memcmp(got.get(), want.get_data_handle(), to.get_size()) == 0 ? 1 : 0;
 }
