@@ -113,11 +113,11 @@ def test_filter_moves_equal_onednns_reorder(kind, o, i, taps, applies):
 
 @needs_onednn
 def test_calls_move_xio_filters_themselves():
-    """A data gradient of an XIO filter whose primitive takes the blocked filter runs the
-    transpose (in the first call's layout trial at least), a weight gradient the copy in its
-    calls; both equal torch's."""
-    m = (2, "NXC", "XIO", 1, 32, 48, (7, 6), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
-    x, w, dy, attrs, (_, dx_ref, dw_ref) = _problem(m, seed=3, batch=4)
+    """A data gradient of an XIO filter of at least 1 MiB whose primitive takes the blocked
+    filter runs the transpose (in the first call's layout trial at least), a weight gradient
+    the copy in its calls; both equal torch's."""
+    m = (2, "NXC", "XIO", 1, 256, 128, (5, 4), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+    x, w, dy, attrs, (_, dx_ref, dw_ref) = _problem(m, seed=3, batch=2)
     before = library.cache_stats()
     dx = jaxconv.convolution_backward_data(dy, w, x.shape, **attrs, lowering="onednn")
     dw = jaxconv.convolution_backprop_filters(x, dy, w.shape, **attrs, lowering="onednn")

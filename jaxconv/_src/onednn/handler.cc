@@ -360,6 +360,11 @@ FilterMove PlanFilterCopy(const memory::desc& blk, const memory::desc& xio) {
   return PlanFilterMove(xio, blk, {1, 0});
 }
 
+// The filters the handler transposes itself: from 1 MiB. Below, oneDNN's reorder won:
+// MobileNetV2's 1x1 96 -> 576 data gradient at 14x14 (a 221 KB filter) took 1.00-1.10 of
+// torch's time transposed by FilterTranspose, 0.81-0.84 with oneDNN's reorder.
+constexpr size_t kFilterTransposeMinBytes = size_t{1} << 20;
+
 // The transpose of plan `t` from src (XIO) into dst (blocked, 64-byte aligned), on the team.
 void RunFilterTranspose(const FilterMove& t, const void* src, void* dst) {
   ++filter_transposes;
@@ -503,7 +508,8 @@ std::shared_ptr<Entry> WithReorders(std::shared_ptr<Entry> e, const Problem& spr
   if (k == Kernel::kWeight) e->from_w = Reorder(e->prim_w, e->user_w);
   if (e->from_w) e->w_copy = PlanFilterCopy(e->prim_w, e->user_w);
   else e->to_w = Reorder(e->user_w, e->prim_w);
-  if (e->to_w) e->w_transpose = PlanFilterTranspose(e->user_w, e->prim_w);
+  if (e->to_w && e->user_w.get_size() >= kFilterTransposeMinBytes)
+    e->w_transpose = PlanFilterTranspose(e->user_w, e->prim_w);
   return e;
 }
 
@@ -728,10 +734,13 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
 // With torch's OpenMP threads spinning after its calls (libgomp spins for milliseconds),
 // both candidates of that problem took ~4 ms in 2 trials of 12 (0 of 12 with
 // OMP_WAIT_POLICY=PASSIVE): a tie there keeps the caller's layout (kTrialMargin). A problem
-// of a millisecond or more (kTrialLong) takes the faster layout from 1% (kTrialMarginLong):
-// ResNet-18's 3x3 512 -> 512 data gradient at 7x7 ran 3-5% faster blocked (5.44-5.51 ms,
-// the filter transposed by FilterTranspose, against 5.59-5.75 on the caller's layout; 2-core
-// AVX-512 Xeon), and the 5% margin kept the caller's layout in 7 processes of 8.
+// of at least kTrialLargeMacs multiply-adds (by its size, not by a trial time that contention
+// can inflate) takes the faster layout from 1% (kTrialMarginLarge): ResNet-18's 3x3 512 -> 512
+// data gradient at 7x7 (9.2e8) ran 3-5% faster blocked (5.44-5.51 ms, the filter transposed by
+// FilterTranspose, against 5.59-5.75 on the caller's layout; 2-core AVX-512 Xeon), and the 5%
+// margin kept the caller's layout in 7 processes of 8. (A 1% margin from trial times of 1 ms
+// moved MobileNetV2's 1x1 96 -> 576 data gradient at 14x14, 8.7e7, from 0.81-0.84 of torch's
+// time to 1.00-1.13.)
 //
 // A reference implementation ("ref:...", oneDNN's plain loop nest) is a candidate only where
 // nothing else implements the problem, and then it is not timed: on resnet_50's conv1 (3 -> 64
@@ -742,8 +751,8 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
 constexpr size_t kTrialBytes = size_t{1} << 29;
 constexpr double kTrialSlower = 4.0;
 constexpr int kTrialRounds = 3, kTrialMaxRounds = 25;
-constexpr double kTrialSeconds = 0.01, kTrialMargin = 0.05, kTrialLong = 0.001,
-                 kTrialMarginLong = 0.01;
+constexpr double kTrialSeconds = 0.01, kTrialMargin = 0.05, kTrialLargeMacs = 2.68e8,
+                 kTrialMarginLarge = 0.01;
 std::atomic<int64_t> reference_skipped{0}, reference_trials{0};
 
 bool Reference(const Entry& e) { return e.impl.rfind("ref", 0) == 0; }
@@ -753,6 +762,8 @@ double Seconds(const Entry& e, Kernel k, void* x, void* y, void* w) {
   Execute(e, k, x, y, w);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+double Macs(const Problem& p);
 
 std::shared_ptr<Entry> Choose(const Problem& p) {
   std::vector<std::shared_ptr<Entry>> found;
@@ -810,7 +821,7 @@ std::shared_ptr<Entry> Choose(const Problem& p) {
   // candidate of a sub-millisecond problem took a whole time slice, ~4 ms, and the order
   // was chance; the caller's layout needs no reorders of the activations.
   const size_t fastest_at = std::min_element(best.begin(), best.end()) - best.begin();
-  const double margin = best[fastest_at] >= kTrialLong ? kTrialMarginLong : kTrialMargin;
+  const double margin = Macs(p) >= kTrialLargeMacs ? kTrialMarginLarge : kTrialMargin;
   for (size_t c = 0; c < found.size(); ++c) {
     if (found[c]->on_callers && racing[c] && best[c] <= (1 + margin) * best[fastest_at])
       return found[c];
