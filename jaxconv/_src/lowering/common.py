@@ -145,7 +145,8 @@ def tap_products(a: Array, wc: Array, reads: Sequence[Read], precision: Precisio
     grouped convolution). With one group there is no batch dimension: a size-1 batch
     dimension next to the contracted ones is what aborted XLA:GPU's Triton GEMM fusion
     (docs/performance.md). ``elementwise`` (Cin_g = 1) multiplies instead of contracting,
-    a multiply-add XLA fuses. ``fence``: each product fenced (:func:`product`). Returns (N, *U, G*Cout_g) in ``acc`` (the input dtype if None).
+    a multiply-add XLA fuses. ``fence``: each product fenced (:func:`product`). Returns
+    (N, *U, G*Cout_g) in ``acc`` (the input dtype if None).
     """
     g, cin, cout = wc.shape[:3]
     n = a.ndim - 2

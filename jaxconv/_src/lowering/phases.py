@@ -45,8 +45,8 @@ def _phase_dots(dyp: Array, w: Array, p: ConvProblem, taps: Sequence[Sequence[in
              for j in itertools.product(*(range(len(t)) for t in taps))]
     acc = common.accumulation_dtype(dyp.dtype, preferred_element_type)
     total = common.tap_products(common.channels_last(dyp, p), wc, reads, precision, acc,
-                                  elementwise=g > 1 and ocg == icg == 1,  # depthwise: multiply-adds
-                                  fence=fence)
+                                elementwise=g > 1 and ocg == icg == 1,  # depthwise: multiply-adds
+                                fence=fence)
     return common.from_channels_last(total, p).astype(
         preferred_element_type if preferred_element_type is not None else dyp.dtype)
 

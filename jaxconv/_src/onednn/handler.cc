@@ -159,7 +159,8 @@ memory::desc Any(const memory::desc& md) {
 }
 
 // The OpenMP runtime oneDNN was loaded with (none: a oneDNN without OpenMP), found at run time:
-// jaxconv's own parallel loops (FilterTranspose) run on oneDNN's team, not on a second one.
+// jaxconv's own parallel loops (the filter moves, FilterMove) run on oneDNN's team, not on a
+// second one.
 struct OpenMp {
   int (*get_max_threads)() = nullptr;
   void (*set_num_threads)(int) = nullptr;
@@ -180,7 +181,9 @@ struct OpenMp {
         dlsym(gomp, "GOMP_parallel"));
   }
   bool ok() const { return get_max_threads != nullptr && set_num_threads != nullptr; }
-  bool teams() const { return parallel != nullptr && thread_num != nullptr && num_threads != nullptr; }
+  bool teams() const {
+    return parallel != nullptr && thread_num != nullptr && num_threads != nullptr;
+  }
 };
 
 const OpenMp& Omp() {
@@ -199,7 +202,8 @@ const OpenMp& Omp() {
 //   took 0.50 ms a call in a loop whose filter XLA wrote afresh each call, oneDNN's 1.2.
 // - out of a weight gradient's ABcd16b16a (O innermost in each block, as in XIO): a copy of
 //   64-byte rows (FilterCopy). oneDNN's took 0.05-0.09 ms for the 128 x 64 filter of
-//   ResNet-18's 1x1 stride-2 weight gradient, a 0.38 ms primitive; torch's into OIHW 0.007.
+//   ResNet-18's 1x1 stride-2 weight gradient, a 0.38 ms primitive; torch's reorder of the same
+//   filter after its primitive 0.007 (ONEDNN_VERBOSE on both sides).
 struct FilterMove {
   bool on = false;
   int64_t o = 0, i = 0;                   // channels, multiples of 16
@@ -360,9 +364,10 @@ FilterMove PlanFilterCopy(const memory::desc& blk, const memory::desc& xio) {
   return PlanFilterMove(xio, blk, {1, 0});
 }
 
-// The filters the handler transposes itself: from 1 MiB. Below, oneDNN's reorder won:
-// MobileNetV2's 1x1 96 -> 576 data gradient at 14x14 (a 221 KB filter) took 1.00-1.10 of
-// torch's time transposed by FilterTranspose, 0.81-0.84 with oneDNN's reorder.
+// The filters the handler transposes itself: from 1 MiB, where its gain was measured (3x3
+// 512 -> 512, 9.4 MB). Smaller ones keep oneDNN's reorder: on a 221 KB filter (MobileNetV2's
+// 1x1 96 -> 576) neither was measured faster, that row's spread between processes (0.81-1.13
+// of torch's time, the handler of before the transpose included) hiding any difference.
 constexpr size_t kFilterTransposeMinBytes = size_t{1} << 20;
 
 // The transpose of plan `t` from src (XIO) into dst (blocked, 64-byte aligned), on the team.
@@ -505,11 +510,14 @@ std::shared_ptr<Entry> WithReorders(std::shared_ptr<Entry> e, const Problem& spr
   }
   if (k == Kernel::kForward) e->from_y = Reorder(e->prim_y, e->user_y);
   else e->to_y = Reorder(e->user_y, e->prim_y);
-  if (k == Kernel::kWeight) e->from_w = Reorder(e->prim_w, e->user_w);
-  if (e->from_w) e->w_copy = PlanFilterCopy(e->prim_w, e->user_w);
-  else e->to_w = Reorder(e->user_w, e->prim_w);
-  if (e->to_w && e->user_w.get_size() >= kFilterTransposeMinBytes)
-    e->w_transpose = PlanFilterTranspose(e->user_w, e->prim_w);
+  if (k == Kernel::kWeight) {
+    e->from_w = Reorder(e->prim_w, e->user_w);
+    if (e->from_w) e->w_copy = PlanFilterCopy(e->prim_w, e->user_w);
+  } else {
+    e->to_w = Reorder(e->user_w, e->prim_w);
+    if (e->to_w && e->user_w.get_size() >= kFilterTransposeMinBytes)
+      e->w_transpose = PlanFilterTranspose(e->user_w, e->prim_w);
+  }
   return e;
 }
 
@@ -665,13 +673,15 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
   // The memory the primitive reads or writes: the caller's buffer where the primitive takes
   // its layout (the entry holds no reorder for it), else this thread's copy in the
   // primitive's layout, an input reordered into it first.
+  // An input's reorder is `transpose` instead where that plan is on (the filter's).
   auto bind = [&](memory& user, memory& mine, void* buffer, const dnnl::reorder& r,
-                  const memory::desc& want, Buffer& buf, bool input) {
+                  const memory::desc& want, Buffer& buf, bool input,
+                  const FilterMove* transpose = nullptr) {
     user.set_data_handle(buffer);
     if (!r) return user.get();
     mine.set_data_handle(buf.Get(want.get_size()));
-    if (input && &r == &e.to_w && e.w_transpose.on)
-      RunFilterTranspose(e.w_transpose, buffer, mine.get_data_handle());
+    if (input && transpose != nullptr && transpose->on)
+      RunFilterTranspose(*transpose, buffer, mine.get_data_handle());
     else if (input)
       Exec(r, s, {{DNNL_ARG_FROM, user.get()}, {DNNL_ARG_TO, mine.get()}});
     return mine.get();
@@ -684,7 +694,8 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
   uint8_t* grid = spread ? bg.Get(e.user_x.get_size()) : nullptr;
   const dnnl_memory_t mx = bind(m->ux, m->mx, spread ? grid : x, rx, e.prim_x, bx, !data);
   const dnnl_memory_t my = bind(m->uy, m->my, y, ry, e.prim_y, by, !forward);
-  const dnnl_memory_t mw = bind(m->uw, m->mw, w, rw, e.prim_w, bw, k != Kernel::kWeight);
+  const dnnl_memory_t mw = bind(m->uw, m->mw, w, rw, e.prim_w, bw, k != Kernel::kWeight,
+                                &e.w_transpose);
   m->scratch.set_data_handle(bs.Get(e.scratch.get_size() + 1));
   const dnnl_memory_t scratch = m->scratch.get();
   // the output, reordered back into the caller's buffer where it was computed in a copy
@@ -708,7 +719,7 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
   } else {
     Exec(e.prim, s, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_DIFF_DST, my}, {DNNL_ARG_DIFF_WEIGHTS, mw},
                      {DNNL_ARG_SCRATCHPAD, scratch}});
-    if (rw && e.w_copy.on) {
+    if (e.w_copy.on) {
       s.wait();
       RunFilterCopy(e.w_copy, m->mw.get_data_handle(), w);
     } else {
@@ -738,9 +749,7 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
 // can inflate) takes the faster layout from 1% (kTrialMarginLarge): ResNet-18's 3x3 512 -> 512
 // data gradient at 7x7 (9.2e8) ran 3-5% faster blocked (5.44-5.51 ms, the filter transposed by
 // FilterTranspose, against 5.59-5.75 on the caller's layout; 2-core AVX-512 Xeon), and the 5%
-// margin kept the caller's layout in 7 processes of 8. (A 1% margin from trial times of 1 ms
-// moved MobileNetV2's 1x1 96 -> 576 data gradient at 14x14, 8.7e7, from 0.81-0.84 of torch's
-// time to 1.00-1.13.)
+// margin kept the caller's layout in 7 processes of 8.
 //
 // A reference implementation ("ref:...", oneDNN's plain loop nest) is a candidate only where
 // nothing else implements the problem, and then it is not timed: on resnet_50's conv1 (3 -> 64
