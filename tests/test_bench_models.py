@@ -142,6 +142,12 @@ def test_runner_end_to_end(tmp_path):
                 / sum(r["count"] * r["median_ms"]["torch"] for r in rows))
     assert layers["step_weighted"] == pytest.approx(weighted, rel=1e-12)
     assert layers["worst"] == max(r["jaxconv_over_torch"] for r in rows)
+    # each row names what jaxconv's oneDNN handler chose for its calls (where oneDNN ran them)
+    kernel = {"fwd": "forward", "dgrad": "data", "wgrad": "weight"}
+    assert all(c["kernel"] == kernel[r["kind"]] and c["candidates"]
+               for r in rows for c in r["onednn_choices"])
+    from jaxconv._src.onednn import library
+    assert any(r["onednn_choices"] for r in rows) == library.status().available
     m = result["machine"]
     assert m["torch"]["onednn"] and m["torch"]["threads"] >= 1 and m["xla_threads"] >= 1
     assert m["peak"]["gflops"] > 0 and m["peak"]["how"]

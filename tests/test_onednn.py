@@ -299,6 +299,36 @@ def test_the_primitive_cache_is_bounded():
 
 
 @needs_onednn
+def test_choices_say_what_each_first_call_chose():
+    """``choices()`` lists each cached problem as the handler received it (a spread data
+    gradient with its strided dx, a chunk with its share of the batch) and its candidates, the
+    kept one first: the fastest in the trial, or the caller's layout within the margin (5% at
+    this size)."""
+    x, w, dy, attrs, (y_ref, dx_ref, _) = _problem(LARGE, seed=8, batch=1)
+    h.assert_close(jaxconv.convolution(x, w, **attrs, lowering="onednn"), y_ref, jnp.float32)
+    (spread, batch), = [s for s in SPREAD if s[0][1] == "NXC" and s[0][0] == 2][:1]
+    sx, sw, sdy, sattrs, (_, sdx_ref, _) = _problem(spread, seed=9, batch=batch)
+    h.assert_close(jaxconv.convolution_backward_data(sdy, sw, sx.shape, **sattrs,
+                                                     lowering="onednn"), sdx_ref, jnp.float32)
+    found = library.choices()
+    forward = [c for c in found if c["kernel"] == "forward" and c["x"] == x.shape]
+    data = [c for c in found if c["kernel"] == "data" and c["x"] == sx.shape]
+    assert forward and data, found
+    assert forward[0]["threading"] == "openmp" and data[0]["threading"] == "single"
+    assert forward[0]["y"] == y_ref.shape and forward[0]["w"] == w.shape
+    assert data[0]["strides"] == tuple(spread[8]) and data[0]["groups"] == spread[3]
+    for c in forward + data:
+        kept, *others = c["candidates"]
+        assert kept["layout"] in ("caller", "any", "blocked") and kept["impl"]
+        assert len({r["layout"] for r in c["candidates"]}) == len(c["candidates"])
+        timed = [r["trial_ms"] for r in c["candidates"] if r["trial_ms"] is not None]
+        assert all(t > 0 for t in timed)
+        if others and kept["trial_ms"] is not None:
+            slack = 1.05 if kept["layout"] == "caller" else 1.0
+            assert kept["trial_ms"] <= slack * min(timed), c
+
+
+@needs_onednn
 @pytest.mark.parametrize("kernel", list(Kernel))
 def test_first_call_never_times_a_reference_implementation(kernel):
     """A 3-channel 7x7 stride-2 stem (resnet_50's conv1, smaller): oneDNN implements its

@@ -321,6 +321,20 @@ def _label(c: models.Convolution) -> str:
     return f"{k}{s}{g} {c.in_channels}->{c.out_channels} {c.input_size[0]}x{c.input_size[1]}"
 
 
+def _choices(prob: benchdnn.Problem, kind: str) -> list[dict[str, Any]]:
+    """What jaxconv's oneDNN handler chose for this row's calls (``library.choices``: its
+    threading, each candidate layout's impl and first-call trial time): the entries of this
+    kernel whose buffers are the row's (NXC / XIO, as ``run.build`` passes them), a chunk's
+    with its share of the batch."""
+    from jaxconv._src.onednn import library
+    kernel = {"fwd": "forward", "dgrad": "data", "wgrad": "weight"}[kind]
+    x = (*prob.input_size, prob.in_channels)
+    y = (*prob.output_size, prob.out_channels)
+    w = (*prob.kernel, prob.in_channels // prob.groups, prob.out_channels)
+    return [c for c in library.choices()
+            if c["kernel"] == kernel and c["x"][1:] == x and c["y"][1:] == y and c["w"] == w]
+
+
 def measure_layers(name: str, batch: int, image: int, reps: int, dtype: Any,
                    batchnorm: bool = True) -> dict[str, Any]:
     """Every distinct convolution of model ``name``: each kernel of a training step, jaxconv
@@ -343,6 +357,7 @@ def measure_layers(name: str, batch: int, image: int, reps: int, dtype: Any,
                          "median_ms": med, "jaxconv_over_torch": med["jaxconv"] / med["torch"],
                          "paired_ratio_range": [paired[0], paired[-1]],
                          "torch_layout": impls["torch"].layout,  # type: ignore[attr-defined]
+                         "onednn_choices": _choices(prob, kind),
                          "problem": {k: v for k, v in prob.__dict__.items()
                                      if k not in ("name", "source")}})
             print(f"  {name:12s} {prob.name:32s} {kind:5s} x{count:<2d} jaxconv "

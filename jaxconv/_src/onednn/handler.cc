@@ -36,6 +36,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -399,6 +400,10 @@ struct Entry {
   FilterMove w_copy;       // in place of from_w where it applies (FilterCopy)
   std::string impl;
   bool on_callers = false;  // the primitive reads and writes the caller's activation layouts
+  Activations where = Activations::kCaller;  // the activation layouts it was created for
+  // What Choose decided, for choices(): the problem, and each candidate's layouts, impl and
+  // best trial time (tab-separated; see Describe).
+  std::string choice;
   // A spread data gradient (Spread): dx's bytes (0 otherwise), and for SpreadCopy dx's and
   // the grid's buffer shapes and byte strides, and the grid's spacing along each buffer axis.
   size_t spread_bytes = 0;
@@ -524,6 +529,7 @@ std::shared_ptr<Entry> WithReorders(std::shared_ptr<Entry> e, const Problem& spr
 std::shared_ptr<Entry> Create(const Problem& spread, Activations where) {
   const Problem p = Spread(spread) ? Unit(spread) : spread;  // the problem the primitive computes
   auto e = std::make_shared<Entry>();
+  e->where = where;
   e->user_x = DataMd(p.x_dims, p.data_axes, p.dtype);
   e->user_y = DataMd(p.y_dims, p.data_axes, p.dtype);
   e->user_w = FilterMd(p);
@@ -632,7 +638,9 @@ dnnl::stream& Stream() {
 // spacing divides i (within the grid), else zero. Every byte of dx is written once, each run
 // of zeros by one memset. (A zero-fill of the whole of dx, then oneDNN's reorder onto the grid,
 // wrote a quarter of a stride-2 2D dx twice: for ResNet-18's projection, per chunk of 4, the
-// fill took 0.20-0.27 ms and the reorder 0.07-0.11 beside the primitive's 0.31-0.36.)
+// fill took 0.20-0.27 ms and the reorder 0.07-0.11 beside the primitive's 0.31-0.36.
+// Streaming stores were faster only into a cold dx: where XLA reused dx's buffer and the next
+// operation read it, the call took 0.66-0.70 ms against 0.60; 2-core AVX-512 Xeon.)
 template <typename T>
 void SpreadCopy(const Entry& e, size_t a, const uint8_t* grid, uint8_t* dx) {
   const int64_t n = e.dx_dims[a], g = e.grid_dims[a], f = e.spacing[a];
@@ -774,6 +782,36 @@ double Seconds(const Entry& e, Kernel k, void* x, void* y, void* w) {
 
 double Macs(const Problem& p);
 
+// Records on found[kept] what Choose decided, one line for choices(): the kernel, the
+// buffers' shapes, strides, dilations, groups and threading ("single": created for one
+// thread, a chunk of the batch or a whole small call; "openmp": oneDNN's team), then per
+// candidate its
+// activation layouts, impl and best trial time in ms ("-" where it was not timed), the kept
+// one first.
+std::shared_ptr<Entry> Describe(const Problem& p, const std::vector<std::shared_ptr<Entry>>& found,
+                                const std::vector<double>& best, const std::vector<bool>& racing,
+                                size_t kept) {
+  static const char* const kernels[] = {"forward", "data", "weight"};
+  static const char* const wheres[] = {"caller", "any", "blocked"};
+  std::ostringstream out;
+  auto list = [&out](const std::vector<int64_t>& v) {
+    for (size_t i = 0; i < v.size(); ++i) out << (i ? "," : "") << v[i];
+    out << '\t';
+  };
+  out << kernels[static_cast<int>(p.kernel)] << '\t';
+  for (const auto* v : {&p.x_dims, &p.y_dims, &p.w_dims, &p.strides, &p.dilations}) list(*v);
+  out << p.groups << '\t' << (p.threads == 1 ? "single" : "openmp");
+  std::vector<size_t> order{kept};
+  for (size_t c = 0; c < found.size(); ++c) if (c != kept) order.push_back(c);
+  for (size_t c : order) {
+    out << '\t' << wheres[static_cast<int>(found[c]->where)] << ' ' << found[c]->impl << ' ';
+    if (c < best.size() && racing[c]) out << best[c] * 1e3;
+    else out << '-';
+  }
+  found[kept]->choice = out.str();
+  return found[kept];
+}
+
 std::shared_ptr<Entry> Choose(const Problem& p) {
   std::vector<std::shared_ptr<Entry>> found;
   for (Activations where : {Activations::kCaller, Activations::kAny, Activations::kBlocked}) {
@@ -796,7 +834,8 @@ std::shared_ptr<Entry> Choose(const Problem& p) {
   }
   const Entry& first = *found.front();
   const size_t bytes = first.user_x.get_size() + first.user_y.get_size() + first.user_w.get_size();
-  if (found.size() == 1 || bytes > kTrialBytes || Reference(first)) return found.front();
+  if (found.size() == 1 || bytes > kTrialBytes || Reference(first))
+    return Describe(p, found, {}, {}, 0);
   // zero-filled, and aligned as XLA's buffers are: the trial times what the calls will get
   const AlignedBytes bx = Allocate(std::max(first.user_x.get_size(), first.spread_bytes), true),
                      by = Allocate(first.user_y.get_size(), true),
@@ -831,11 +870,14 @@ std::shared_ptr<Entry> Choose(const Problem& p) {
   // was chance; the caller's layout needs no reorders of the activations.
   const size_t fastest_at = std::min_element(best.begin(), best.end()) - best.begin();
   const double margin = Macs(p) >= kTrialLargeMacs ? kTrialMarginLarge : kTrialMargin;
+  size_t kept = fastest_at;
   for (size_t c = 0; c < found.size(); ++c) {
-    if (found[c]->on_callers && racing[c] && best[c] <= (1 + margin) * best[fastest_at])
-      return found[c];
+    if (found[c]->on_callers && racing[c] && best[c] <= (1 + margin) * best[fastest_at]) {
+      kept = c;
+      break;
+    }
   }
-  return found[fastest_at];
+  return Describe(p, found, best, racing, kept);
 }
 
 // The bounded LRU cache of primitives (XLA may call a handler from several threads).
@@ -877,6 +919,14 @@ class Cache {
     out[1] = capacity_;
     out[2] = hits_;
     out[3] = misses_;
+  }
+
+  // The cached entries' choices, one line each, most recently used first.
+  std::string Choices() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string out;
+    for (const auto& key : order_) out += map_.at(key).first->choice + '\n';
+    return out;
   }
 
   void Clear() {
@@ -1299,6 +1349,13 @@ int jaxconv_onednn_check_filter_move(int copy, int64_t o, int64_t i, const int64
   if (copy) RunFilterCopy(t, in, got.get());
   else RunFilterTranspose(t, in, got.get());
   return std::memcmp(got.get(), want.get_data_handle(), to.get_size()) == 0 ? 1 : 0;
+}
+// The cache's choices (Cache::Choices) into `out` of `size` bytes, NUL-terminated where it
+// fits; the bytes they need, without the NUL.
+int64_t jaxconv_onednn_choices(char* out, int64_t size) {
+  const std::string text = TheCache().Choices();
+  if (size > static_cast<int64_t>(text.size())) std::memcpy(out, text.c_str(), text.size() + 1);
+  return static_cast<int64_t>(text.size());
 }
 void jaxconv_onednn_set_cache_capacity(int64_t capacity) { TheCache().SetCapacity(capacity); }
 void jaxconv_onednn_clear_cache() { TheCache().Clear(); }

@@ -19,6 +19,7 @@ import os
 import pathlib
 import sys
 import threading
+from typing import Any
 
 from jaxlib import version as jaxlib_version
 
@@ -179,6 +180,41 @@ def cache_stats() -> dict[str, int]:
     out = (ctypes.c_int64 * len(names))()
     _HANDLES[-1].jaxconv_onednn_cache_stats(out)
     return dict(zip(names, (int(v) for v in out)))
+
+
+def choices() -> list[dict[str, Any]]:
+    """What the handler chose for each problem in its primitive cache, most recently used
+    first: ``kernel`` ("forward", "data" or "weight"), the buffers' ``x``, ``y`` and ``w``
+    shapes, ``strides``, ``dilations``, ``groups``, ``threading`` ("openmp": one call on
+    oneDNN's team; "single": one thread's, a chunk of the batch on XLA's pool or a whole small
+    call on the calling thread), and ``candidates``: each
+    implementation's activation layouts ("caller", "any" or "blocked"), oneDNN's impl name and
+    its best first-call trial time in ms (None where it was not timed), the kept one first.
+    Empty when not loaded. For diagnosing a layout choice, as ``ONEDNN_VERBOSE`` shows the
+    calls."""
+    if not status().available:
+        return []
+    fn = _HANDLES[-1].jaxconv_onednn_choices
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_int64]
+    fn.restype = ctypes.c_int64
+    while True:
+        size = fn(None, 0) + 1
+        buf = ctypes.create_string_buffer(size + 4096)  # room for entries added meanwhile
+        if fn(buf, len(buf)) < len(buf):
+            break
+    shape = lambda text: tuple(int(v) for v in text.split(",") if v)  # noqa: E731
+    found = []
+    for line in buf.value.decode().splitlines():
+        kernel, x, y, w, strides, dilations, groups, threading, *candidates = line.split("\t")
+        rows = []
+        for c in candidates:
+            where, rest = c.split(" ", 1)
+            impl, ms = rest.rsplit(" ", 1)
+            rows.append({"layout": where, "impl": impl, "trial_ms": None if ms == "-" else float(ms)})
+        found.append({"kernel": kernel, "x": shape(x), "y": shape(y), "w": shape(w),
+                      "strides": shape(strides), "dilations": shape(dilations),
+                      "groups": int(groups), "threading": threading, "candidates": rows})
+    return found
 
 
 def set_cache_capacity(entries: int) -> None:
