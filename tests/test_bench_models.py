@@ -154,6 +154,34 @@ def test_runner_end_to_end(tmp_path):
     assert out.with_suffix(".png").exists()
 
 
+def test_layer_tables_of_several_processes_pool_their_samples():
+    """``--layer-runs``: each row is the median of every process's samples (not a median of
+    medians), its ratio from those; each process's own ratios, worst row and weighted sum are
+    kept beside the pooled ones."""
+    def table(jax_ms, torch_ms):
+        rows = []
+        for layer, count, j, t in zip(("a", "b"), (3, 1), jax_ms, torch_ms):
+            rows.append({"layer": layer, "kind": "fwd", "count": count, "gflop": 1.0,
+                         "samples_ms": {"jaxconv": j, "torch": t},
+                         "median_ms": {"jaxconv": float(np.median(j)), "torch": float(np.median(t))},
+                         "onednn_choices": []})
+            rows[-1]["jaxconv_over_torch"] = rows[-1]["median_ms"]["jaxconv"] / float(np.median(t))
+        return model_run._summary({"model": "m", "batch": 8, "image": 32, "dtype": "float32"}, rows)
+
+    one = table([[1.0, 2.0, 9.0], [4.0, 4.0, 4.0]], [[2.0, 2.0, 2.0], [5.0, 5.0, 5.0]])
+    two = table([[1.0, 1.0, 1.0], [6.0, 6.0, 6.0]], [[2.0, 2.0, 2.0], [5.0, 5.0, 5.0]])
+    got = model_run._pooled([one, two])
+    a, b = got["rows"]
+    assert a["median_ms"] == {"jaxconv": 1.0, "torch": 2.0}  # median of 1,2,9,1,1,1
+    assert a["jaxconv_over_torch"] == 0.5 and b["jaxconv_over_torch"] == 1.0
+    assert a["process_ratios"] == [1.0, 0.5] and b["process_ratios"] == [0.8, 1.2]
+    assert a["paired_ratio_range"] == [0.5, 4.5] and len(a["samples_ms"]["torch"]) == 6
+    assert got["worst"] == 1.0 and got["worst_per_process"] == [1.0, 1.2]
+    assert got["step_weighted"] == pytest.approx((3 * 1.0 + 5.0) / (3 * 2.0 + 5.0))
+    assert got["step_weighted_per_process"] == [one["step_weighted"], two["step_weighted"]]
+    assert got["processes"] == 2 and got["model"] == "m"
+
+
 def test_bfloat16_table_needs_the_instructions(capsys):
     """The bfloat16 per-layer table is refused, with the reason, where jaxconv's oneDNN does
     not compute bfloat16 on this CPU."""

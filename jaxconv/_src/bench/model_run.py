@@ -30,6 +30,7 @@ Writes JSON (the machine, both oneDNN versions and thread counts included) and a
 
 usage: jaxconv bench models [--models resnet18 ...] [--batch 8] [--reps 5] [--runs 3]
          [--lax-runs 1] [--modes kept default] [--no-batchnorm] [--parts steps layers] [--dtype float32]
+         [--layer-runs 1]
          [--out benchmarks/results/models.json]
 """
 
@@ -328,7 +329,9 @@ def _choices(prob: benchdnn.Problem, kind: str) -> list[dict[str, Any]]:
     with its share of the batch."""
     from jaxconv._src.onednn import library
     kernel = {"fwd": "forward", "dgrad": "data", "wgrad": "weight"}[kind]
-    x = (*prob.input_size, prob.in_channels)
+    grid = kind == "wgrad" and set(prob.kernel) == {1} and max(prob.strides) > 1
+    # (a strided 1x1 weight gradient reaches the handler as the unit-stride one on x's grid)
+    x = (*(prob.output_size if grid else prob.input_size), prob.in_channels)
     y = (*prob.output_size, prob.out_channels)
     w = (*prob.kernel, prob.in_channels // prob.groups, prob.out_channels)
     return [c for c in library.choices()
@@ -355,6 +358,7 @@ def measure_layers(name: str, batch: int, image: int, reps: int, dtype: Any,
             paired = sorted(j / t for j, t in zip(times["jaxconv"], times["torch"]))
             rows.append({"layer": prob.name, "kind": kind, "count": count, "gflop": prob.flops / 1e9,
                          "median_ms": med, "jaxconv_over_torch": med["jaxconv"] / med["torch"],
+                         "samples_ms": {k: [t * 1e3 for t in v] for k, v in times.items()},
                          "paired_ratio_range": [paired[0], paired[-1]],
                          "torch_layout": impls["torch"].layout,  # type: ignore[attr-defined]
                          "onednn_choices": _choices(prob, kind),
@@ -363,14 +367,75 @@ def measure_layers(name: str, batch: int, image: int, reps: int, dtype: Any,
             print(f"  {name:12s} {prob.name:32s} {kind:5s} x{count:<2d} jaxconv "
                   f"{med['jaxconv']:8.3f} ms torch {med['torch']:8.3f} ms "
                   f"ratio {rows[-1]['jaxconv_over_torch']:.2f}", file=sys.stderr, flush=True)
+    return _summary({"model": name, "batch": batch, "image": image,
+                     "dtype": str(np.dtype(dtype))}, rows)
+
+
+def _summary(head: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A model's table: its rows, their sum weighted by each row's count in a step, the worst
+    row, and the convolutions' time per step and GFLOP/s on each side."""
     ours = sum(r["count"] * r["median_ms"]["jaxconv"] for r in rows)
     theirs = sum(r["count"] * r["median_ms"]["torch"] for r in rows)
     flop = sum(r["count"] * r["gflop"] for r in rows)
-    return {"model": name, "batch": batch, "image": image, "dtype": str(np.dtype(dtype)),
-            "rows": rows, "step_weighted": ours / theirs,
+    return {**head, "rows": rows, "step_weighted": ours / theirs,
             "worst": max(r["jaxconv_over_torch"] for r in rows),
             "conv_ms_per_step": {"jaxconv": ours, "torch": theirs},
             "conv_gflops": {"jaxconv": flop / ours * 1e3, "torch": flop / theirs * 1e3}}
+
+
+def _pooled(tables: list[dict[str, Any]]) -> dict[str, Any]:
+    """One model's tables from several processes as one: each row's median over the samples of
+    every process (a process's first-call choices and heap layout hold for all its samples, so
+    one process's table is one draw of them), each process's ratio listed beside it, and the
+    worst row of each process's own table (``worst_per_process``)."""
+    rows = []
+    for parts in zip(*(t["rows"] for t in tables)):
+        samples = {k: [v for p in parts for v in p["samples_ms"][k]] for k in ("jaxconv", "torch")}
+        med = {k: statistics.median(v) for k, v in samples.items()}
+        paired = sorted(j / t for p in parts
+                        for j, t in zip(p["samples_ms"]["jaxconv"], p["samples_ms"]["torch"]))
+        rows.append({**parts[0], "median_ms": med, "samples_ms": samples,
+                     "jaxconv_over_torch": med["jaxconv"] / med["torch"],
+                     "paired_ratio_range": [paired[0], paired[-1]],
+                     "process_ratios": [p["jaxconv_over_torch"] for p in parts],
+                     "onednn_choices": [p["onednn_choices"] for p in parts]})
+    head = {k: v for k, v in tables[0].items() if k in ("model", "batch", "image", "dtype")}
+    return {**_summary(head, rows), "processes": len(tables),
+            "worst_per_process": [t["worst"] for t in tables],
+            "step_weighted_per_process": [t["step_weighted"] for t in tables]}
+
+
+def _layers(args: argparse.Namespace, dtype: Any) -> list[dict[str, Any]]:
+    """The per-layer tables: in this process, or with ``--layer-runs`` N > 1 in N child
+    processes one after another, pooled (``_pooled``)."""
+    def one(name: str) -> dict[str, Any]:
+        return measure_layers(name, args.batch, args.image or models.MODELS[name].image,
+                              args.reps, dtype, not args.no_batchnorm)
+
+    if args.layer_runs <= 1:
+        return [one(m) for m in args.models]
+    from jaxconv._src.onednn import library
+    runs = []
+    for run in range(args.layer_runs):
+        cmd = [sys.executable, "-m", "jaxconv._src.bench.model_run", "--child-layers",
+               "--models", *args.models, "--batch", str(args.batch), "--reps", str(args.reps),
+               "--dtype", args.dtype]
+        if args.image:
+            cmd += ["--image", str(args.image)]
+        if args.no_batchnorm:
+            cmd.append("--no-batchnorm")
+        if args.force_dtype:
+            cmd.append("--force-dtype")
+        print(f"layers: run {run + 1}/{args.layer_runs}", file=sys.stderr, flush=True)
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"models: the layers child failed (exit {done.returncode})")
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        if got["onednn"] != library.status().line():
+            raise RuntimeError(f"models: a child's CPU lowering differs from this process's: "
+                               f"{got['onednn']!r} vs {library.status().line()!r}")
+        runs.append(got["layers"])
+    return [_pooled([r[i] for r in runs]) for i in range(len(args.models))]
 
 
 # --------------------------------------------------------------------------- output
@@ -431,6 +496,10 @@ def _print(result: dict[str, Any]) -> None:
         print(f"{lay['model']:12s} layers ({lay['dtype']}): step-weighted jaxconv/torch "
               f"{lay['step_weighted']:.3f}, worst row {lay['worst']:.2f}; convolutions "
               f"{g['jaxconv']:.0f} GFLOP/s (torch {g['torch']:.0f}) of a {peak:.0f} GFLOP/s peak")
+        if "worst_per_process" in lay:
+            print(f"{'':12s} {lay['processes']} processes pooled; each one's step-weighted "
+                  f"{', '.join(f'{v:.3f}' for v in lay['step_weighted_per_process'])}, worst row "
+                  f"{', '.join(f'{v:.2f}' for v in lay['worst_per_process'])}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -453,11 +522,22 @@ def main(argv: list[str] | None = None) -> int:
                          "or AMX here, or with --force-dtype)")
     ap.add_argument("--force-dtype", action="store_true")
     ap.add_argument("--out", type=pathlib.Path)
+    ap.add_argument("--layer-runs", type=int, default=1,
+                    help="processes for the per-layer table (default 1: this one); from 2, each "
+                         "row is the median of every process's samples, with each process's "
+                         "ratio beside it")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-layers", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--mode", choices=("kept", "default"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(_steps_child(args)))
+        return 0
+    if args.child_layers:
+        host_memory.keep_freed_memory()
+        from jaxconv._src.onednn import library
+        dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
+        print(json.dumps({"onednn": library.status().line(), "layers": _layers(args, dtype)}))
         return 0
     kept_by_call = False
     if "layers" in args.parts:
@@ -483,9 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     if "layers" in args.parts:
         result["layers_memory_kept"] = kept_by_call or host_memory.keeps_freed_memory()
         dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
-        result["layers"] = [measure_layers(m, args.batch, args.image or models.MODELS[m].image,
-                                           args.reps, dtype, not args.no_batchnorm)
-                            for m in args.models]
+        result["layers"] = _layers(args, dtype)
     from jaxconv._src.bench.run import results_dir
     out = args.out or results_dir() / f"models{'-nobn' if args.no_batchnorm else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
