@@ -303,7 +303,9 @@ def test_choices_say_what_each_first_call_chose():
     """``choices()`` lists each cached problem as the handler received it (a spread data
     gradient with its strided dx, a chunk with its share of the batch) and its candidates, the
     kept one first: the fastest in the trial, or the caller's layout within the margin (5% at
-    this size)."""
+    this size). Every candidate of these sub-millisecond problems is timed: a warm-up more than
+    four times the fastest one's drops a candidate only past 20 ms (one slow first run of a
+    faster layout dropped it by chance)."""
     x, w, dy, attrs, (y_ref, dx_ref, _) = _problem(LARGE, seed=8, batch=1)
     h.assert_close(jaxconv.convolution(x, w, **attrs, lowering="onednn"), y_ref, jnp.float32)
     (spread, batch), = [s for s in SPREAD if s[0][1] == "NXC" and s[0][0] == 2][:1]
@@ -323,7 +325,8 @@ def test_choices_say_what_each_first_call_chose():
         assert len({r["layout"] for r in c["candidates"]}) == len(c["candidates"])
         timed = [r["trial_ms"] for r in c["candidates"] if r["trial_ms"] is not None]
         assert all(t > 0 for t in timed)
-        if others and kept["trial_ms"] is not None:
+        if others:  # a trial ran
+            assert len(timed) == len(c["candidates"]), c
             slack = 1.05 if kept["layout"] == "caller" else 1.0
             assert kept["trial_ms"] <= slack * min(timed), c
 

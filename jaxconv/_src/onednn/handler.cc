@@ -764,9 +764,13 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
 // channels, 7x7 stride 2; AVX2) the blocked layouts fell to "ref:any", whose weight gradient
 // took 15 s for N2 against 3-8 ms for "jit:avx2" on the caller's layout, and its three trial
 // runs made the first call of N16 take 95-250 s. A candidate whose warm-up run took over
-// kTrialSlower times the fastest warm-up is not timed further either.
+// kTrialSlower times the fastest warm-up, and over kTrialSlowerFloor seconds, is not timed
+// further either. (Without the floor a sub-millisecond candidate's warm-up, which pays its
+// first run's costs, fell out by chance: in 1 process of 3 each, MobileNetV2's 3x3 depthwise
+// 192-channel data gradient lost its caller's layout, 0.86 ms a call against 0.56, and a 1x1
+// 64 -> 384 forward its brgconv_1x1 kernel, 0.51 against 0.37; 2-core AVX-512 Xeon.)
 constexpr size_t kTrialBytes = size_t{1} << 29;
-constexpr double kTrialSlower = 4.0;
+constexpr double kTrialSlower = 4.0, kTrialSlowerFloor = 0.02;
 constexpr int kTrialRounds = 3, kTrialMaxRounds = 25;
 constexpr double kTrialSeconds = 0.01, kTrialMargin = 0.05, kTrialLargeMacs = 2.68e8,
                  kTrialMarginLarge = 0.01;
@@ -848,7 +852,8 @@ std::shared_ptr<Entry> Choose(const Problem& p) {
   const double fastest = *std::min_element(best.begin(), best.end());
   std::vector<bool> racing(found.size());
   for (size_t c = 0; c < found.size(); ++c) {
-    racing[c] = best[c] <= kTrialSlower * fastest;  // else out, with its warm-up time
+    // else out, with its warm-up time
+    racing[c] = best[c] <= kTrialSlower * fastest || best[c] <= kTrialSlowerFloor;
     if (racing[c]) best[c] = 1e300;
   }
   std::vector<double> spent(found.size(), 0.0);
