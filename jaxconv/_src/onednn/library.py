@@ -202,15 +202,18 @@ def choices() -> list[dict[str, Any]]:
         buf = ctypes.create_string_buffer(size + 4096)  # room for entries added meanwhile
         if fn(buf, len(buf)) < len(buf):
             break
-    shape = lambda text: tuple(int(v) for v in text.split(",") if v)  # noqa: E731
+    def shape(text: str) -> tuple[int, ...]:
+        return tuple(int(v) for v in text.split(",") if v)
+
     found = []
     for line in buf.value.decode().splitlines():
         kernel, x, y, w, strides, dilations, groups, threading, *candidates = line.split("\t")
-        rows = []
+        rows: list[dict[str, Any]] = []
         for c in candidates:
             where, rest = c.split(" ", 1)
             impl, ms = rest.rsplit(" ", 1)
-            rows.append({"layout": where, "impl": impl, "trial_ms": None if ms == "-" else float(ms)})
+            rows.append({"layout": where, "impl": impl,
+                         "trial_ms": None if ms == "-" else float(ms)})
         found.append({"kernel": kernel, "x": shape(x), "y": shape(y), "w": shape(w),
                       "strides": shape(strides), "dilations": shape(dilations),
                       "groups": int(groups), "threading": threading, "candidates": rows})
