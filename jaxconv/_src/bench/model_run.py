@@ -358,7 +358,7 @@ def measure_layers(name: str, batch: int, image: int, reps: int, dtype: Any,
             paired = sorted(j / t for j, t in zip(times["jaxconv"], times["torch"]))
             rows.append({"layer": prob.name, "kind": kind, "count": count, "gflop": prob.flops / 1e9,
                          "median_ms": med, "jaxconv_over_torch": med["jaxconv"] / med["torch"],
-                         "samples_ms": {k: [t * 1e3 for t in v] for k, v in times.items()},
+                         "samples_ms": {k: [round(t * 1e3, 4) for t in v] for k, v in times.items()},
                          "paired_ratio_range": [paired[0], paired[-1]],
                          "torch_layout": impls["torch"].layout,  # type: ignore[attr-defined]
                          "onednn_choices": _choices(prob, kind),
