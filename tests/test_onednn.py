@@ -191,6 +191,24 @@ def test_strided_1x1_data_gradient_spreads_onto_dx(m, batch):
 
 
 @needs_onednn
+@pytest.mark.parametrize("pads", [0, 1], ids=["unpadded", "padded"])
+def test_strided_1x1_weight_gradient_hands_the_stride_to_onednn_on_avx512(pads):
+    """A strided 1x1 weight gradient with trailing rows no window reads equals torch's. On
+    AVX-512 without pads x reaches oneDNN whole, its stride with it; otherwise (pads, or AVX2,
+    whose 1x1 kernel miscomputed with unread rows) x's grid is taken in the program first."""
+    m = (2, "NXC", "XIO", 1, 32, 48, (25, 23), (1, 1), (3, 2), (1, 1), (pads, pads), (pads, 0))
+    x, w, dy, attrs, (_, _, dw_ref) = _problem(m, seed=10, batch=4)
+    op = jax.jit(lambda x, dy: jaxconv.convolution_backprop_filters(x, dy, w.shape, **attrs,
+                                                                    lowering="onednn"))
+    h.assert_close(op(x, dy), dw_ref, jnp.float32)
+    program = op.lower(x, dy).as_text()
+    whole = f"tensor<{'x'.join(map(str, x.shape))}xf32>"
+    call = [line for line in program.splitlines() if library.TARGETS["weight"] in line]
+    assert len(call) == 1
+    assert (whole in call[0].split("->")[0]) == (library.status().avx512 and pads == 0), call
+
+
+@needs_onednn
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("m", [MATRIX[1], MATRIX[3], MATRIX[4]], ids=[IDS[1], IDS[3], IDS[4]])
 def test_16_bit_dtypes_run_in_onednn_where_this_cpu_has_them(m, dtype):
