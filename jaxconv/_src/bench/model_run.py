@@ -326,16 +326,15 @@ def _choices(prob: benchdnn.Problem, kind: str) -> list[dict[str, Any]]:
     """What jaxconv's oneDNN handler chose for this row's calls (``library.choices``: its
     threading, each candidate layout's impl and first-call trial time): the entries of this
     kernel whose buffers are the row's (NXC / XIO, as ``run.build`` passes them), a chunk's
-    with its share of the batch."""
+    with its share of the batch. x is matched whole or as the output-sized grid a strided 1x1
+    weight gradient may reach the handler as (which of the two is the lowering's choice)."""
     from jaxconv._src.onednn import library
     kernel = {"fwd": "forward", "dgrad": "data", "wgrad": "weight"}[kind]
-    grid = kind == "wgrad" and set(prob.kernel) == {1} and max(prob.strides) > 1
-    # (a strided 1x1 weight gradient reaches the handler as the unit-stride one on x's grid)
-    x = (*(prob.output_size if grid else prob.input_size), prob.in_channels)
+    xs = {(*prob.input_size, prob.in_channels), (*prob.output_size, prob.in_channels)}
     y = (*prob.output_size, prob.out_channels)
     w = (*prob.kernel, prob.in_channels // prob.groups, prob.out_channels)
     return [c for c in library.choices()
-            if c["kernel"] == kernel and c["x"][1:] == x and c["y"][1:] == y and c["w"] == w]
+            if c["kernel"] == kernel and c["x"][1:] in xs and c["y"][1:] == y and c["w"] == w]
 
 
 def measure_layers(name: str, batch: int, image: int, reps: int, dtype: Any,

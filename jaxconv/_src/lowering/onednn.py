@@ -79,7 +79,8 @@ def _grid_of_1x1(p: ConvProblem) -> bool:
 # elements unread): ResNet-18's projections at batch 8 (64 -> 128 at 56x56, 128 -> 256 at 28x28)
 # took 0.43 and 0.40-0.42 ms against 0.64 and 0.55-0.56 on the grid copied by XLA (torch 0.50-0.52
 # and 0.50-0.52 in the same processes), ResNet-50's 256 -> 512 at 40x40 2.99-3.18 against
-# 3.16-3.21 (2-core AVX-512 Xeon). With pads it left that kernel for the generic one.
+# 3.16-3.21 (2-core AVX-512 Xeon; not timed on AVX-512 EPYCs, whose correctness the lowering
+# matrix checks where the tests run). With pads it left that kernel for the generic one.
 def _strided_1x1_in_onednn(p: ConvProblem) -> bool:
     return (_grid_of_1x1(p) and not any(p.pads_begin) and not any(p.pads_end)
             and library.status().avx512)

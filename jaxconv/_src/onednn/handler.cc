@@ -789,9 +789,8 @@ double Macs(const Problem& p);
 // Records on found[kept] what Choose decided, one line for choices(): the kernel, the
 // buffers' shapes, strides, dilations, groups and threading ("single": created for one
 // thread, a chunk of the batch or a whole small call; "openmp": oneDNN's team), then per
-// candidate its
-// activation layouts, impl and best trial time in ms ("-" where it was not timed), the kept
-// one first.
+// candidate its activation layouts, impl and best trial time in ms ("-" where it was not
+// timed), the kept one first.
 std::shared_ptr<Entry> Describe(const Problem& p, const std::vector<std::shared_ptr<Entry>>& found,
                                 const std::vector<double>& best, const std::vector<bool>& racing,
                                 size_t kept) {

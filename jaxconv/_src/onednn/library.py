@@ -187,11 +187,10 @@ def choices() -> list[dict[str, Any]]:
     first: ``kernel`` ("forward", "data" or "weight"), the buffers' ``x``, ``y`` and ``w``
     shapes, ``strides``, ``dilations``, ``groups``, ``threading`` ("openmp": one call on
     oneDNN's team; "single": one thread's, a chunk of the batch on XLA's pool or a whole small
-    call on the calling thread), and ``candidates``: each
-    implementation's activation layouts ("caller", "any" or "blocked"), oneDNN's impl name and
-    its best first-call trial time in ms (None where it was not timed), the kept one first.
-    Empty when not loaded. For diagnosing a layout choice, as ``ONEDNN_VERBOSE`` shows the
-    calls."""
+    call on the calling thread), and ``candidates``: each implementation's activation layouts
+    ("caller", "any" or "blocked"), oneDNN's impl name and its best first-call trial time in
+    ms (None where it was not timed), the kept one first. Empty when not loaded. For
+    diagnosing a layout choice, as ``ONEDNN_VERBOSE`` shows the calls."""
     if not status().available:
         return []
     fn = _HANDLES[-1].jaxconv_onednn_choices
@@ -202,6 +201,7 @@ def choices() -> list[dict[str, Any]]:
         buf = ctypes.create_string_buffer(size + 4096)  # room for entries added meanwhile
         if fn(buf, len(buf)) < len(buf):
             break
+
     def shape(text: str) -> tuple[int, ...]:
         return tuple(int(v) for v in text.split(",") if v)
 
