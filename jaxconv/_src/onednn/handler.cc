@@ -193,32 +193,43 @@ const OpenMp& Omp() {
 }
 
 // jaxconv's own moves of a filter between the caller's XIO layout (O innermost, then I, then
-// the spatial axes: flax's HWIO) and oneDNN's 16x16-blocked layouts, where oneDNN 3.2's
-// reorders of those directions were slow (2-core AVX-512 Xeon, 2 threads):
-// - into a forward's or data gradient's ABcd16a16b (I innermost in each block): a transpose of
-//   each block (FilterTranspose). oneDNN's took 0.73 ms for a 3x3 512 -> 512 filter against
-//   0.39 from torch's OIHW: ResNet-18's layer-4 data gradient ran at 1.07x torch's time. This
-//   one (AVX-512 register transposes on oneDNN's OpenMP team, one thread per range of I
-//   blocks, each reading its rows in order, the block after next prefetched, streaming stores)
-//   took 0.50 ms a call in a loop whose filter XLA wrote afresh each call, oneDNN's 1.2.
-// - out of a weight gradient's ABcd16b16a (O innermost in each block, as in XIO): a copy of
-//   64-byte rows (FilterCopy). oneDNN's took 0.05-0.09 ms for the 128 x 64 filter of
-//   ResNet-18's 1x1 stride-2 weight gradient, a 0.38 ms primitive; torch's reorder of the same
-//   filter after its primitive 0.007 (ONEDNN_VERBOSE on both sides).
+// the spatial axes: flax's HWIO) and oneDNN's blocked layouts, where oneDNN 3.2's reorders of
+// those directions were slow (2-core AVX-512 Xeon, 2 threads):
+// - into a forward's or data gradient's layout with I innermost in each tile (ABcd16a16b,
+//   ...): a transpose of each 16x16 tile (FilterTranspose). oneDNN's took 0.73 ms for a 3x3
+//   512 -> 512 filter against 0.39 from torch's OIHW: ResNet-18's layer-4 data gradient ran
+//   at 1.07x torch's time. This one (AVX-512 register transposes on oneDNN's OpenMP team,
+//   one thread per range of I tiles, each reading its rows in order, the tile after next
+//   prefetched, streaming stores) took 0.50 ms a call in a loop whose filter XLA wrote
+//   afresh each call, oneDNN's 1.2.
+// - out of a weight gradient's layout with O innermost in each tile (ABcd16b16a, ...): a
+//   copy of 64-byte rows in XIO's order (FilterCopy), each row of XIO written start to end.
+//   oneDNN's took 0.05-0.09 ms for the 128 x 64 filter of ResNet-18's 1x1 stride-2 weight
+//   gradient, a 0.38 ms primitive; torch's reorder of the same filter after its primitive
+//   0.007 (ONEDNN_VERBOSE on both sides). In the blocked side's order (16 rows of a tile
+//   2-8 KB apart in XIO) the copy lost to oneDNN's reorder from 1 MiB on: 0.89 against
+//   0.73 ms on the 3x3x3 512 -> 256 filter; in XIO's order 0.63, with streaming stores 0.53.
 struct FilterMove {
   bool on = false;
   int64_t o = 0, i = 0;                   // channels, multiples of 16
   std::vector<int64_t> taps;              // the filter's spatial extents
   std::vector<int64_t> xio_tap, blk_tap;  // each spatial axis's stride (elements) on each side
   int64_t xio_i = 0;                      // XIO's stride of I (O's is 1)
-  int64_t blk_o = 0, blk_i = 0;           // the blocked side's strides of O's and I's blocks
+  // the blocked side's offset of (o, i) at tap offset 0 is o_off[o] + i_off[i] (tables made
+  // with the plan: divisions per 64-byte row took the copy of a 14 MB filter from 0.53 ms to
+  // 1.0)
+  std::vector<int64_t> o_off, i_off;
+  int64_t tile_o = 0;  // the blocked side's stride of O within a tile
 };
 
-// The plan of a move between `xio` (the caller's filter) and `blk` (the primitive's) whose 16x16
-// blocks nest the dims `idxs` ({0, 1}: I innermost; {1, 0}: O innermost), or one that is off
-// where it does not apply (oneDNN's reorder then runs).
-FilterMove PlanFilterMove(const memory::desc& xio, const memory::desc& blk,
-                          const memory::dims& idxs) {
+// The plan of a move between `xio` (the caller's filter) and `blk` (the primitive's), whose
+// tiles block both O and I by multiples of 16, I innermost (`i_inner`: the transpose's) or O
+// innermost (the copy's); or one that is off where it does not apply (oneDNN's reorder then
+// runs). Where only I is blocked (brgconv's Bcdea32b, Bcda64b, ...), oneDNN's reorder from
+// XIO was the faster: 0.75 ms against 0.86 (3x3x3 512 -> 256), 0.50 against 0.58 (3x3
+// 512 -> 512), 0.05 against 0.10 (1x1 1024 -> 256), in streaming stores or not, 16 or 32
+// channels of I at a time; 2-core AVX-512 Xeon.
+FilterMove PlanFilterMove(const memory::desc& xio, const memory::desc& blk, bool i_inner) {
   FilterMove t;
   const int n = xio.get_ndims();
   if (xio.get_data_type() != memory::data_type::f32 || blk.get_data_type() != xio.get_data_type()
@@ -226,9 +237,14 @@ FilterMove PlanFilterMove(const memory::desc& xio, const memory::desc& blk,
     return t;
   if (xio.get_format_kind() != memory::format_kind::blocked ||
       blk.get_format_kind() != memory::format_kind::blocked || xio.get_inner_nblks() != 0 ||
-      blk.get_inner_nblks() != 2 || blk.get_inner_blks() != memory::dims{16, 16} ||
-      blk.get_inner_idxs() != idxs || blk.get_padded_dims() != blk.get_dims() ||
-      blk.get_submemory_offset() != 0 || xio.get_submemory_offset() != 0)
+      blk.get_padded_dims() != blk.get_dims() || blk.get_submemory_offset() != 0 ||
+      xio.get_submemory_offset() != 0)
+    return t;
+  const int nblks = blk.get_inner_nblks();
+  const memory::dims idxs = blk.get_inner_idxs(), blks = blk.get_inner_blks();
+  const int64_t inner_dim = i_inner ? 1 : 0;
+  if (nblks != 2 || idxs[0] != 1 - inner_dim || idxs[1] != inner_dim || blks[0] % 16 != 0 ||
+      blks[1] % 16 != 0)
     return t;
   const memory::dims dims = xio.get_dims(), xs = xio.get_strides(), bs = blk.get_strides();
   if (dims != blk.get_dims() || dims[0] % 16 != 0 || dims[1] % 16 != 0 || xs[0] != 1 ||
@@ -237,8 +253,13 @@ FilterMove PlanFilterMove(const memory::desc& xio, const memory::desc& blk,
   t.o = dims[0];
   t.i = dims[1];
   t.xio_i = xs[1];
-  t.blk_o = bs[0];
-  t.blk_i = bs[1];
+  // O's and I's blocks within a tile, the innermost one's index varying fastest
+  const int64_t bo = blks[i_inner ? 0 : 1], bi = blks[i_inner ? 1 : 0];
+  t.tile_o = i_inner ? bi : 1;
+  for (int64_t oc = 0; oc < t.o; ++oc)
+    t.o_off.push_back((oc / bo) * bs[0] + (oc % bo) * (i_inner ? bi : 1));
+  for (int64_t ic = 0; ic < t.i; ++ic)
+    t.i_off.push_back((ic / bi) * bs[1] + (ic % bi) * (i_inner ? 1 : bo));
   for (int a = 2; a < n; ++a) {
     t.taps.push_back(dims[a]);
     t.xio_tap.push_back(xs[a]);
@@ -291,43 +312,69 @@ __attribute__((target("avx512f"))) inline void Transpose16(const __m512* r, __m5
   }
 }
 
-// FilterTranspose's I blocks [ib0, ib1) of every tap:
-// blk[ob, ib, tap][a][b] = xio[tap][ib*16 + b][ob*16 + a].
+// FilterTranspose's I tiles [ib0, ib1) (16 channels each) of every tap: the 16 I values of
+// (o, ib*16 .. ib*16 + 15) are contiguous on the blocked side, XIO's row ib*16 + b holds the
+// 16 O values (ob*16 .. ob*16 + 15, b).
 __attribute__((target("avx512f"))) void TransposeBlocks(const FilterMove& t, const float* src,
                                                         float* dst, int64_t ib0, int64_t ib1) {
+  // the plan's fields in locals: a vector store may alias anything, so read through `t` each
+  // would be read again after every store (0.70 ms against 0.61 for a 14 MB filter)
+  const int64_t tiles_o = t.o / 16, xio_i = t.xio_i, tile_o = t.tile_o;
+  const int64_t *o_off = t.o_off.data(), *i_off = t.i_off.data();
   __m512 r[16], w[16];
   for (int64_t tap = 0, n = Taps(t); tap < n; ++tap) {
     int64_t s_off, d_off;
     TapOffsets(t, tap, s_off, d_off);
     for (int64_t ib = ib0; ib < ib1; ++ib)
-      for (int64_t ob = 0; ob < t.o / 16; ++ob) {
-        const float* in = src + s_off + ib * 16 * t.xio_i + ob * 16;
-        // the block after next, into L1 (a prefetch past the rows' end never faults): 0.50 ms
+      for (int64_t ob = 0; ob < tiles_o; ++ob) {
+        const float* in = src + s_off + ib * 16 * xio_i + ob * 16;
+        // the tile after next, into L1 (a prefetch past the rows' end never faults): 0.50 ms
         // a call against 0.73 without, for a filter fresh from XLA each call (3x3 512 -> 512)
         for (int b = 0; b < 16; ++b)
-          _mm_prefetch(reinterpret_cast<const char*>(in + 32 + b * t.xio_i), _MM_HINT_T0);
-        for (int b = 0; b < 16; ++b) r[b] = _mm512_loadu_ps(in + b * t.xio_i);
+          _mm_prefetch(reinterpret_cast<const char*>(in + 32 + b * xio_i), _MM_HINT_T0);
+        for (int b = 0; b < 16; ++b) r[b] = _mm512_loadu_ps(in + b * xio_i);
         Transpose16(r, w);
-        float* out = dst + d_off + ib * t.blk_i + ob * t.blk_o;
-        for (int a = 0; a < 16; ++a) _mm512_stream_ps(out + a * 16, w[a]);
+        // the 16 O of a tile lie in one O block, tile_o apart
+        float* out = dst + d_off + i_off[ib * 16] + o_off[ob * 16];
+        for (int a = 0; a < 16; ++a) _mm512_stream_ps(out + a * tile_o, w[a]);
       }
   }
   _mm_sfence();  // the streaming stores are visible before the primitive reads the filter
 }
 
-// FilterCopy's O blocks [ob0, ob1) of every tap:
-// xio[tap][ib*16 + b][ob*16 + a] = blk[ob, ib, tap][b][a].
-void CopyBlocks(const FilterMove& t, const float* src, float* dst, int64_t ob0, int64_t ob1) {
+// FilterCopy's I tiles [ib0, ib1) of every tap, in XIO's order: row i of a tap takes its 16
+// O values (ob*16 .. ob*16 + 15, i) from the blocked side, where they are contiguous.
+void CopyRows(const FilterMove& t, const float* src, float* dst, int64_t ib0, int64_t ib1) {
+  const int64_t o = t.o, xio_i = t.xio_i;  // in locals, as in TransposeBlocks
+  const int64_t *o_off = t.o_off.data(), *i_off = t.i_off.data();
   for (int64_t tap = 0, n = Taps(t); tap < n; ++tap) {
     int64_t d_off, s_off;
     TapOffsets(t, tap, d_off, s_off);
-    for (int64_t ob = ob0; ob < ob1; ++ob)
-      for (int64_t ib = 0; ib < t.i / 16; ++ib) {
-        const float* in = src + s_off + ob * t.blk_o + ib * t.blk_i;
-        float* out = dst + d_off + ib * 16 * t.xio_i + ob * 16;
-        for (int b = 0; b < 16; ++b) std::memcpy(out + b * t.xio_i, in + b * 16, 16 * sizeof(float));
-      }
+    for (int64_t ic = ib0 * 16; ic < ib1 * 16; ++ic) {
+      float* out = dst + d_off + ic * xio_i;
+      const float* in = src + s_off + i_off[ic];
+      for (int64_t oc = 0; oc < o; oc += 16)
+        std::memcpy(out + oc, in + o_off[oc], 16 * sizeof(float));
+    }
   }
+}
+
+// CopyRows by streaming stores, into a 64-byte aligned dst.
+__attribute__((target("avx512f"))) void StreamRows(const FilterMove& t, const float* src,
+                                                   float* dst, int64_t ib0, int64_t ib1) {
+  const int64_t o = t.o, xio_i = t.xio_i;
+  const int64_t *o_off = t.o_off.data(), *i_off = t.i_off.data();
+  for (int64_t tap = 0, n = Taps(t); tap < n; ++tap) {
+    int64_t d_off, s_off;
+    TapOffsets(t, tap, d_off, s_off);
+    for (int64_t ic = ib0 * 16; ic < ib1 * 16; ++ic) {
+      float* out = dst + d_off + ic * xio_i;
+      const float* in = src + s_off + i_off[ic];
+      for (int64_t oc = 0; oc < o; oc += 16)
+        _mm512_stream_ps(out + oc, _mm512_loadu_ps(in + o_off[oc]));
+    }
+  }
+  _mm_sfence();  // the streaming stores are visible before XLA's next operation reads them
 }
 
 using BlockRange = void (*)(const FilterMove&, const float*, float*, int64_t, int64_t);
@@ -358,11 +405,11 @@ void RunMove(BlockRange range, const FilterMove& t, const void* src, void* dst, 
 std::atomic<int64_t> filter_transposes{0}, filter_copies{0};  // calls that ran them, for the tests
 
 FilterMove PlanFilterTranspose(const memory::desc& xio, const memory::desc& blk) {
-  return __builtin_cpu_supports("avx512f") ? PlanFilterMove(xio, blk, {0, 1}) : FilterMove();
+  return __builtin_cpu_supports("avx512f") ? PlanFilterMove(xio, blk, true) : FilterMove();
 }
 
 FilterMove PlanFilterCopy(const memory::desc& blk, const memory::desc& xio) {
-  return PlanFilterMove(xio, blk, {1, 0});
+  return PlanFilterMove(xio, blk, false);
 }
 
 // The filters the handler transposes itself: from 1 MiB, where its gain was measured (3x3
@@ -378,12 +425,19 @@ void RunFilterTranspose(const FilterMove& t, const void* src, void* dst) {
 }
 
 // The copy of plan `t` from src (blocked) into dst (XIO): a filter under kFilterCopyTeamBytes
-// on the calling thread, a larger one on its OpenMP team.
+// on the calling thread, a larger one on its OpenMP team; from kFilterCopyStreamBytes by
+// streaming stores (on AVX-512, into an aligned dst). On the 2-core AVX-512 Xeon (2 MiB of L2
+// a core) streaming took 0.53 ms against 0.63 on the 3x3x3 512 -> 256 filter (14 MB), 0.35
+// against 0.41 on the 3x3 512 -> 512 (9.4 MB), but 0.27 against 0.23 on a 4 MiB 1x1 2048 ->
+// 512, each followed by a read of the whole filter as XLA's next operation would.
 constexpr int64_t kFilterCopyTeamBytes = int64_t{1} << 20;
+constexpr int64_t kFilterCopyStreamBytes = int64_t{8} << 20;
 void RunFilterCopy(const FilterMove& t, const void* src, void* dst) {
   ++filter_copies;
   const int64_t bytes = t.o * t.i * Taps(t) * static_cast<int64_t>(sizeof(float));
-  RunMove(CopyBlocks, t, src, dst, t.o / 16, bytes >= kFilterCopyTeamBytes);
+  const bool stream = bytes >= kFilterCopyStreamBytes && __builtin_cpu_supports("avx512f") &&
+                      reinterpret_cast<uintptr_t>(dst) % 64 == 0;
+  RunMove(stream ? StreamRows : CopyRows, t, src, dst, t.i / 16, bytes >= kFilterCopyTeamBytes);
 }
 
 // One cached primitive: its descriptors, and whether each operand needs a reorder.
@@ -1317,12 +1371,34 @@ void jaxconv_onednn_cache_stats(int64_t* out) {
 }
 // jaxconv's own move of a filter between the caller's XIO layout and oneDNN's blocked one
 // against oneDNN's reorder of the same values (the oracle), for an O x I filter with `taps`
-// spatial extents (1 to 3 of them): `copy` 0, FilterTranspose (XIO into ABcd16a16b); 1,
-// FilterCopy (ABcd16b16a into XIO). 1 where the two outputs are equal bit for bit, 0 where
-// not, -1 where the plan does not apply.
-int jaxconv_onednn_check_filter_move(int copy, int64_t o, int64_t i, const int64_t* taps,
-                                     int n) {
+// spatial extents (1 to 3 of them) and the blocked layout's inner blocks `blocks` ("16a16b",
+// "32b", ...: I innermost, FilterTranspose from XIO; "16b16a", ...: O innermost, FilterCopy
+// into XIO). 1 where the two outputs are equal bit for bit, 0 where not, -1 where the plan
+// does not apply (or oneDNN has no such layout).
+int jaxconv_onednn_check_filter_move(const char* blocks, int64_t o, int64_t i,
+                                     const int64_t* taps, int n) {
   if (n < 1 || n > 3) return -1;
+  using tag = memory::format_tag;
+  struct Layout {
+    const char* blocks;
+    tag tags[3];  // 1D, 2D, 3D filters
+  };
+  static const Layout layouts[] = {
+      {"16a16b", {tag::ABc16a16b, tag::ABcd16a16b, tag::ABcde16a16b}},
+      {"32a32b", {tag::ABc32a32b, tag::ABcd32a32b, tag::ABcde32a32b}},
+      {"16b", {tag::Bca16b, tag::Bcda16b, tag::Bcdea16b}},
+      {"32b", {tag::Bca32b, tag::Bcda32b, tag::Bcdea32b}},
+      {"48b", {tag::Bca48b, tag::Bcda48b, tag::Bcdea48b}},
+      {"64b", {tag::Bca64b, tag::Bcda64b, tag::Bcdea64b}},
+      {"16b16a", {tag::ABc16b16a, tag::ABcd16b16a, tag::ABcde16b16a}},
+      {"16b32a", {tag::ABc16b32a, tag::ABcd16b32a, tag::ABcde16b32a}},
+      {"16b64a", {tag::ABc16b64a, tag::ABcd16b64a, tag::ABcde16b64a}},
+  };
+  const Layout* layout = nullptr;
+  for (const Layout& l : layouts)
+    if (std::string_view(l.blocks) == blocks) layout = &l;
+  if (layout == nullptr) return -1;
+  const bool copy = std::string_view(blocks).back() == 'a';
   memory::dims dims = {o, i};
   for (int a = 0; a < n; ++a) dims.push_back(taps[a]);
   memory::dims strides(dims.size());  // O innermost, then I, then the spatial axes
@@ -1334,10 +1410,7 @@ int jaxconv_onednn_check_filter_move(int copy, int64_t o, int64_t i, const int64
     size *= dims[a];
   }
   const memory::desc xio(dims, memory::data_type::f32, strides);
-  using tag = memory::format_tag;
-  const tag transposed[] = {tag::ABc16a16b, tag::ABcd16a16b, tag::ABcde16a16b};
-  const tag copied[] = {tag::ABc16b16a, tag::ABcd16b16a, tag::ABcde16b16a};
-  const memory::desc blocked(dims, memory::data_type::f32, copy ? copied[n - 1] : transposed[n - 1]);
+  const memory::desc blocked(dims, memory::data_type::f32, layout->tags[n - 1]);
   const memory::desc& from = copy ? blocked : xio;
   const memory::desc& to = copy ? xio : blocked;
   const FilterMove t = copy ? PlanFilterCopy(from, to) : PlanFilterTranspose(from, to);

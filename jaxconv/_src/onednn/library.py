@@ -148,21 +148,29 @@ def why_not(p: ConvProblem) -> str | None:
     return None
 
 
-def check_filter_move(kind: str, o: int, i: int, taps: tuple[int, ...]) -> bool | None:
+def check_filter_move(blocks: str, o: int, i: int, taps: tuple[int, ...]) -> bool | None:
     """The handler's own move of an ``o`` x ``i`` filter with spatial extents ``taps`` between
-    the caller's XIO layout and oneDNN's blocked one, against oneDNN's reorder of the same
-    values: ``kind`` "transpose" (XIO into ABcd16a16b, a forward's or data gradient's input)
-    or "copy" (ABcd16b16a into XIO, a weight gradient's output). Whether the two agree bit for
-    bit, or None where the move does not apply (channels not multiples of 16; the transpose on
-    a CPU without AVX-512) or the library is not loaded. For the tests."""
-    if kind not in ("transpose", "copy"):
-        raise ValueError(f"check_filter_move: kind must be 'transpose' or 'copy', got {kind!r}")
+    the caller's XIO layout and a oneDNN blocked one, against oneDNN's reorder of the same
+    values. ``blocks`` names the blocked layout's inner blocks as oneDNN's format tags do:
+    O x I tiles with I innermost ("16a16b", "32a32b": the transpose from XIO, a forward's or
+    data gradient's input) or O innermost ("16b16a", "16b32a", "16b64a": the copy into XIO, a
+    weight gradient's output), or I blocked alone ("16b", "32b", "48b", "64b", where the
+    handler keeps oneDNN's reorder). Whether the two agree bit for bit, or None where the move
+    does not apply (channels that do not fill the tiles; I blocked alone; the transpose on a
+    CPU without AVX-512) or the library is not loaded. For the tests.
+
+    Raises:
+      ValueError: ``blocks`` is not one of those.
+    """
+    known = ("16a16b", "32a32b", "16b", "32b", "48b", "64b", "16b16a", "16b32a", "16b64a")
+    if blocks not in known:
+        raise ValueError(f"check_filter_move: blocks must be one of {known}, got {blocks!r}")
     if not status().available:
         return None
     fn = _HANDLES[-1].jaxconv_onednn_check_filter_move
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64),
-                   ctypes.c_int]
-    got = fn(int(kind == "copy"), o, i, (ctypes.c_int64 * max(1, len(taps)))(*taps), len(taps))
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64,
+                   ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
+    got = fn(blocks.encode(), o, i, (ctypes.c_int64 * max(1, len(taps)))(*taps), len(taps))
     return None if got < 0 else bool(got)
 
 
