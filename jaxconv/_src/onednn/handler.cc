@@ -1081,10 +1081,12 @@ double Work(const Problem& p) {
 // one call, torch 13.5; the 1x1 2048 -> 512 data gradient 8.6 -> 7.0, torch 7.4).
 int64_t Chunks(const Problem& p, ffi::ThreadPool& pool) {
   if (!Omp().ok() || p.data_axes[0] != 0) return 0;
-  // (weight gradients by their multiply-adds only: MobileNetV2's depthwise one above took 0.35
-  // ms as one OpenMP call, oneDNN 3.2 reordering x and dy into its blocked layout, against 0.19
-  // whole on one thread; torch 0.16)
-  if (p.kernel == Kernel::kWeight) return Macs(p) >= kMinChunkMacs ? 0 : 1;
+  // (a weight gradient by its bytes too, since the layout trial keeps the caller's layout
+  // where that is faster: MobileNetV2's 3x3 stride-2 depthwise 576 -> 576 one above, 2.0e6
+  // multiply-adds and 4.5 MB, took 0.19 ms whole on one thread, 0.09 as one OpenMP call on
+  // the caller's layout, torch 0.17; before the trial oneDNN 3.2 reordered x and dy into its
+  // blocked layout, 0.35 ms)
+  if (p.kernel == Kernel::kWeight) return Work(p) >= 1 ? 0 : 1;
   const double work = Work(p);
   const int64_t by_work = std::max<int64_t>(1, static_cast<int64_t>(work));
   const int64_t n = std::min<int64_t>({pool.num_threads(), p.x_dims[0], by_work});
@@ -1101,7 +1103,7 @@ struct Job {  // shared by the caller and its tasks
   std::atomic<int64_t> next{0};
   std::mutex mu;
   std::condition_variable cv;
-  int64_t finished = 0;
+  std::atomic<int64_t> finished{0};  // read without the lock by the spinning caller
   std::exception_ptr error;
 };
 
@@ -1142,9 +1144,16 @@ void Work(const std::shared_ptr<Job>& job) {
   for (int64_t i; (i = job->next.fetch_add(1)) < job->chunks;) {
     RunChunk(*job, i);
     std::lock_guard<std::mutex> lock(job->mu);
-    if (++job->finished == job->chunks) job->cv.notify_all();
+    if (job->finished.fetch_add(1) + 1 == job->chunks) job->cv.notify_all();
   }
 }
+
+// The caller's chunk ends about when the others do, the chunks being equal: it spins for
+// them up to kSpin before it sleeps. A sleeping thread's wake-up on a VM (an interrupt to a
+// halted virtual CPU) took 50-120 us: MobileNetV2's 3x3 depthwise 960 data gradient at 7x7
+// (batch 8, two chunks) 0.17-0.26 ms a call asleep, 0.13-0.15 spinning (torch 0.18), and its
+// per-layer table's weighted sum 0.945 -> 0.896 of torch's time (2-core AVX-512 Xeon VM).
+constexpr std::chrono::microseconds kSpin{200};
 
 void RunOnPool(const Problem& p, int64_t chunks, ffi::ThreadPool& pool, void* x, void* y,
                void* w) {
@@ -1156,6 +1165,11 @@ void RunOnPool(const Problem& p, int64_t chunks, ffi::ThreadPool& pool, void* x,
   job->w = static_cast<char*>(w);
   for (int64_t t = 1; t < chunks; ++t) pool.Schedule([job] { Work(job); });
   Work(job);
+  // the caller's wait for the other chunks: spinning up to kSpinSeconds, then asleep
+  const auto t0 = std::chrono::steady_clock::now();
+  while (job->finished.load() < job->chunks &&
+         std::chrono::steady_clock::now() - t0 < kSpin)
+    for (int k = 0; k < 16; ++k) _mm_pause();
   std::unique_lock<std::mutex> lock(job->mu);
   job->cv.wait(lock, [&] { return job->finished == job->chunks; });
   if (job->error) std::rethrow_exception(job->error);
