@@ -327,6 +327,29 @@ def test_the_primitive_cache_is_bounded():
         library.set_cache_capacity(before["capacity"])
 
 
+# a memory-bound depthwise layer: 3x3 stride 2 over 96 channels at 32x32, 1.8e6 multiply-adds
+# at batch 8 (below the handler's kMinChunkMacs, 2^21) over 3.5 MB of activations
+DEPTHWISE = (2, "NXC", "XIO", 96, 96, 96, (32, 32), (3, 3), (2, 2), (1, 1), (1, 1), (0, 0))
+
+
+@needs_onednn
+def test_weight_gradient_threading_counts_its_bytes():
+    """A weight gradient of few multiply-adds but over a MiB of activations runs on oneDNN's
+    OpenMP team (whole on one thread it took twice the time: MobileNetV2's 3x3 stride-2
+    depthwise 576); the same layer at batch 1 runs whole on the calling thread. Both equal
+    torch."""
+    threading = {}
+    for batch, seed in ((8, 21), (1, 22)):
+        x, _, dy, attrs, (_, _, dw_ref) = _problem(DEPTHWISE, seed=seed, batch=batch)
+        dw = jaxconv.convolution_backprop_filters(x, dy, dw_ref.shape, **attrs,
+                                                  lowering="onednn")
+        h.assert_close(dw, dw_ref, jnp.float32)
+        found = [c for c in library.choices() if c["kernel"] == "weight" and c["x"] == x.shape]
+        assert found, library.choices()
+        threading[batch] = found[0]["threading"]
+    assert threading == {8: "openmp", 1: "single"}
+
+
 @needs_onednn
 def test_choices_say_what_each_first_call_chose():
     """``choices()`` lists each cached problem as the handler received it (a spread data

@@ -1165,7 +1165,7 @@ void RunOnPool(const Problem& p, int64_t chunks, ffi::ThreadPool& pool, void* x,
   job->w = static_cast<char*>(w);
   for (int64_t t = 1; t < chunks; ++t) pool.Schedule([job] { Work(job); });
   Work(job);
-  // the caller's wait for the other chunks: spinning up to kSpinSeconds, then asleep
+  // the caller's wait for the other chunks: spinning up to kSpin, then asleep
   const auto t0 = std::chrono::steady_clock::now();
   while (job->finished.load() < job->chunks &&
          std::chrono::steady_clock::now() - t0 < kSpin)
@@ -1386,9 +1386,10 @@ void jaxconv_onednn_cache_stats(int64_t* out) {
 // jaxconv's own move of a filter between the caller's XIO layout and oneDNN's blocked one
 // against oneDNN's reorder of the same values (the oracle), for an O x I filter with `taps`
 // spatial extents (1 to 3 of them) and the blocked layout's inner blocks `blocks` ("16a16b",
-// "32b", ...: I innermost, FilterTranspose from XIO; "16b16a", ...: O innermost, FilterCopy
-// into XIO). 1 where the two outputs are equal bit for bit, 0 where not, -1 where the plan
-// does not apply (or oneDNN has no such layout).
+// "32a32b": I innermost, FilterTranspose from XIO; "16b16a", ...: O innermost, FilterCopy
+// into XIO; "32b", ...: I blocked alone, which keeps oneDNN's reorder). 1 where the two
+// outputs are equal bit for bit, 0 where not, -1 where the plan does not apply (or the name
+// is not in the table).
 int jaxconv_onednn_check_filter_move(const char* blocks, int64_t o, int64_t i,
                                      const int64_t* taps, int n) {
   if (n < 1 || n > 3) return -1;
