@@ -359,7 +359,9 @@ void CopyRows(const FilterMove& t, const float* src, float* dst, int64_t ib0, in
   }
 }
 
-// CopyRows by streaming stores, into a 64-byte aligned dst.
+// CopyRows by streaming stores, into a 64-byte aligned dst: a function of its own, since
+// AVX-512 code must sit in a function compiled for it (one loop with SSE's 16-byte streaming
+// stores instead took 0.57 ms against 0.50 on the 14 MB filter).
 __attribute__((target("avx512f"))) void StreamRows(const FilterMove& t, const float* src,
                                                    float* dst, int64_t ib0, int64_t ib1) {
   const int64_t o = t.o, xio_i = t.xio_i;
