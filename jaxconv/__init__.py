@@ -6,6 +6,7 @@ backend. See ``README.md`` and ``docs/``.
 """
 
 from jaxconv import tbe
+from jaxconv._src.accelerate import accelerate, explain
 from jaxconv._src.config import xla_cpu_compiler_options
 from jaxconv._src.conv_transpose import (
     conv_transpose,
@@ -34,6 +35,7 @@ from jaxconv._src.version import __version__
 
 __all__ = [
     "__version__",
+    "accelerate",
     "conv2d_backprop_filter",
     "conv_general_dilated",
     "conv_transpose",
@@ -45,6 +47,7 @@ __all__ = [
     "convolution_backprop_filters",
     "convolution_backward_data",
     "convolution_backward_weights",
+    "explain",
     "from_openvino_ir",
     "group_convolution",
     "group_convolution_backprop_data",

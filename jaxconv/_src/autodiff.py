@@ -46,7 +46,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import PartitionSpec
 
-from jaxconv._src import backends, lowering
+from jaxconv._src import backends, host_memory, lowering
 from jaxconv._src import batching as folds
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Array, DType, Kernel, Precision
@@ -112,6 +112,8 @@ def _lowering(backend: str) -> Callable[..., Any]:
              for part in (False, True) for port in (False, True)}
 
     def rule(ctx: mlir.LoweringRuleContext, *args: Any, **params: Any) -> Any:
+        if backend == "cpu":  # jaxconv's CPU kernel will run: keep freed memory (once)
+            host_memory.keep_by_default()
         key = (_partitioned(ctx), _exported(ctx, params["method"]))
         return rules[key](ctx, *args, **params)
     return rule

@@ -26,6 +26,13 @@ RECOMMENDED = ("MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=400
 
 #: whether :func:`keep_freed_memory` took effect in this process
 _KEPT_BY_CALL = False
+#: how :func:`keep_by_default` found the process: None (not called yet, or nothing to do),
+#: "early" (before JAX's backends existed: :func:`keep_freed_memory` applied), "late" (after:
+#: glibc's settings applied, the CPU client's worker threads keep their own heaps)
+_DEFAULT: str | None = None
+
+#: the one way to opt out of :func:`keep_by_default` (set it to 0 before the first jaxconv call)
+OPT_OUT = "JAXCONV_KEEP_FREED_MEMORY"
 
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
@@ -114,12 +121,85 @@ def keep_freed_memory() -> bool:
     return True
 
 
+def _opted_out(env: Mapping[str, str]) -> bool:
+    return env.get(OPT_OUT, "1").strip().lower() in ("0", "false", "no", "off")
+
+
+def _cpu_is_default() -> bool:
+    """Whether JAX will run on the CPU, told without creating a backend: ``JAX_PLATFORMS``
+    names the CPU first, or no accelerator plugin is installed."""
+    import importlib.util
+
+    import jax
+
+    platforms = jax.config.jax_platforms  # type: ignore[attr-defined]
+    if platforms:
+        return str(platforms).split(",")[0].strip() == "cpu"
+    plugins = ("jax_plugins", "jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm7_plugin",
+               "libtpu")
+    return not any(importlib.util.find_spec(name) is not None for name in plugins)
+
+
+def keep_by_default(env: Mapping[str, str] | None = None) -> str | None:
+    """Keeps freed memory where jaxconv's CPU kernels are about to run, unless opted out.
+
+    Called by :func:`jaxconv.accelerate` (when JAX runs on the CPU) and by the lowering of
+    jaxconv's kernels for the CPU; once per process. Before JAX's backends exist it is
+    :func:`keep_freed_memory`; after, it applies glibc's settings (freed memory of this
+    thread's heap stays), and the executions XLA:CPU dispatches to its worker threads keep
+    allocating their temporaries afresh: ``jaxconv explain`` then says so
+    (docs/training.md, "Host memory"). Nothing happens where glibc is not the allocator,
+    where the process already keeps freed memory, or where :data:`OPT_OUT` is ``0``.
+
+    Returns:
+      "early" or "late" (as above) where it acted, else None.
+    """
+    global _DEFAULT
+    from jax._src import xla_bridge
+
+    env = os.environ if env is None else env
+    if _DEFAULT is not None or _KEPT_BY_CALL or not _glibc() or _opted_out(env):
+        return None
+    if keeps_freed_memory(env):
+        return None
+    if not xla_bridge.backends_are_initialized():
+        if not _cpu_is_default() or not keep_freed_memory():
+            return None
+        _DEFAULT = "early"
+        return _DEFAULT
+    libc = ctypes.CDLL(None)
+    if not all([libc.mallopt(_M_MMAP_MAX, 0), libc.mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1),
+                libc.mallopt(_M_TOP_PAD, 1 << 28)]):
+        return None
+    _DEFAULT = "late"
+    return _DEFAULT
+
+
+def mode() -> str:
+    """This process's host-memory mode, for ``explain``: "kept" (every execution's temporaries
+    are reused), "late" (kept on this thread; XLA:CPU's worker threads allocate afresh),
+    "default" (glibc's defaults) or "n/a" (not glibc)."""
+    if not _glibc():
+        return "n/a"
+    if _KEPT_BY_CALL or keeps_freed_memory():
+        return "kept"
+    return "late" if _DEFAULT == "late" else "default"
+
+
 def line(backend: str, env: Mapping[str, str] | None = None) -> str | None:
     """One line for ``jaxconv check`` on CPU under glibc; None elsewhere (nothing to say)."""
     if backend != "cpu" or not _glibc():
         return None
+    if _DEFAULT == "early" and env is None:
+        return (f"host memory: kept by jaxconv's default (XLA:CPU's temporaries are reused; opt "
+                f"out with {OPT_OUT}=0)")
     if _KEPT_BY_CALL and env is None:
         return "host memory: kept by jaxconv.keep_freed_memory() (XLA:CPU's temporaries are reused)"
+    if _DEFAULT == "late" and env is None:
+        return ("host memory: kept on the main thread only: jaxconv's first CPU kernel came after "
+                "JAX's first computation, and XLA:CPU's worker threads allocate their temporaries "
+                "afresh; apply jaxconv.accelerate (or call jaxconv.keep_freed_memory()) before "
+                "the first computation (docs/training.md, \"Host memory\")")
     if keeps_freed_memory(env):
         return "host memory: glibc keeps freed memory (XLA:CPU's temporaries are reused)"
     hugetlb = _settings(os.environ if env is None else env).get("hugetlb")

@@ -182,6 +182,24 @@ def _max_pool_jvp(p: PoolProblem, primals: Any, tangents: Any) -> Any:
     return _forward(x, p), gather_p.bind(dx, _argmax(x, p), p=p)
 
 
+def pool(x: Array, p: PoolProblem) -> Array:
+    """The max pool of a resolved problem, differentiable through the gather and the scatter
+    (what :func:`max_pool` computes after its checks; ``jaxconv.accelerate`` calls it)."""
+    return _max_pool(x, p)
+
+
+def gather(t: Array, x: Array, p: PoolProblem) -> Array:
+    """``t`` at each window's first maximum of ``x`` (the pool's JVP in ``t``)."""
+    out: Array = gather_p.bind(t, _argmax(x, p), p=p)
+    return out
+
+
+def scatter(ct: Array, x: Array, p: PoolProblem) -> Array:
+    """``ct`` added at each window's first maximum of ``x`` (the pool's VJP)."""
+    out: Array = scatter_p.bind(ct, _argmax(x, p), p=p)
+    return out
+
+
 def max_pool(inputs: Array, window_shape: int | tuple[int, ...],
              strides: int | tuple[int, ...] | None = None,
              padding: str | tuple[tuple[int, int], ...] = "VALID", *,

@@ -132,6 +132,32 @@ def main() -> None:
     close(w1, step(w, x, y * 0.5), "data-parallel step")
     assert w1.sharding.is_fully_replicated
     count += 1
+
+    # jaxconv.accelerate of an unmodified lax step: under sharded jit, and inside shard_map
+    def lax_loss(w, x):
+        y = lax.conv_general_dilated(x, w, (2, 2), "SAME", dimension_numbers=(
+            "NHWC", "HWIO", "NHWC"), feature_group_count=2, precision=HIGHEST)
+        return jnp.mean((y - 0.5) ** 2)
+
+    grads = jax.grad(lax_loss, argnums=(0, 1))
+    want = grads(w, x)
+    fast = jax.jit(jaxconv.accelerate(grads))
+    assert "jaxconv_conv" in str(jax.make_jaxpr(jaxconv.accelerate(grads))(w, x))
+    for got, ref, what in zip(fast(jax.device_put(w, repl), xs), want, ("filter", "data")):
+        close(got, ref, f"accelerate under sharded jit: {what}")
+    count += 1
+
+    def local_accelerated(w, x):  # as "jax.grad in shard_map" above, lax's convolution
+        return jaxconv.accelerate(jax.grad(lambda w, x: lax.pmean(lax_loss(w, x), "data"),
+                                           argnums=(0, 1)))(w, x)
+
+    mapped = shard_map(local_accelerated, mesh=mesh, in_specs=(P(), P("data")),
+                       out_specs=(P(), P("data")))
+    assert "conv_general_dilated[" not in str(jax.make_jaxpr(mapped)(w, x))
+    gw, gx = jax.jit(mapped)(jax.device_put(w, repl), xs)
+    close(gw, want[0], "accelerate in shard_map: filter")
+    close(gx, want[1], "accelerate in shard_map: data")
+    count += 1
     print(f"ok {count}", flush=True)
 
 

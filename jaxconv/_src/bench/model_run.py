@@ -56,17 +56,19 @@ from jaxconv._src.bench import benchdnn, machine, models
 from jaxconv._src.bench.timing import _time_n, interleaved
 from jaxconv._src.geometry import conv_output_size
 
-CONTENDERS = ("lax", "jaxconv", "torch")
+CONTENDERS = ("lax", "jaxconv", "accelerate", "torch")
 LR, MOMENTUM = 0.01, 0.9
 
 
 # --------------------------------------------------------------------------- steps
 
-def _jax_step(model: Any, batchnorm: bool, donate: bool = False) -> tuple[Callable, Any]:
+def _jax_step(model: Any, batchnorm: bool, donate: bool = False,
+              accelerate: bool = False) -> tuple[Callable, Any]:
     """The jitted training step ``(params, stats, opt, x, labels) -> (params, stats, opt,
     loss)`` and its optax optimizer; with ``donate`` the step takes over the buffers of its
     parameters, statistics and optimizer state (``donate_argnums``, as a training loop
-    compiles it: XLA then updates them in place, as ``torch.optim`` does)."""
+    compiles it: XLA then updates them in place, as ``torch.optim`` does); with
+    ``accelerate``, ``jax.jit(jaxconv.accelerate(step))``."""
     import optax  # type: ignore[import-untyped]
     tx = optax.sgd(LR, momentum=MOMENTUM)
 
@@ -84,6 +86,9 @@ def _jax_step(model: Any, batchnorm: bool, donate: bool = False) -> tuple[Callab
         (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, stats, x, labels)
         updates, opt = tx.update(grads, opt, params)
         return optax.apply_updates(params, updates), stats, opt, loss
+    if accelerate:
+        import jaxconv
+        step = jaxconv.accelerate(step)
     return jax.jit(step, donate_argnums=(0, 1, 2) if donate else ()), tx
 
 
@@ -211,9 +216,11 @@ def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
             steps[k], info = made
             first[k], layout = (info["loss"], info["params"]), info["layout"]
             continue
-        stem_pool = models.jaxconv_max_pool if k == "jaxconv" else None  # lax: nn.max_pool
-        step, tx = _jax_step(models.build(name, convs[k], batchnorm, pool=stem_pool), batchnorm,
-                             donate=True)
+        # jaxconv: the explicit hooks; lax and accelerate: the unmodified model (nn.max_pool)
+        stem_pool = models.jaxconv_max_pool if k == "jaxconv" else None
+        model = models.build(name, convs.get(k, lax_refs.conv_general_dilated), batchnorm,
+                             pool=stem_pool)
+        step, tx = _jax_step(model, batchnorm, donate=True, accelerate=k == "accelerate")
         xj, lj = jnp.asarray(x), jnp.asarray(labels)
         steps[k] = _training_loop(step, params, stats, tx.init(params), xj, lj)
         new, _, loss = steps[k]()  # the first step, from params: the agreement check
@@ -235,6 +242,8 @@ def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
             "samples_ms": {k: [t * 1e3 for t in v] for k, v in times.items()},
             "torch_over_jaxconv": med["torch"] / med["jaxconv"] if "torch" in med else None,
             "lax_over_jaxconv": med["lax"] / med["jaxconv"] if "lax" in med else None,
+            "torch_over_accelerate": (med["torch"] / med["accelerate"]
+                                      if "torch" in med and "accelerate" in med else None),
             "max_pool": pool,
             "torch_over_jaxconv_without_max_pool": (without_max_pool(med, pool)
                                                     if "jaxconv" in med else None),
@@ -245,13 +254,21 @@ def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
 
 def _steps_child(args: argparse.Namespace) -> dict[str, Any]:
     """The steps of every model in this process (a child of ``_steps``)."""
+    import resource
+
     import jaxconv
     if args.mode == "kept" and not jaxconv.keep_freed_memory():
         raise SystemExit("models: --mode kept needs Linux with glibc")
+    if args.mode == "default" and "accelerate" in args.contenders:
+        # what `jaxconv.accelerate` does where a program applies it before its first
+        # computation (a decorator on its training step): jaxconv's default host memory
+        host_memory.keep_by_default()
     rows = [measure_steps(m, args.batch, args.image or models.MODELS[m].image, args.reps,
                           not args.no_batchnorm, tuple(args.contenders)) for m in args.models]
     from jaxconv._src.onednn import library
-    return {"mode": args.mode, "rows": rows, "onednn": library.status().line()}
+    return {"mode": args.mode, "rows": rows, "onednn": library.status().line(),
+            "host_memory": host_memory.mode(),
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def _steps(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -299,6 +316,13 @@ def _steps(args: argparse.Namespace) -> list[dict[str, Any]]:
                         "torch_over_jaxconv": med["torch"] / med["jaxconv"] if "torch" in med else None,
                         "torch_over_jaxconv_runs": [r["torch_over_jaxconv"] for r in rows],
                         "lax_over_jaxconv": med["lax"] / med["jaxconv"] if "lax" in med else None,
+                        "torch_over_accelerate": (med["torch"] / med["accelerate"]
+                                                  if "torch" in med and "accelerate" in med
+                                                  else None),
+                        "torch_over_accelerate_runs": [r.get("torch_over_accelerate")
+                                                       for r in rows],
+                        "host_memory": [r["host_memory"] for r in runs],
+                        "peak_rss_mib": [r["peak_rss_mib"] for r in runs],
                         "loss_gap": max(r["loss_gap"] for r in rows),
                         "param_gap": max(r["param_gap"] for r in rows)})
     return out
@@ -453,19 +477,21 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> None:
     if not panels:
         return
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
-    colors = {"lax": "tab:gray", "jaxconv": "tab:blue", "torch": "tab:orange"}
+    colors = {"lax": "tab:gray", "jaxconv": "tab:blue", "accelerate": "tab:green",
+              "torch": "tab:orange"}
     for ax, (mode, bn) in zip(axes[0], panels):
         rows = [r for r in steps if r["mode"] == mode and r["batchnorm"] == bn]
         width = 0.8 / len(CONTENDERS)
         for i, k in enumerate(CONTENDERS):
-            xs = [j + (i - 1) * width for j in range(len(rows))]
+            xs = [j + (i - (len(CONTENDERS) - 1) / 2) * width for j in range(len(rows))]
             ys = [r["median_ms"].get(k, math.nan) for r in rows]
             ax.bar(xs, ys, width, label=k, color=colors[k])
         ax.set_xticks(range(len(rows)), [f"{r['description']}\n{r['image']}px" for r in rows],
                       fontsize=7)
         ax.set_ylabel("ms per training step (median)")
         ax.set_title(f"{'BatchNorm' if bn else 'no BatchNorm'}, memory "
-                     f"{'kept' if mode == 'kept' else 'glibc defaults'}", fontsize=8)
+                     f"{'kept by keep_freed_memory()' if mode == 'kept' else 'jaxconv default'}",
+                     fontsize=8)
         ax.legend(fontsize=7)
     cpu = result["machine"]["cpu"]
     fig.suptitle(f"batch {steps[0]['batch']}, float32, {cpu}, {result['machine']['cpu_count']} cores",

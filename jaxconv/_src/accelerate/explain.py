@@ -1,0 +1,300 @@
+"""``jaxconv.explain``: what a function's compiled program does with its convolutions and pools.
+
+The function is traced (``jax.make_jaxpr``, nested jaxprs included) and each equation that
+is a convolution or a max pool becomes a row: jaxconv's kernels with their problem and the
+lowering ``"auto"`` picks on this backend, lax's with the kernel ``accelerate`` would run
+or the reason it would not. Notes name what is known to be slow on this backend and the
+change that removes it. With ``measure=True`` the step is timed, and so is each distinct
+convolution and pool alone, on the arguments' shapes: the step's time split into
+convolutions, pools and the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxconv._src import host_memory, lowering
+from jaxconv._src.accelerate import patterns, transform
+from jaxconv._src.kernel import Kernel
+
+#: arguments from this size on (bytes) are "a large state" whose donation matters
+LARGE_STATE_BYTES = 1 << 24
+
+_POOLS = {"jaxconv_max_pool_gather": "max pool tangent", "jaxconv_max_pool_scatter":
+          "max pool gradient", "reduce_window_max": "max pool",
+          "select_and_scatter_add": "max pool gradient", "select_and_gather_add":
+          "max pool tangent"}
+
+
+@dataclasses.dataclass
+class Row:
+    """One distinct convolution or pool of the program, and how many times it runs."""
+
+    op: str  #: "convolution" or "pool"
+    kernel: str  #: "forward", "data", "weight", "max pool", "max pool gradient", ...
+    by: str  #: "jaxconv" or "lax"
+    shapes: str  #: operands -> result
+    lowering: str  #: the method, or lax's reason
+    count: int = 1
+    threading: str = ""
+    ms: float | None = None  #: one run alone (``measure=True``)
+    #: the equation as JAX binds it (to time it alone)
+    _bind: Callable[..., Any] | None = dataclasses.field(default=None, repr=False)
+    _avals: tuple[Any, ...] = dataclasses.field(default=(), repr=False)
+
+
+@dataclasses.dataclass
+class Explanation:
+    """What :func:`explain` found: its rows, its notes and (``measure=True``) the step's split."""
+
+    backend: str
+    rows: list[Row]
+    notes: list[str]
+    #: ``step``, ``convolutions``, ``pools``, ``rest`` in ms (``measure=True``), else empty
+    timing: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def __str__(self) -> str:
+        head = ("op", "kernel", "by", "shapes", "lowering", "n", "threading", "ms")
+        cells = [head] + [(r.op, r.kernel, r.by, r.shapes, r.lowering, str(r.count),
+                           r.threading, "" if r.ms is None else f"{r.ms:.3f}")
+                          for r in self.rows]
+        widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
+        lines = [f"jaxconv.explain ({self.backend}): {len(self.rows)} distinct convolutions "
+                 f"and pools"]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+        if self.timing:
+            t = self.timing
+            lines.append(f"step {t['step']:.2f} ms: convolutions {t['convolutions']:.2f}, "
+                         f"pools {t['pools']:.2f}, rest {t['rest']:.2f} (each timed alone)")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        import html
+        return "<pre>" + html.escape(str(self)) + "</pre>"
+
+
+def _walk(jaxpr: Any) -> list[Any]:
+    eqns = []
+    for eqn in jaxpr.eqns:
+        eqns.append(eqn)
+        for sub in transform._subjaxprs(eqn.params):
+            eqns.extend(_walk(sub))
+    return eqns
+
+
+def _fmt(*avals: Any) -> str:
+    return " x ".join(f"{a.dtype}{list(a.shape)}" for a in avals)
+
+
+def _conv_row(eqn: Any, backend: str) -> Row:
+    lhs, rhs = (v.aval for v in eqn.invars)
+    out = eqn.outvars[0].aval
+    shapes = f"{_fmt(lhs, rhs)} -> {list(out.shape)}"
+    if eqn.primitive.name == "jaxconv_conv":
+        kernel, p = eqn.params["kernel"], eqn.params["p"]
+        method = eqn.params["method"]
+        if method == "auto":
+            method = lowering.choose(kernel, p, backend)
+        return Row("convolution", str(kernel), "jaxconv", shapes, method,
+                   _bind=_binder(eqn), _avals=(lhs, rhs))
+    kind = patterns.conv_kind(eqn.params, lhs, rhs, out.shape)
+    why = (f"accelerate runs jaxconv's {kind.label} kernel" if isinstance(kind, Kernel)
+           else kind)
+    return Row("convolution", str(kind) if isinstance(kind, Kernel) else "", "lax", shapes,
+               why, _bind=_binder(eqn), _avals=(lhs, rhs))
+
+
+def _pool_row(eqn: Any) -> Row:
+    avals = tuple(v.aval for v in eqn.invars)
+    name = eqn.primitive.name
+    shapes = f"{_fmt(*avals)} -> {list(eqn.outvars[0].aval.shape)}"
+    if name.startswith("jaxconv_"):
+        return Row("pool", _POOLS[name], "jaxconv", shapes, "gather/scatter",
+                   _bind=_binder(eqn), _avals=avals)
+    why = "XLA's select_and_scatter" if name == "select_and_scatter_add" else "XLA"
+    return Row("pool", _POOLS[name], "lax", shapes, why, _bind=_binder(eqn), _avals=avals)
+
+
+def _binder(eqn: Any) -> Callable[..., Any]:
+    prim, params = eqn.primitive, dict(eqn.params)
+    return lambda *a: prim.bind(*a, **params)
+
+
+def _key(r: Row) -> tuple[Any, ...]:
+    return (r.op, r.kernel, r.by, r.shapes, r.lowering)
+
+
+def _rows(jaxpr: Any, backend: str) -> list[Row]:
+    rows: dict[tuple[Any, ...], Row] = {}
+    for eqn in _walk(jaxpr):
+        name = eqn.primitive.name
+        if name in ("jaxconv_conv", "conv_general_dilated"):
+            row = _conv_row(eqn, backend)
+        elif name in _POOLS:
+            row = _pool_row(eqn)
+        else:
+            continue
+        if _key(row) in rows:
+            rows[_key(row)].count += 1
+        else:
+            rows[_key(row)] = row
+    return list(rows.values())
+
+
+def _donation_note(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """Whether a large argument that the step returns again is not donated."""
+    leaves = jax.tree_util.tree_leaves((args, kwargs))
+    large = sum(int(np.prod(np.shape(v))) * np.dtype(v.dtype).itemsize for v in leaves
+                if hasattr(v, "dtype") and transform._is_array(v))
+    if large < LARGE_STATE_BYTES:
+        return None
+    lower = getattr(fn, "lower", None)
+    if lower is None:
+        return (f"the arguments hold {large / 2**20:.0f} MiB and the function is not jitted: "
+                f"jax.jit(fn, donate_argnums=...) over the state it returns updated lets XLA "
+                f"update it in place")
+    try:
+        info = jax.tree_util.tree_leaves(lower(*args, **kwargs).args_info)
+    except Exception:  # noqa: BLE001 - a function that does not lower here says nothing
+        return None
+    if any(getattr(a, "donated", False) for a in info):
+        return None
+    return (f"no argument is donated ({large / 2**20:.0f} MiB of arguments): "
+            f"jax.jit(..., donate_argnums=...) over the state the step returns updated lets "
+            f"XLA update it in place")
+
+
+def _notes(rows: list[Row], backend: str, fn: Any, args: tuple[Any, ...],
+           kwargs: dict[str, Any]) -> list[str]:
+    notes = []
+    lax_convs = [r for r in rows if r.op == "convolution" and r.by == "lax"]
+    if any(r.kernel for r in lax_convs):
+        notes.append(f"{sum(r.count for r in lax_convs if r.kernel)} lax convolutions have a "
+                     f"jaxconv kernel: jax.jit(jaxconv.accelerate(fn)) runs them through it")
+    if backend == "cpu" and any(r.lowering == "XLA's select_and_scatter" for r in rows):
+        notes.append("a max pool's gradient is XLA's select_and_scatter, slow on XLA:CPU "
+                     "(ResNet-18's stem pool: docs/training.md): jaxconv.accelerate runs "
+                     "jaxconv.max_pool's")
+    if backend == "cpu":
+        from jaxconv._src.onednn import library
+        if not library.status().available:
+            notes.append(library.status().line() + " (docs/onednn.md: pip install "
+                         "'jaxconv[onednn]' && jaxconv build-onednn)")
+        memory = host_memory.line(backend)
+        if memory is not None and host_memory.mode() not in ("kept", "n/a"):
+            notes.append(memory)
+    donation = _donation_note(fn, args, kwargs)
+    if donation is not None:
+        notes.append(donation)
+    return notes
+
+
+def _median_ms(call: Callable[[], Any], reps: int) -> float:
+    jax.block_until_ready(call())
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        jax.block_until_ready(call())
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def _random(aval: Any, seed: int) -> jax.Array:
+    rng = np.random.default_rng(seed)
+    return jnp.asarray(rng.standard_normal(aval.shape).astype(np.float32), aval.dtype)
+
+
+def _measure(rows: list[Row], fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+             reps: int) -> dict[str, float]:
+    inner = getattr(fn, "__wrapped__", fn) if hasattr(fn, "lower") else fn
+    step = jax.jit(inner)  # without donation: the caller's arguments stay valid
+    total = _median_ms(lambda: step(*args, **kwargs), reps)
+    split = {"convolutions": 0.0, "pools": 0.0}
+    for i, r in enumerate(rows):
+        if r._bind is None:
+            continue
+        operands = [_random(a, i + k) for k, a in enumerate(r._avals)]
+        if r.kernel in ("max pool gradient", "max pool tangent") and r.by == "jaxconv":
+            operands[1] = jnp.zeros(r._avals[1].shape, r._avals[1].dtype)  # an argmax
+        one = jax.jit(r._bind)
+        r.ms = _median_ms(lambda: one(*operands), reps)
+        split["convolutions" if r.op == "convolution" else "pools"] += r.ms * r.count
+    _threading(rows)
+    rest = max(total - split["convolutions"] - split["pools"], 0.0)
+    return {"step": total, **split, "rest": rest}
+
+
+def _threading(rows: list[Row]) -> None:
+    """Each oneDNN row's threading, as the handler's first call chose it."""
+    from jaxconv._src.onednn import library
+    chosen = library.choices()
+    for r in rows:
+        if r.lowering != "onednn":
+            continue
+        shapes = {tuple(a.shape) for a in r._avals}
+        for c in chosen:
+            if c["kernel"] == r.kernel and shapes <= {c["x"], c["y"], c["w"]}:
+                r.threading = c["threading"]
+                break
+
+
+def explain(fn: Callable[..., Any], *args: Any, measure: bool = False, reps: int = 5,
+            **kwargs: Any) -> Explanation:
+    """What ``fn``'s compiled program does with its convolutions and max pools.
+
+    Traces ``fn(*args, **kwargs)`` (nothing runs unless ``measure``) and lists each distinct
+    convolution and pool once, with how many times it runs: jaxconv's with its kernel and the
+    lowering ``"auto"`` picks on this backend (``onednn``, or one of XLA's formulations:
+    docs/onednn.md), lax's with the jaxconv kernel :func:`jaxconv.accelerate` would run or why
+    it would not. The notes name what is known to be slow here and the change that removes
+    it: lax convolutions and pools that ``accelerate`` would take, XLA's max-pool gradient,
+    the oneDNN extra not built, glibc's allocator defaults, a large state not donated.
+
+    Args:
+      fn: a function, jitted or not, accelerated or not (a training step, a loss).
+      *args: example arguments (arrays or ``jax.ShapeDtypeStruct``; ``measure`` needs arrays).
+      measure: also time the step (jitted, without donation) and each distinct convolution and
+        pool alone on random operands of its shapes, ``reps`` runs each (medians): the step's
+        time split into convolutions, pools and the rest, and each oneDNN call's threading.
+      reps: the timed runs of each (with ``measure``).
+      **kwargs: example keyword arguments.
+
+    Returns:
+      An :class:`Explanation`: ``rows``, ``notes`` and ``timing``; printed (or shown in a
+      notebook) it is a table.
+
+    Raises:
+      TypeError: ``fn`` is not callable.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxconv
+      >>> from jax import lax
+      >>> def f(x, w):
+      ...     return lax.conv_general_dilated(x, w, (1, 1), "SAME",
+      ...                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+      >>> x, w = jnp.ones((2, 8, 8, 3)), jnp.ones((3, 3, 3, 4))
+      >>> [(r.kernel, r.by) for r in jaxconv.explain(f, x, w).rows]
+      [('forward', 'lax')]
+      >>> [(r.kernel, r.by) for r in jaxconv.explain(jaxconv.accelerate(f), x, w).rows]
+      [('forward', 'jaxconv')]
+    """
+    if not callable(fn):
+        raise TypeError(f"explain: fn must be callable, got {type(fn).__name__}")
+    backend = jax.default_backend()
+    closed = jax.make_jaxpr(fn)(*args, **kwargs)
+    rows = _rows(closed.jaxpr, backend)
+    notes = _notes(rows, backend, fn, args, kwargs)
+    timing = _measure(rows, fn, args, kwargs, reps) if measure else {}
+    return Explanation(backend, rows, notes, timing)
+

@@ -1,0 +1,308 @@
+"""What a lax equation computes, in jaxconv's terms: the patterns :func:`jaxconv.accelerate` runs.
+
+A ``conv_general_dilated`` equation of a traced program is one of jaxconv's three kernels
+(``kernel.py``), whoever wrote it: the user's forward convolution, or one of the two
+transposes JAX's autodiff writes for it (``jax/_src/lax/convolution.py``). Each pattern is
+read back into the forward problem ``y = conv(x, W)`` (stride ``S``, dilation ``D``, pads
+``(a, b)``, dilated kernel ``DK = (K - 1) D + 1``, ``G`` groups):
+
+* **data gradient** (``_conv_general_dilated_transpose_lhs``): ``lhs_dilation = S > 1`` and
+  window strides 1; ``lhs = dy``, ``rhs`` = W reversed on its spatial axes with its O and I
+  roles swapped (per group: the eqn's O axis holds ``G x I/G``, its I axis ``O/G``), padded
+  by ``(DK - 1 - a, DK - 1 - b + r)``. So ``a = DK - 1 - lo``, and ``b = DK - 1 - hi`` makes
+  the forward problem fit the windows exactly (``r = 0``; a ``b`` below 0 is raised by up to
+  ``S - 1``, rows no window reads).
+* **weight gradient** (``_conv_general_dilated_transpose_rhs``): ``lhs = x`` with its batch
+  and feature roles swapped, ``rhs = dy`` (its I role is dy's batch, its O role dy's
+  channels), ``window_strides = D``, ``rhs_dilation = S``, the result is ``W`` (its batch
+  role is I/G, its feature role O) and ``batch_group_count = G``. Pads ``(a, hi)`` with
+  ``hi`` at least the forward's fitted end pad. With one group the equation is also a valid
+  forward convolution; it is read as a weight gradient where its lhs holds the batch role
+  after the feature role (the swap autodiff writes) and its result is spatially no larger
+  than its rhs (a filter, from an image).
+* **forward**: everything else; :func:`jaxconv.conv_general_dilated` computes it (and hands
+  to lax what it hands to lax).
+
+A stride-1 convolution's data gradient has no input dilation: it is a forward convolution
+of the reversed filter, and runs as one.
+
+``reduce_window_max`` and its two derivatives (``select_and_gather_add``: the JVP's tangent
+at each window's maximum; ``select_and_scatter_add``: its transpose) are
+:func:`jaxconv.max_pool`'s forward, gather and scatter, on the axes the window moves over.
+
+Each ``*_pattern`` function returns the result arrays, or a string: why the equation runs
+as before (:data:`UNRECOGNISED` lists every such reason).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import AxisType
+
+from jaxconv._src import autodiff, geometry, lax_conv, options, pooling
+from jaxconv._src.geometry import ConvProblem, Names
+from jaxconv._src.geometry.pooling import PoolProblem, pool_problem
+from jaxconv._src.kernel import Array, Kernel
+
+_OP = "accelerate"
+_NAMES = Names(x="lhs", y="rhs", w_shape="result", w_format="dimension_numbers",
+               layout_arguments=False)
+
+#: Why an equation runs as lax wrote it (the values ``explain`` reports), by key.
+UNRECOGNISED: dict[str, str] = {
+    "dtype": "operands not real floating point, or of two dtypes",
+    "rank": "not 1 to 3 spatial axes",
+    "sharding": "an out_sharding over Explicit mesh axes",
+    "empty": "a zero-size extent",
+    "negative pad": "a negative pad (a crop)",
+    "dilation and stride": "input dilation with a window stride (no kernel's transpose)",
+    "groups": "feature and batch groups together",
+    "pad range": "pads no forward problem has (a pad past the dilated kernel)",
+    "forward": "handed to lax by jaxconv.conv_general_dilated",
+    "pool dilation": "a dilated pool window or base",
+    "pool axes": "a pool over the first and last axes (neither NXC nor NCX)",
+    "pool select": "a min pool's selection (select_prim is not >=)",
+    "pool padding": "pads no max pool has",
+}
+
+
+def _why(key: str) -> str:
+    return UNRECOGNISED[key]
+
+
+def _end_pad(size: int, begin: int, dilated_kernel: int, stride: int, out: int) -> int | None:
+    """The least end pad >= 0 whose forward problem has ``out`` outputs, or None."""
+    fitted = (out - 1) * stride + dilated_kernel - size - begin  # windows fit exactly
+    end = max(fitted, 0)
+    return end if end <= fitted + stride - 1 else None
+
+
+def _to(a: Array, axes: Sequence[int]) -> Array:
+    axes = tuple(axes)
+    return a if axes == tuple(range(a.ndim)) else a.transpose(axes)
+
+
+def _place(a: Array, src: Sequence[int], spec: Sequence[int]) -> Array:
+    """``a``, whose axis ``src[k]`` plays role k, laid out so that role k sits at axis
+    ``spec[k]`` (roles: batch, feature, *spatial, as in ``ConvDimensionNumbers``)."""
+    perm = [0] * a.ndim
+    for s, axis in zip(src, spec):
+        perm[axis] = s
+    return _to(a, perm)
+
+
+def _roles(layout: str, n: int) -> tuple[int, ...]:
+    """The axis of each role (batch, feature, *spatial) in jaxconv's ``layout``."""
+    return (0, 1, *range(2, n + 2)) if layout == "NCX" else (0, n + 1, *range(1, n + 1))
+
+
+def _data_layout(*specs: Sequence[int]) -> str:
+    """NCX where every data operand already is (no copy), else NXC (jaxconv's fastest)."""
+    n = len(specs[0])
+    return "NCX" if all(tuple(s) == tuple(range(n)) for s in specs) else "NXC"
+
+
+def _nxc_axes(spec: Sequence[int], layout: str) -> tuple[int, ...]:
+    """The transpose that brings data of ``spec`` (batch, feature, *spatial) into ``layout``."""
+    b, f, *sp = spec
+    return (b, f, *sp) if layout == "NCX" else (b, *sp, f)
+
+
+def _auto(sharding: Any) -> bool:
+    """Whether an ``out_sharding`` constrains nothing: none, or a mesh whose axes are all Auto
+    (what autodiff's transposes carry under a sharded ``jit``: the partitioner decides)."""
+    if sharding is None:
+        return True
+    types = getattr(getattr(sharding, "mesh", None), "axis_types", None)
+    return types is not None and all(t == AxisType.Auto for t in types)
+
+
+def _common(params: dict[str, Any], lhs: Any, rhs: Any, out_shape: Sequence[int]) -> str | None:
+    if lhs.dtype != rhs.dtype or not jnp.issubdtype(lhs.dtype, jnp.floating):
+        return _why("dtype")
+    if not 1 <= lhs.ndim - 2 <= 3:
+        return _why("rank")
+    if not _auto(params.get("out_sharding")):
+        return _why("sharding")
+    if 0 in (*lhs.shape, *rhs.shape, *out_shape):
+        return _why("empty")
+    return None
+
+
+def conv_kind(params: dict[str, Any], lhs: Any, rhs: Any, out_shape: Sequence[int]) -> Kernel | str:
+    """Which kernel a ``conv_general_dilated`` equation is (module docstring), or why none."""
+    why = _common(params, lhs, rhs, out_shape)
+    if why is not None:
+        return why
+    lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
+    if any(d > 1 for d in params["lhs_dilation"]):
+        if any(s > 1 for s in params["window_strides"]) or params["batch_group_count"] > 1:
+            return _why("dilation and stride")
+        return Kernel.DATA
+    if params["batch_group_count"] > 1:
+        return Kernel.WEIGHT if params["feature_group_count"] == 1 else _why("groups")
+    out_sp = math.prod(out_shape[a] for a in out_spec[2:])
+    rhs_sp = math.prod(rhs.shape[a] for a in rhs_spec[2:])
+    if params["feature_group_count"] == 1 and lhs_spec[0] > lhs_spec[1] and out_sp <= rhs_sp:
+        return Kernel.WEIGHT
+    if any(lo < 0 or hi < 0 for lo, hi in params["padding"]):  # a gradient's crop is its own
+        return _why("negative pad")
+    return Kernel.FORWARD
+
+
+def _options(params: dict[str, Any]) -> tuple[Any, Any]:
+    return options.compute_options(_OP, params["precision"], params["preferred_element_type"])
+
+
+def _problem(layout: str, x_shape: tuple[int, ...], y_shape: tuple[int, ...] | None,
+             w_shape: tuple[int, ...], strides: Sequence[int], dilations: Sequence[int],
+             begins: Sequence[int], ends: Sequence[int], groups: int) -> ConvProblem:
+    return geometry.convolution_problem(
+        _OP, _NAMES, x_shape=x_shape, y_shape=y_shape, w_shape=w_shape, strides=tuple(strides),
+        pads_begin=tuple(begins), pads_end=tuple(ends), dilations=tuple(dilations),
+        auto_pad="explicit", groups=groups, data_format=layout, filter_format="XIO")
+
+
+def data_pattern(params: dict[str, Any], dy: Array, rhs: Array,
+                 out_shape: Sequence[int]) -> Array | str:
+    """A data gradient (module docstring): dx from dy and the reversed, role-swapped filter."""
+    lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
+    strides, dil = params["lhs_dilation"], params["rhs_dilation"]
+    groups = params["feature_group_count"]
+    kernel = [rhs.shape[a] for a in rhs_spec[2:]]
+    dk = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
+    x_size = [out_shape[a] for a in out_spec[2:]]
+    y_size = [dy.shape[a] for a in lhs_spec[2:]]
+    begins = [k - 1 - lo for k, (lo, _) in zip(dk, params["padding"])]
+    ends = [_end_pad(i, a, k, s, o) for i, a, k, s, o in zip(x_size, begins, dk, strides, y_size)]
+    if min(begins) < 0 or any(e is None for e in ends):
+        return _why("pad range")
+    in_channels, out_per_group = rhs.shape[rhs_spec[0]], rhs.shape[rhs_spec[1]]
+    # W[k, i, g O/G + o] = rev(rhs)[g I/G + i, o, k]: the roles swapped back per group
+    w = _to(lax.rev(rhs, tuple(rhs_spec[2:])), (*rhs_spec[2:], rhs_spec[0], rhs_spec[1]))
+    n = len(kernel)
+    w = w.reshape(*kernel, groups, in_channels // groups, out_per_group)
+    w = w.transpose((*range(n), n + 1, n, n + 2)).reshape(*kernel, in_channels // groups,
+                                                           groups * out_per_group)
+    layout = _data_layout(lhs_spec, out_spec)
+    dys = _to(dy, _nxc_axes(lhs_spec, layout))
+    batch = dy.shape[lhs_spec[0]]
+    x_shape = (batch, in_channels, *x_size) if layout == "NCX" else (batch, *x_size, in_channels)
+    p = _problem(layout, x_shape, tuple(dys.shape), tuple(w.shape), strides, dil, begins,
+                 [e for e in ends if e is not None], groups)
+    precision, out_dtype = _options(params)
+    dx = autodiff.data_grad(dys, w, p=p, precision=precision, preferred_element_type=out_dtype)
+    return _place(dx, _roles(layout, n), out_spec)
+
+
+def weight_pattern(params: dict[str, Any], lhs: Array, dy: Array,
+                   out_shape: Sequence[int]) -> Array | str:
+    """A weight gradient (module docstring): W from x (batch and feature swapped) and dy."""
+    lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
+    strides, dil = params["rhs_dilation"], params["window_strides"]
+    groups = params["batch_group_count"]
+    x_size = [lhs.shape[a] for a in lhs_spec[2:]]
+    y_size = [dy.shape[a] for a in rhs_spec[2:]]
+    kernel = [out_shape[a] for a in out_spec[2:]]
+    dk = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
+    begins = [lo for lo, _ in params["padding"]]
+    ends = [_end_pad(i, a, k, s, o) for i, a, k, s, o in zip(x_size, begins, dk, strides, y_size)]
+    if min(begins) < 0 or any(e is None for e in ends):
+        return _why("pad range")
+    x_spec = (lhs_spec[1], lhs_spec[0], *lhs_spec[2:])  # the forward's (batch, feature, ...)
+    y_spec = (rhs_spec[1], rhs_spec[0], *rhs_spec[2:])
+    layout = _data_layout(x_spec, y_spec)
+    xs, dys = _to(lhs, _nxc_axes(x_spec, layout)), _to(dy, _nxc_axes(y_spec, layout))
+    in_channels, out_channels = lhs.shape[lhs_spec[0]], dy.shape[rhs_spec[0]]
+    w_shape = (*kernel, in_channels // groups, out_channels)
+    p = _problem(layout, tuple(xs.shape), tuple(dys.shape), w_shape, strides, dil, begins,
+                 [e for e in ends if e is not None], groups)
+    precision, out_dtype = _options(params)
+    dw = autodiff.weight_grad(xs, dys, p=p, precision=precision, preferred_element_type=out_dtype)
+    n = len(kernel)  # XIO: I (the result's batch role) at n, O (its feature role) at n + 1
+    return _place(dw, (n, n + 1, *range(n)), out_spec)
+
+
+def forward_pattern(params: dict[str, Any], lhs: Array, rhs: Array) -> Array:
+    """A forward convolution: :func:`jaxconv.conv_general_dilated` with the equation's
+    arguments (which hands lax the calls it has no kernel for)."""
+    return lax_conv.conv_general_dilated(
+        lhs, rhs, params["window_strides"], params["padding"], params["lhs_dilation"],
+        params["rhs_dilation"], params["dimension_numbers"], params["feature_group_count"],
+        params["batch_group_count"], params["precision"], params["preferred_element_type"])
+
+
+def conv_pattern(params: dict[str, Any], lhs: Array, rhs: Array,
+                 out_shape: Sequence[int]) -> Array | str:
+    """The equation through jaxconv's kernel, or why it runs as lax wrote it."""
+    kind = conv_kind(params, lhs, rhs, out_shape)
+    if not isinstance(kind, Kernel):  # a reason (Kernel is a str enum: test it first)
+        return kind
+    if kind is Kernel.DATA:
+        return data_pattern(params, lhs, rhs, out_shape)
+    if kind is Kernel.WEIGHT:
+        out = weight_pattern(params, lhs, rhs, out_shape)
+        if not isinstance(out, str) or params["batch_group_count"] > 1:
+            return out
+    return forward_pattern(params, lhs, rhs)
+
+
+# ------------------------------------------------------------------------------ max pool
+
+def pool_of(params: dict[str, Any], x: Any) -> PoolProblem | str:
+    """The max pool a ``reduce_window``-family equation over ``x`` computes, or why none."""
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return _why("dtype")
+    ones = (1,) * x.ndim
+    if (tuple(params.get("base_dilation", ones)) != ones
+            or tuple(params.get("window_dilation", ones)) != ones):
+        return _why("pool dilation")
+    window, strides = params["window_dimensions"], params["window_strides"]
+    padding = [tuple(p) for p in params["padding"]]
+    moved = {a for a in range(x.ndim)
+             if window[a] != 1 or strides[a] != 1 or padding[a] != (0, 0)}
+    if x.ndim < 3:
+        return _why("rank")
+    if not moved & {0, x.ndim - 1}:
+        layout, spatial = "NXC", range(1, x.ndim - 1)
+    elif not moved & {0, 1}:
+        layout, spatial = "NCX", range(2, x.ndim)
+    else:
+        return _why("pool axes")
+    try:
+        _, p = pool_problem(_OP, x, tuple(window[a] for a in spatial), tuple(strides[a] for a in spatial),
+                            tuple(padding[a] for a in spatial), layout)
+    except (TypeError, ValueError):
+        return _why("pool padding")
+    return p
+
+
+def max_pool_pattern(params: dict[str, Any], x: Array) -> Array | str:
+    """``reduce_window_max``: jaxconv's max pool (its derivatives: gather and scatter)."""
+    p = pool_of(params, x)
+    return p if isinstance(p, str) else pooling.pool(x, p)
+
+
+def _selects_max(params: dict[str, Any]) -> bool:
+    return params["select_prim"] is lax.ge_p
+
+
+def max_pool_scatter_pattern(params: dict[str, Any], ct: Array, x: Array) -> Array | str:
+    """``select_and_scatter_add`` with ``>=``: ``ct`` added at each window's first maximum."""
+    p = pool_of(params, x)
+    if isinstance(p, str) or not _selects_max(params):
+        return p if isinstance(p, str) else _why("pool select")
+    return pooling.scatter(ct, x, p)
+
+
+def max_pool_gather_pattern(params: dict[str, Any], t: Array, x: Array) -> Array | str:
+    """``select_and_gather_add`` with ``>=``: ``t`` at each window's first maximum."""
+    p = pool_of(params, x)
+    if isinstance(p, str) or not _selects_max(params):
+        return p if isinstance(p, str) else _why("pool select")
+    return pooling.gather(t, x, p)

@@ -1,0 +1,264 @@
+"""``jaxconv.accelerate``: a function transformation that runs a program's convolutions and max
+pools through jaxconv's kernels.
+
+How: the function is traced to a jaxpr (as ``jax.make_jaxpr`` does, in the caller's trace:
+under ``jit``, ``grad`` or ``vmap`` its arguments are that transformation's tracers), and the
+jaxpr is evaluated again equation by equation, as ``jax.core.eval_jaxpr`` does, except that
+each equation :mod:`patterns` recognises binds jaxconv's primitive instead of lax's. Every other
+equation is bound as it was. Nested jaxprs are rewritten where they hold an equation to rewrite:
+a ``jit`` is inlined (the caller's ``jit`` compiles the whole); ``checkpoint``, ``scan``,
+``while``, ``cond``, ``custom_jvp`` and ``custom_vjp`` keep their primitive with the rewritten
+jaxpr (their custom rules stay as written); a nested jaxpr that cannot be traced again outside
+its own context (a ``shard_map`` body's collectives) runs as it was.
+
+Because the rewrite happens while the caller's transformation traces, the result composes as
+JAX's own transformations do: ``jax.grad(accelerate(f))`` differentiates jaxconv's primitive
+(its derivatives are jaxconv's kernels), ``accelerate(jax.grad(f))`` rewrites the transposes
+autodiff wrote, ``jax.jit(accelerate(f))`` caches apart from ``jax.jit(f)`` (they are two
+functions: no global mode, nothing a cache can miss).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import jax
+import numpy as np
+from jax import lax
+from jax._src import api_util  # the debug info a retraced jaxpr carries (no public name)
+from jax._src import linear_util as lu  # wrapping a function for tracing (no public name)
+from jax._src import source_info_util  # equations keep their source lines (no public name)
+from jax._src.interpreters import partial_eval as pe  # tracing a nested jaxpr again
+from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
+
+from jaxconv._src import host_memory
+from jaxconv._src.accelerate import patterns
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_prims = {p.name: p for p in (lax.conv_general_dilated_p, lax.reduce_window_max_p)}
+
+
+def _conv(eqn: Any, lhs: Any, rhs: Any) -> Any:
+    return patterns.conv_pattern(eqn.params, lhs, rhs, eqn.outvars[0].aval.shape)
+
+
+def _pool(eqn: Any, x: Any) -> Any:
+    return patterns.max_pool_pattern(eqn.params, x)
+
+
+def _scatter(eqn: Any, ct: Any, x: Any) -> Any:
+    return patterns.max_pool_scatter_pattern(eqn.params, ct, x)
+
+
+def _gather(eqn: Any, t: Any, x: Any) -> Any:
+    return patterns.max_pool_gather_pattern(eqn.params, t, x)
+
+
+#: the rewritten primitives, by name: each rule returns the result, or a string (why the
+#: equation runs as written)
+RULES: dict[str, Callable[..., Any]] = {
+    "conv_general_dilated": _conv,
+    "reduce_window_max": _pool,
+    "select_and_scatter_add": _scatter,
+    "select_and_gather_add": _gather,
+}
+
+#: nested-jaxpr primitives that are inlined (their jaxpr param, a ClosedJaxpr)
+_INLINED = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr"}
+
+
+def _holds_target(jaxpr: Jaxpr) -> bool:
+    """Whether ``jaxpr`` or a jaxpr nested in it has an equation :data:`RULES` rewrites."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in RULES:
+            return True
+        if any(_holds_target(sub) for sub in _subjaxprs(eqn.params)):
+            return True
+    return False
+
+
+def _subjaxprs(params: dict[str, Any]) -> list[Jaxpr]:
+    out = []
+    for value in params.values():
+        for v in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(v, ClosedJaxpr):
+                out.append(v.jaxpr)
+            elif isinstance(v, Jaxpr):
+                out.append(v)
+    return out
+
+
+def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
+    """``jax.core.eval_jaxpr`` with jaxconv's kernels for the equations :data:`RULES` match."""
+    env: dict[Any, Any] = {}
+
+    def read(v: Any) -> Any:
+        return v.val if isinstance(v, Literal) else env[v]
+
+    for var, value in zip(jaxpr.constvars, consts):
+        env[var] = value
+    for var, value in zip(jaxpr.invars, args):
+        env[var] = value
+    for eqn in jaxpr.eqns:
+        invals = [read(v) for v in eqn.invars]
+        name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
+        with (source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack),
+              eqn.ctx.manager):
+            outs = _equation(eqn, invals)
+        if not eqn.primitive.multiple_results:
+            outs = [outs]
+        for var, value in zip(eqn.outvars, outs):
+            env[var] = value
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _bind(eqn: Any, invals: Sequence[Any], params: dict[str, Any] | None = None) -> Any:
+    bind_params = eqn.primitive.get_bind_params(eqn.params if params is None else params)
+    return eqn.primitive.bind(*invals, **bind_params)
+
+
+def _equation(eqn: Any, invals: list[Any]) -> Any:
+    name = eqn.primitive.name
+    rule = RULES.get(name)
+    if rule is not None:
+        out = rule(eqn, *invals)
+        if not isinstance(out, str):
+            return out
+        return _bind(eqn, invals)
+    subs = _subjaxprs(eqn.params)
+    if not subs or not any(_holds_target(s) for s in subs):
+        return _bind(eqn, invals)
+    if name in _INLINED:
+        closed = eqn.params[_INLINED[name]]
+        return evaluate(closed.jaxpr, closed.consts, invals)
+    try:
+        params = _rewritten_params(eqn)
+    except Exception:  # noqa: BLE001 - a body that only traces in its own context runs as it was
+        return _bind(eqn, invals)
+    if params is None:
+        return _bind(eqn, invals)
+    hoisted = params.pop("_hoisted", ())
+    return _bind(eqn, [*hoisted, *invals], params)
+
+
+def _retrace(jaxpr: Jaxpr, consts: Sequence[Any]) -> tuple[Jaxpr, list[Any]] | None:
+    """``jaxpr`` evaluated by :func:`evaluate` and traced again on its own input types: the
+    rewritten jaxpr and its constants; None where its output types changed (a nested jaxpr must
+    keep its signature)."""
+    in_avals = [v.aval for v in jaxpr.invars]
+    fn = functools.partial(evaluate, jaxpr, consts)
+    debug = jaxpr.debug_info or api_util.debug_info("accelerate", fn, in_avals, {})
+    new, out_avals, new_consts = pe.trace_to_jaxpr_dynamic(
+        lu.wrap_init(lambda *a: fn(a), debug_info=debug), in_avals)
+    if [(a.shape, a.dtype, a.weak_type) for a in out_avals] != [
+            (v.aval.shape, v.aval.dtype, v.aval.weak_type) for v in jaxpr.outvars]:
+        return None
+    return new, list(new_consts)
+
+
+def _closed(value: ClosedJaxpr) -> ClosedJaxpr | None:
+    out = _retrace(value.jaxpr, value.consts)
+    return None if out is None else ClosedJaxpr(*out)
+
+
+def _rewritten_params(eqn: Any) -> dict[str, Any] | None:
+    """The equation's params with every nested jaxpr rewritten; an open jaxpr's new constants
+    become leading inputs (``_hoisted``) where the primitive takes them (``checkpoint``),
+    else the equation runs as written (None)."""
+    params = dict(eqn.params)
+    for key, value in eqn.params.items():
+        if isinstance(value, ClosedJaxpr):
+            new = _closed(value)
+            if new is None:
+                return None
+            params[key] = new
+        elif isinstance(value, tuple) and value and all(isinstance(v, ClosedJaxpr) for v in value):
+            news = [_closed(v) for v in value]
+            if any(v is None for v in news):
+                return None
+            params[key] = tuple(news)
+        elif isinstance(value, Jaxpr):
+            out = _retrace(value, ())
+            if out is None:
+                return None
+            new, consts = out
+            if consts and eqn.primitive.name not in ("checkpoint", "remat2"):
+                return None
+            params[key] = pe.convert_constvars_jaxpr(new) if consts else new
+            params["_hoisted"] = consts
+    return params
+
+
+def _is_array(value: Any) -> bool:
+    """Whether a leaf is traced (an array or a tracer); any other leaf (a Python number, a
+    string, a flag) stays a constant of the trace, as a ``static_argnums`` value would."""
+    return isinstance(value, (jax.Array, np.ndarray, np.generic))
+
+
+def accelerate(fun: F) -> F:
+    """Runs every convolution and max pool that ``fun`` computes through jaxconv's kernels.
+
+    A function transformation, like ``jax.grad``: ``jax.jit(jaxconv.accelerate(train_step))``
+    compiles ``train_step`` with each ``lax.conv_general_dilated`` equation it traces (the
+    model's forward convolutions and, where ``train_step`` calls ``jax.grad``, the data and
+    weight gradients autodiff writes for them, in any dimension numbers, groups, strides,
+    dilations, pads and floating dtypes) computed by jaxconv's forward, data-gradient and
+    weight-gradient kernels, and each ``lax.reduce_window`` max pool (``flax.linen.max_pool``,
+    ``equinox.nn.MaxPool2d``) and its gradient by :func:`jaxconv.max_pool`'s. The model's code
+    does not change. An equation jaxconv has no kernel for runs exactly as before
+    (:func:`jaxconv.explain` lists them, with the reason). The values are the unmodified
+    function's, within the per-dtype tolerances of docs/precision.md (a max pool's gradient
+    goes to the same first maximum).
+
+    It composes with ``jit``, ``grad``, ``vmap``, ``jax.checkpoint``, sharded ``jit`` and
+    ``shard_map`` (inside the mapped function) in any order; ``jax.export`` of an accelerated
+    function is as portable as jaxconv's ops (docs/export.md). Like ``jax.jit``, it traces
+    ``fun``: ``fun`` must be functional (an ``nnx`` model goes in as its state,
+    ``nnx.split``/``nnx.merge``). Array arguments are traced; other arguments (Python
+    numbers, flags, strings) are constants of the trace, as ``static_argnums`` makes them.
+
+    Args:
+      fun: the function to accelerate (a training step, a loss, a model's apply).
+
+    Returns:
+      A function with ``fun``'s signature and values.
+
+    Raises:
+      TypeError: ``fun`` is not callable.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxconv
+      >>> from jax import lax
+      >>> def loss(w, x):
+      ...     y = lax.conv_general_dilated(x, w, (2, 2), "SAME",
+      ...                                  dimension_numbers=("NHWC", "HWIO", "NHWC"))
+      ...     return (y ** 2).sum()
+      >>> x, w = jnp.ones((2, 8, 8, 3)), jnp.ones((3, 3, 3, 4)) / 27
+      >>> g = jax.jit(jaxconv.accelerate(jax.grad(loss)))(w, x)
+      >>> bool(jnp.allclose(g, jax.grad(loss)(w, x), rtol=1e-5))
+      True
+    """
+    if not callable(fun):
+        raise TypeError(f"accelerate: fun must be callable, got {type(fun).__name__}")
+    host_memory.keep_by_default()  # before the first computation, where JAX runs on the CPU
+
+    @functools.wraps(fun)
+    def accelerated(*args: Any, **kwargs: Any) -> Any:
+        leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+        traced = [i for i, v in enumerate(leaves) if _is_array(v)]
+
+        def flat(*values: Any) -> Any:
+            full = list(leaves)
+            for i, v in zip(traced, values):
+                full[i] = v
+            a, k = jax.tree_util.tree_unflatten(tree, full)
+            return fun(*a, **k)
+
+        closed, out_shape = jax.make_jaxpr(flat, return_shape=True)(*(leaves[i] for i in traced))
+        outs = evaluate(closed.jaxpr, closed.consts, [leaves[i] for i in traced])
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), outs)
+
+    return accelerated  # type: ignore[return-value]

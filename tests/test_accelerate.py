@@ -1,0 +1,235 @@
+"""jaxconv.accelerate: each lax pattern it recognises against jax.vjp of lax, and its composition.
+
+The oracle is lax itself (the unaccelerated function: its values and JAX's own derivatives);
+the recognised equations must leave no lax convolution or XLA max-pool gradient behind.
+Whole models: tests/test_accelerate_models.py; sharded jit and shard_map:
+tests/distributed/sharded_ops.py.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from jax import lax
+
+import jaxconv
+from jaxconv._src.accelerate import patterns
+from tests import helpers as h
+from tests.test_lax_conv import CASES, HIGHEST
+from tests.test_lax_conv_space import _close, _operand, calls
+
+
+def _prims(fn, *args) -> list[str]:
+    return [e.primitive.name for e in h.equations(fn, *args)]
+
+
+def _grad_fn(kw):
+    def loss(x, w):
+        y = lax.conv_general_dilated(x, w, **kw)
+        return jnp.sum(jnp.sin(y.astype(jnp.float32)))
+    return jax.grad(loss, (0, 1))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_drop_in_cases_through_accelerate_equal_lax_and_leave_no_lax_convolution(case):
+    _, xs, ws, dn, s, pad, d, g = case
+    rng = np.random.default_rng(len(case[0]))
+    x, w = h.random(rng, xs), h.random(rng, ws)
+    kw = dict(window_strides=s, padding=pad, rhs_dilation=d, dimension_numbers=dn,
+              feature_group_count=g, precision=HIGHEST)
+    grads = _grad_fn(kw)
+    got, want = jax.jit(jaxconv.accelerate(grads))(x, w), grads(x, w)
+    for a, b in zip(got, want):
+        h.assert_close(a, b, jnp.float32)
+    prims = _prims(jaxconv.accelerate(grads), x, w)
+    assert "conv_general_dilated" not in prims and prims.count("jaxconv_conv") == 3
+
+
+# (id, data spec, filter spec, strides, padding, dilation, groups, spatial): the transposes
+# autodiff writes for each, recognised as data and weight gradients
+PATTERNS = [
+    ("1d-stride3-crop", ("NWC", "WIO", "NWC"), (3,), [(0, 0)], (1,), 1, (11,)),
+    ("2d-stride2-1x1", ("NHWC", "HWIO", "NHWC"), (2, 2), "VALID", (1, 1), 1, (9, 8)),
+    ("2d-dilated-grouped", ("NCHW", "OIHW", "NCHW"), (2, 1), [(2, 1), (0, 2)], (2, 2), 2, (9, 10)),
+    ("2d-depthwise", ("NHWC", "HWIO", "NHWC"), (2, 2), "SAME", (1, 1), 4, (8, 8)),
+    ("3d-strided", ("NDHWC", "DHWIO", "NDHWC"), (2, 1, 2), "SAME", (1, 2, 1), 1, (5, 6, 5)),
+]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS, ids=[p[0] for p in PATTERNS])
+def test_each_gradient_pattern_is_jaxconvs_kernel_and_equals_lax_vjp(pattern):
+    name, dn, s, pad, d, g, spatial = pattern
+    n, c_in, c_out = len(spatial), 4, 8
+    kernel = (3,) * n if "1x1" not in name else (1,) * n
+    rng = np.random.default_rng(3)
+    lhs_shape = lax.conv_dimension_numbers((1,) * (n + 2), (1,) * (n + 2), dn).lhs_spec
+    x = h.random(rng, tuple(np.array([2, c_in, *spatial])[np.argsort(lhs_shape)]))
+    rhs_spec = lax.conv_dimension_numbers((1,) * (n + 2), (1,) * (n + 2), dn).rhs_spec
+    w = h.random(rng, tuple(np.array([c_out, c_in // g, *kernel])[np.argsort(rhs_spec)]))
+    kw = dict(window_strides=s, padding=pad, rhs_dilation=d, dimension_numbers=dn,
+              feature_group_count=g, precision=HIGHEST)
+    closed = jax.make_jaxpr(_grad_fn(kw))(x, w)
+    kinds = [patterns.conv_kind(e.params, e.invars[0].aval, e.invars[1].aval,
+                                e.outvars[0].aval.shape)
+             for e in closed.eqns if e.primitive.name == "conv_general_dilated"]
+    strided = any(v > 1 for v in s)
+    want = ["forward", "data" if strided else "forward", "weight"]
+    assert sorted(map(str, kinds)) == sorted(want)
+    got = jax.jit(jaxconv.accelerate(_grad_fn(kw)))(x, w)
+    for a, b in zip(got, _grad_fn(kw)(x, w)):
+        h.assert_close(a, b, jnp.float32)
+    kernels = [e.params["kernel"] for e in h.equations(jaxconv.accelerate(_grad_fn(kw)), x, w)
+               if e.primitive.name == "jaxconv_conv"]
+    assert sorted(map(str, kernels)) == sorted(want)
+
+
+def test_bfloat16_steps_within_bfloat16_tolerance():
+    rng = np.random.default_rng(5)
+    x, w = h.random(rng, (2, 10, 10, 8), jnp.bfloat16), h.random(rng, (3, 3, 8, 8), jnp.bfloat16)
+    kw = dict(window_strides=(2, 2), padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    for a, b in zip(jax.jit(jaxconv.accelerate(_grad_fn(kw)))(x, w), _grad_fn(kw)(x, w)):
+        h.assert_close(a.astype(jnp.float32), b.astype(jnp.float32), jnp.bfloat16)
+
+
+@settings(max_examples=max(30, settings.default.max_examples))
+@given(calls())
+def test_every_call_lax_accepts_keeps_its_value_and_gradient_under_accelerate(call):
+    rng = np.random.default_rng(call["seed"])
+    dtype, kw = call["dtype"], call["kwargs"]
+    x, w = _operand(rng, call["lhs_shape"], dtype), _operand(rng, call["rhs_shape"], dtype)
+
+    def conv(x, w):
+        return lax.conv_general_dilated(x, w, **kw)
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            want = jax.block_until_ready(conv(x, w))
+    except (TypeError, ValueError):
+        return  # lax refuses it: nothing to accelerate
+    _close(jax.jit(jaxconv.accelerate(conv))(x, w), want, dtype)
+    if dtype in ("float32", "bfloat16") and want.size and x.size and w.size:
+        ct = _operand(rng, want.shape, dtype)
+
+        def grads(x, w):
+            return jax.grad(lambda x, w: jnp.sum((conv(x, w) * ct).astype(jnp.float32)),
+                            (0, 1))(x, w)
+
+        for g, r in zip(jax.jit(jaxconv.accelerate(grads))(x, w), grads(x, w)):
+            _close(g, r, dtype)
+
+
+# ------------------------------------------------------------------------------ max pool
+
+def _pool(x):
+    return lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1),
+                             ((0, 0), (1, 1), (1, 1), (0, 0)))
+
+
+def test_max_pool_and_its_derivatives_are_jaxconvs_with_the_same_first_maximum():
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.integers(0, 3, (2, 9, 9, 3)), jnp.float32)  # many ties
+    t = h.random(rng, x.shape)
+
+    def f(x):
+        return jnp.sum(jnp.sin(_pool(x)) * jnp.arange(5.0)[None, :, None, None])
+
+    for fn in (_pool, jax.grad(f), lambda x: jax.jvp(f, (x,), (t,))):
+        got, want = jax.jit(jaxconv.accelerate(fn))(x), fn(x)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    prims = _prims(jaxconv.accelerate(jax.grad(f)), x)
+    assert "select_and_scatter_add" not in prims and "jaxconv_max_pool_scatter" in prims
+    assert "select_and_gather_add" not in _prims(
+        jaxconv.accelerate(lambda x: jax.jvp(f, (x,), (t,))), x)
+
+
+def test_a_pool_over_channels_nchw_and_a_min_pool():
+    rng = np.random.default_rng(1)
+    x = h.random(rng, (2, 3, 8, 8))
+
+    def nchw(x):
+        return jnp.sum(lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2),
+                                         "VALID") ** 2)
+
+    def min_pool(x):
+        return jnp.sum(lax.reduce_window(x, jnp.inf, lax.min, (1, 1, 2, 2), (1, 1, 2, 2),
+                                         "VALID") ** 2)
+
+    for fn, ours in ((nchw, True), (min_pool, False)):
+        g = jax.grad(fn)
+        np.testing.assert_array_equal(np.asarray(jax.jit(jaxconv.accelerate(g))(x)),
+                                      np.asarray(g(x)))
+        assert ("jaxconv_max_pool_scatter" in _prims(jaxconv.accelerate(g), x)) is ours
+
+
+# ----------------------------------------------------------------------------- composition
+
+def _loss(w, x):
+    y = lax.conv_general_dilated(x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                 precision=HIGHEST)
+    return jnp.sum(jnp.tanh(y) ** 2)
+
+
+@pytest.fixture
+def wx():
+    rng = np.random.default_rng(7)
+    return h.random(rng, (3, 3, 3, 4)), h.random(rng, (2, 8, 8, 3))
+
+
+@pytest.mark.parametrize("compose", ["grad-outside", "vmap", "checkpoint-scan", "cond",
+                                     "jit-inside", "hessian-vector"])
+def test_composes_with_jax_transformations(compose, wx):
+    w, x = wx
+    acc = jaxconv.accelerate
+    if compose == "grad-outside":
+        pair = (jax.grad(acc(_loss)), jax.grad(_loss))
+    elif compose == "vmap":
+        pair = (jax.vmap(acc(jax.grad(_loss)), (None, 0)), jax.vmap(jax.grad(_loss), (None, 0)))
+        x = jnp.stack([x, 2 * x])
+    elif compose == "checkpoint-scan":
+        def f(w, x):
+            return lax.scan(lambda c, _: (c + jax.checkpoint(_loss)(w, x), None), 0.0, None,
+                            length=2)[0]
+        pair = (acc(jax.grad(f)), jax.grad(f))
+    elif compose == "cond":
+        def f(w, x):
+            return lax.cond(x[0, 0, 0, 0] > 0, _loss, lambda w, x: 2 * _loss(w, x), w, x)
+        pair = (acc(jax.grad(f)), jax.grad(f))
+    elif compose == "jit-inside":
+        pair = (acc(jax.jit(jax.grad(_loss))), jax.grad(_loss))
+    else:
+        def hvp(w, x):
+            return jax.jvp(jax.grad(_loss), (w, x), (jnp.ones_like(w), jnp.zeros_like(x)))[1]
+        pair = (acc(hvp), hvp)
+    ours, ref = pair
+    h.assert_close(jax.jit(ours)(w, x), ref(w, x), jnp.float32)
+    assert "conv_general_dilated" not in _prims(ours, w, x)
+
+
+def test_static_arguments_stay_python_values(wx):
+    w, x = wx
+
+    def f(w, x, *, scale, train):
+        return _loss(w, x) * scale if train else 0.0
+
+    fast = jax.jit(jaxconv.accelerate(f), static_argnames="train")
+    h.assert_close(fast(w, x, scale=2.0, train=True), 2 * _loss(w, x), jnp.float32)
+
+
+def test_export_of_an_accelerated_step_runs_without_jaxconvs_handler(wx):
+    from jax import export
+    w, x = wx
+    exp = export.export(jax.jit(jaxconv.accelerate(jax.grad(_loss))))(w, x)
+    assert "custom_call" not in exp.mlir_module()  # no custom call: portable
+    h.assert_close(exp.call(w, x), jax.grad(_loss)(w, x), jnp.float32)
+
+
+def test_not_callable_raises_type_error():
+    with pytest.raises(TypeError, match=r"^accelerate: fun must be callable, got int"):
+        jaxconv.accelerate(3)
