@@ -115,11 +115,12 @@ def _nxc_axes(spec: Sequence[int], layout: str) -> tuple[int, ...]:
 
 def _auto(sharding: Any) -> bool:
     """Whether an ``out_sharding`` constrains nothing: none, or a mesh whose axes are all Auto
-    (what autodiff's transposes carry under a sharded ``jit``: the partitioner decides)."""
+    or Manual (what autodiff's transposes carry under a sharded ``jit``, where the partitioner
+    decides, and inside ``shard_map``, where each device computes its own blocks)."""
     if sharding is None:
         return True
     types = getattr(getattr(sharding, "mesh", None), "axis_types", None)
-    return types is not None and all(t == AxisType.Auto for t in types)
+    return types is not None and all(t in (AxisType.Auto, AxisType.Manual) for t in types)
 
 
 def _common(params: dict[str, Any], lhs: Any, rhs: Any, out_shape: Sequence[int]) -> str | None:

@@ -21,6 +21,8 @@ functions: no global mode, nothing a cache can miss).
 from __future__ import annotations
 
 import functools
+import inspect
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -216,9 +218,12 @@ def accelerate(fun: F) -> F:
     It composes with ``jit``, ``grad``, ``vmap``, ``jax.checkpoint``, sharded ``jit`` and
     ``shard_map`` (inside the mapped function) in any order; ``jax.export`` of an accelerated
     function is as portable as jaxconv's ops (docs/export.md). Like ``jax.jit``, it traces
-    ``fun``: ``fun`` must be functional (an ``nnx`` model goes in as its state,
-    ``nnx.split``/``nnx.merge``). Array arguments are traced; other arguments (Python
-    numbers, flags, strings) are constants of the trace, as ``static_argnums`` makes them.
+    ``fun``: array arguments are traced; other arguments (Python numbers, flags, strings) are
+    constants of the trace, as ``static_argnums`` makes them. ``flax.nnx`` objects among the
+    arguments (a model, an optimizer) may be mutated in place, as under ``nnx.jit``:
+    ``nnx.jit(jaxconv.accelerate(train_step))`` updates them. Applied before the program's
+    first computation on the CPU, it also keeps the memory XLA:CPU frees
+    (:func:`jaxconv.keep_freed_memory`; opt out with ``JAXCONV_KEEP_FREED_MEMORY=0``).
 
     Args:
       fun: the function to accelerate (a training step, a loss, a model's apply).
@@ -245,20 +250,68 @@ def accelerate(fun: F) -> F:
         raise TypeError(f"accelerate: fun must be callable, got {type(fun).__name__}")
     host_memory.keep_by_default()  # before the first computation, where JAX runs on the CPU
 
-    @functools.wraps(fun)
     def accelerated(*args: Any, **kwargs: Any) -> Any:
-        leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
-        traced = [i for i, v in enumerate(leaves) if _is_array(v)]
+        kinds = _nnx_kinds()
+        leaves, tree = jax.tree_util.tree_flatten((args, kwargs),
+                                                  is_leaf=lambda v: isinstance(v, kinds))
+        objects = [i for i, v in enumerate(leaves) if isinstance(v, kinds)]
+        if not objects:
+            return _call(lambda a, k: fun(*a, **k), (args, kwargs))
+        # flax.nnx objects are mutated in place: their state goes in as arrays, the state the
+        # call leaves them in comes out and is written back into them (as nnx.jit does)
+        nnx = sys.modules["flax.nnx"]
+        graphdef, state = nnx.split([leaves[i] for i in objects])
+        others = [None if i in objects else v for i, v in enumerate(leaves)]
 
-        def flat(*values: Any) -> Any:
-            full = list(leaves)
-            for i, v in zip(traced, values):
-                full[i] = v
+        def call(state: Any, others: Any) -> Any:
+            merged = nnx.merge(graphdef, state)
+            full = list(others)
+            for i, obj in zip(objects, merged):
+                full[i] = obj
             a, k = jax.tree_util.tree_unflatten(tree, full)
-            return fun(*a, **k)
+            return fun(*a, **k), nnx.split(merged)[1]
 
-        closed, out_shape = jax.make_jaxpr(flat, return_shape=True)(*(leaves[i] for i in traced))
-        outs = evaluate(closed.jaxpr, closed.consts, [leaves[i] for i in traced])
-        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), outs)
+        out, new_state = _call(call, (state, others))
+        nnx.update([leaves[i] for i in objects], new_state)
+        return out
 
+    _named_like(accelerated, fun)
     return accelerated  # type: ignore[return-value]
+
+
+def _named_like(wrapper: Callable[..., Any], fun: Callable[..., Any]) -> None:
+    """``fun``'s name, docstring and signature on ``wrapper`` (what ``jax.jit`` reads for
+    ``static_argnames``), without ``__wrapped__``: equinox takes a callable holding one for a
+    JAX transformation stored in a module, and warns."""
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        if hasattr(fun, name):
+            setattr(wrapper, name, getattr(fun, name))
+    try:
+        wrapper.__signature__ = inspect.signature(fun)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):  # a callable without one: (*args, **kwargs)
+        pass
+
+
+def _call(fun: Callable[..., Any], inputs: tuple[Any, Any]) -> Any:
+    """``fun(*inputs)`` traced and evaluated by :func:`evaluate`: array leaves are traced, the
+    others are constants of the trace."""
+    leaves, tree = jax.tree_util.tree_flatten(inputs)
+    traced = [i for i, v in enumerate(leaves) if _is_array(v)]
+
+    def flat(*values: Any) -> Any:
+        full = list(leaves)
+        for i, v in zip(traced, values):
+            full[i] = v
+        return fun(*jax.tree_util.tree_unflatten(tree, full))
+
+    closed, out_shape = jax.make_jaxpr(flat, return_shape=True)(*(leaves[i] for i in traced))
+    outs = evaluate(closed.jaxpr, closed.consts, [leaves[i] for i in traced])
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), outs)
+
+
+def _nnx_kinds() -> tuple[type, ...]:
+    """The classes of ``flax.nnx``'s mutable objects (modules, optimizers, variables) where
+    flax.nnx is imported, else none (flax is not imported for this)."""
+    nnx = sys.modules.get("flax.nnx")
+    return tuple(getattr(nnx, name) for name in ("Pytree", "Object", "Variable")
+                 if nnx is not None and hasattr(nnx, name))
