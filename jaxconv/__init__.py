@@ -6,7 +6,7 @@ backend. See ``README.md`` and ``docs/``.
 """
 
 from jaxconv import tbe
-from jaxconv._src.accelerate import accelerate, explain
+from jaxconv._src.accelerate import Explanation, accelerate, explain
 from jaxconv._src.config import xla_cpu_compiler_options
 from jaxconv._src.conv_transpose import (
     conv_transpose,
@@ -34,6 +34,7 @@ from jaxconv._src.tbe import conv2d_backprop_filter
 from jaxconv._src.version import __version__
 
 __all__ = [
+    "Explanation",
     "__version__",
     "accelerate",
     "conv2d_backprop_filter",

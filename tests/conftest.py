@@ -3,6 +3,10 @@
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The CPU table's method everywhere (jaxconv/_src/lowering/measured.py would time each of the
+# suite's thousands of tiny problems against XLA's program); tests/test_lowering_measured.py
+# switches it on where it tests it.
+os.environ.setdefault("JAXCONV_MEASURE", "0")
 
 # The suite compiles thousands of small programs, and on CPU LLVM's optimisation of each is
 # a quarter of its time (tests/test_batching.py: 104 s at XLA's default level, 77 s at 0; 2

@@ -110,7 +110,8 @@ def test_one_step_is_as_exact_as_torch_nn(request, name, batchnorm, batch, image
 def test_runner_end_to_end(tmp_path):
     """``jaxconv bench models`` on ResNet-18 at 32x32 without BatchNorm (its 1x1 maps of two
     examples would leave BatchNorm no variance to speak of): a child process whose three
-    contenders agree, the per-layer table (no data gradient at the input layer), the machine
+    contenders (lax, jaxconv's explicit hooks, the unmodified model under jaxconv.accelerate, torch)
+    agree, the peak resident memory of the child, the per-layer table (no data gradient at the input layer), the machine
     (both oneDNN versions, threads, a positive peak and how it was obtained), a plot."""
     from jaxconv._src import cli
     out = tmp_path / "models.json"
@@ -119,8 +120,12 @@ def test_runner_end_to_end(tmp_path):
                      "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     (step,) = result["steps"]
-    assert step["mode"] == "kept" and set(step["median_ms"]) == {"lax", "jaxconv", "torch"}
+    assert step["mode"] == "kept"
+    assert set(step["median_ms"]) == {"lax", "jaxconv", "accelerate", "torch"}
     assert step["loss_gap"] < TOL and step["param_gap"] < TOL
+    assert step["torch_over_accelerate"] == pytest.approx(
+        step["median_ms"]["torch"] / step["median_ms"]["accelerate"])
+    assert step["host_memory"] == ["kept"] and step["peak_rss_mib"][0] > 0
     # the max pool timed alone (flax's, jaxconv's, torch's), at the shape the model's pool reads
     # (the 16x16 output of the stride-2 stem), computing the same gradient; and the steps
     # without it (the jaxconv step's pool is jaxconv.max_pool)

@@ -24,6 +24,7 @@ import numpy as np
 from jaxconv._src import host_memory, lowering
 from jaxconv._src.accelerate import patterns, transform
 from jaxconv._src.kernel import Kernel
+from jaxconv._src.lowering import measured
 
 #: arguments from this size on (bytes) are "a large state" whose donation matters
 LARGE_STATE_BYTES = 1 << 24
@@ -106,6 +107,9 @@ def _conv_row(eqn: Any, backend: str) -> Row:
         method = eqn.params["method"]
         if method == "auto":
             method = lowering.choose(kernel, p, backend)
+            if backend == "cpu":  # the table's, or XLA's where it ran faster here
+                method = measured.pick(kernel, p, method, lhs.dtype, eqn.params["precision"],
+                                       eqn.params["preferred_element_type"])
         return Row("convolution", str(kernel), "jaxconv", shapes, method,
                    _bind=_binder(eqn), _avals=(lhs, rhs))
     kind = patterns.conv_kind(eqn.params, lhs, rhs, out.shape)
@@ -201,11 +205,11 @@ def _notes(rows: list[Row], backend: str, fn: Any, args: tuple[Any, ...],
 
 
 def _median_ms(call: Callable[[], Any], reps: int) -> float:
-    jax.block_until_ready(call())
+    jax.block_until_ready(call())  # type: ignore[no-untyped-call]
     times = []
     for _ in range(reps):
         t = time.perf_counter()
-        jax.block_until_ready(call())
+        jax.block_until_ready(call())  # type: ignore[no-untyped-call]
         times.append(time.perf_counter() - t)
     return statistics.median(times) * 1e3
 

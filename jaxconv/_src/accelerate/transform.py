@@ -155,8 +155,9 @@ def _retrace(jaxpr: Jaxpr, consts: Sequence[Any]) -> tuple[Jaxpr, list[Any]] | N
     debug = jaxpr.debug_info or api_util.debug_info("accelerate", fn, in_avals, {})
     new, out_avals, new_consts = pe.trace_to_jaxpr_dynamic(
         lu.wrap_init(lambda *a: fn(a), debug_info=debug), in_avals)
-    if [(a.shape, a.dtype, a.weak_type) for a in out_avals] != [
-            (v.aval.shape, v.aval.dtype, v.aval.weak_type) for v in jaxpr.outvars]:
+    def kind(aval: Any) -> tuple[Any, ...]:
+        return (aval.shape, aval.dtype, aval.weak_type)
+    if [kind(a) for a in out_avals] != [kind(v.aval) for v in jaxpr.outvars]:
         return None
     return new, list(new_consts)
 
@@ -173,10 +174,10 @@ def _rewritten_params(eqn: Any) -> dict[str, Any] | None:
     params = dict(eqn.params)
     for key, value in eqn.params.items():
         if isinstance(value, ClosedJaxpr):
-            new = _closed(value)
-            if new is None:
+            closed = _closed(value)
+            if closed is None:
                 return None
-            params[key] = new
+            params[key] = closed
         elif isinstance(value, tuple) and value and all(isinstance(v, ClosedJaxpr) for v in value):
             news = [_closed(v) for v in value]
             if any(v is None for v in news):

@@ -200,8 +200,10 @@ def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
     from jaxconv._src import lax_refs
     from jaxconv._src.bench import torch_models
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((batch, image, image, 3)).astype(np.float32)
-    labels = rng.integers(0, 1000, batch).astype(np.int32)
+    spec = models.MODELS[name]
+    batch = batch or spec.batch
+    x = rng.standard_normal((batch, image, image, spec.channels)).astype(np.float32)
+    labels = rng.integers(0, spec.classes, batch).astype(np.int32)
     convs = {"lax": lax_refs.conv_general_dilated, "jaxconv": jaxconv.conv_general_dilated}
     variables = models.init(name, jnp.asarray(x), batchnorm)
     params, stats = variables["params"], variables.get("batch_stats", {})
@@ -281,8 +283,8 @@ def _steps(args: argparse.Namespace) -> list[dict[str, Any]]:
         for run in range(args.runs):
             contenders = [c for c in args.contenders if c != "lax" or run < args.lax_runs]
             cmd = [sys.executable, "-m", "jaxconv._src.bench.model_run", "--child", "--mode", mode,
-                   "--models", *args.models, "--batch", str(args.batch), "--reps", str(args.reps),
-                   "--contenders", *contenders]
+                   "--models", *args.models, "--batch", str(args.batch or 0),
+                   "--reps", str(args.reps), "--contenders", *contenders]
             if args.image:
                 cmd += ["--image", str(args.image)]
             if args.no_batchnorm:
@@ -432,7 +434,8 @@ def _layers(args: argparse.Namespace, dtype: Any) -> list[dict[str, Any]]:
     """The per-layer tables: in this process, or with ``--layer-runs`` N > 1 in N child
     processes one after another, pooled (``_pooled``)."""
     def one(name: str) -> dict[str, Any]:
-        return measure_layers(name, args.batch, args.image or models.MODELS[name].image,
+        return measure_layers(name, args.batch or models.MODELS[name].batch,
+                              args.image or models.MODELS[name].image,
                               args.reps, dtype, not args.no_batchnorm)
 
     if args.layer_runs <= 1:
@@ -441,7 +444,7 @@ def _layers(args: argparse.Namespace, dtype: Any) -> list[dict[str, Any]]:
     runs = []
     for run in range(args.layer_runs):
         cmd = [sys.executable, "-m", "jaxconv._src.bench.model_run", "--child-layers",
-               "--models", *args.models, "--batch", str(args.batch), "--reps", str(args.reps),
+               "--models", *args.models, "--batch", str(args.batch or 0), "--reps", str(args.reps),
                "--dtype", args.dtype]
         if args.image:
             cmd += ["--image", str(args.image)]
@@ -486,7 +489,8 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> None:
             xs = [j + (i - (len(CONTENDERS) - 1) / 2) * width for j in range(len(rows))]
             ys = [r["median_ms"].get(k, math.nan) for r in rows]
             ax.bar(xs, ys, width, label=k, color=colors[k])
-        ax.set_xticks(range(len(rows)), [f"{r['description']}\n{r['image']}px" for r in rows],
+        ax.set_xticks(range(len(rows)), [f"{r['description']}\n{r['image']}px, batch {r['batch']}"
+                                         for r in rows],
                       fontsize=7)
         ax.set_ylabel("ms per training step (median)")
         ax.set_title(f"{'BatchNorm' if bn else 'no BatchNorm'}, memory "
@@ -494,7 +498,7 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> None:
                      fontsize=8)
         ax.legend(fontsize=7)
     cpu = result["machine"]["cpu"]
-    fig.suptitle(f"batch {steps[0]['batch']}, float32, {cpu}, {result['machine']['cpu_count']} cores",
+    fig.suptitle(f"float32, {cpu}, {result['machine']['cpu_count']} cores",
                  fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
@@ -531,7 +535,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="jaxconv bench models", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", choices=sorted(models.MODELS), default=list(models.MODELS))
-    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=0,
+                    help="the batch of every model (default: each model's own: 8, the MNIST "
+                         "CNN's 128)")
     ap.add_argument("--image", type=int, help="image size (default: each model's own)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--runs", type=int, default=3, help="processes per mode (the median is reported)")

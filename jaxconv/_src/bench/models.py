@@ -179,6 +179,25 @@ class MobileNetV2(nn.Module):
         return nn.Dense(self.num_classes, name="fc")(x)
 
 
+class MnistCNN(nn.Module):
+    """flax's MNIST example CNN: conv 32 - relu - avg pool - conv 64 - relu - avg pool - dense
+    256 - relu - dense 10 (3x3 ``SAME`` convolutions with biases, 2x2 stride-2 average pools)."""
+
+    num_classes: int = 10
+    conv: ModuleDef = nn.Conv
+    norm: ModuleDef = nn.BatchNorm  # unused: the example has none
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = nn.relu(self.conv(32, (3, 3), name="conv1")(x))
+        x = nn.avg_pool(x, (2, 2), strides=(2, 2))
+        x = nn.relu(self.conv(64, (3, 3), name="conv2")(x))
+        x = nn.avg_pool(x, (2, 2), strides=(2, 2))
+        x = x.reshape((x.shape[0], -1))
+        x = nn.relu(nn.Dense(256, name="fc1")(x))
+        return nn.Dense(self.num_classes, name="fc2")(x)
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
     """A model of the benchmark: its flax constructor and default image size."""
@@ -189,6 +208,10 @@ class ModelSpec:
     #: the stem's 3x3 stride-2 max pool (torchvision's ResNets): its input is the 64-channel
     #: output of the stride-2 stem convolution
     max_pool: bool = False
+    #: the model's input channels, classes and batch (the benchmark's default for it)
+    channels: int = 3
+    classes: int = 1000
+    batch: int = 8
 
 
 MODELS = {
@@ -197,6 +220,7 @@ MODELS = {
     "resnet50": ModelSpec("ResNet-50", functools.partial(ResNet, (3, 4, 6, 3), Bottleneck), 160,
                           max_pool=True),
     "mobilenet_v2": ModelSpec("MobileNetV2", MobileNetV2, 224),
+    "mnist_cnn": ModelSpec("MNIST CNN", MnistCNN, 28, channels=1, classes=10, batch=128),
 }
 
 
@@ -212,7 +236,7 @@ def norm_def(batchnorm: bool) -> ModuleDef:
 
 
 def build(name: str, conv: Callable[..., jax.Array], batchnorm: bool = True,
-          num_classes: int = 1000,
+          num_classes: int | None = None,
           pool: Callable[[jax.Array], jax.Array] | None = None) -> nn.Module:
     """Model ``name`` whose convolutions call ``conv`` (``lax.conv_general_dilated``'s
     signature: lax's own, or ``jaxconv.conv_general_dilated``) and whose stem max pool (the
@@ -220,7 +244,8 @@ def build(name: str, conv: Callable[..., jax.Array], batchnorm: bool = True,
     if name not in MODELS:
         raise ValueError(f"models: name must be one of {sorted(MODELS)}, got {name!r}")
     extra = {"pool": pool} if pool is not None and MODELS[name].max_pool else {}
-    return MODELS[name].make(num_classes=num_classes,
+    classes = MODELS[name].classes if num_classes is None else num_classes
+    return MODELS[name].make(num_classes=classes,
                              conv=functools.partial(nn.Conv, conv_general_dilated=conv),
                              norm=norm_def(batchnorm), **extra)
 
@@ -273,7 +298,7 @@ def record_convolutions(name: str, batch: int, image: int,
     """The distinct convolutions of one forward pass of model ``name`` (traced, nothing
     computed), in order of first use, each with its count."""
     seen: collections.Counter[Convolution] = collections.Counter()
-    x_shape = (batch, image, image, 3)
+    x_shape = (batch, image, image, MODELS[name].channels)
 
     def recording(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int],
                   padding: Any, *args: Any, **kwargs: Any) -> jax.Array:

@@ -124,6 +124,22 @@ def _modules(torch: Any, name: str, batchnorm: bool, num_classes: int) -> Any:
             x = torch.nn.functional.relu6(self.last_bn(self.last_conv(x)))
             return self.fc(x.mean((2, 3)))
 
+    class MnistCNN(nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 32, 3, 1, 1)
+            self.conv2 = nn.Conv2d(32, 64, 3, 1, 1)
+            self.fc1, self.fc2 = nn.Linear(7 * 7 * 64, 256), nn.Linear(256, num_classes)
+
+        def forward(self, x: Any) -> Any:
+            f = torch.nn.functional
+            x = f.avg_pool2d(torch.relu(self.conv1(x)), 2)
+            x = f.avg_pool2d(torch.relu(self.conv2(x)), 2)
+            x = x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)  # flax flattens (h, w, c)
+            return self.fc2(torch.relu(self.fc1(x)))
+
+    if name == "mnist_cnn":
+        return MnistCNN()
     if name == "resnet18":
         return ResNet((2, 2, 2, 2), bottleneck=False)
     if name == "resnet50":
@@ -158,9 +174,11 @@ def from_torch(path: str, value: np.ndarray) -> np.ndarray:
 
 
 def build(torch: Any, name: str, params: Any, batchnorm: bool = True,
-          num_classes: int = 1000) -> Any:
+          num_classes: int | None = None) -> Any:
     """The torch twin of model ``name`` holding flax ``params`` (float32, training mode)."""
-    m = _modules(torch, name, batchnorm, num_classes)
+    from jaxconv._src.bench.models import MODELS
+    classes = MODELS[name].classes if num_classes is None else num_classes
+    m = _modules(torch, name, batchnorm, classes)
     state = m.state_dict()
     flat = _flat(params)
     loaded = dict(to_torch(p, v) for p, v in flat.items())

@@ -22,7 +22,16 @@ from jaxconv._src import backends
 from jaxconv._src import typing as public
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Array, CombinatorFn, DType, Kernel, Precision
-from jaxconv._src.lowering import convolution, grouped, onednn, phases, shifted, spmd, taps
+from jaxconv._src.lowering import (
+    convolution,
+    grouped,
+    measured,
+    onednn,
+    phases,
+    shifted,
+    spmd,
+    taps,
+)
 from jaxconv._src.lowering.method import Method
 
 #: every lowering method, by name
@@ -99,6 +108,8 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
                 # gradient with rows split wrong (a 3x3 kernel, stride 2 or 3, pads 1: 0.2-1.0
                 # off; jax.vjp's too; docs/distributed.md)
                 method = "onednn"
+        elif backend == "cpu" and not portable:  # the table's choice, or XLA's if faster here
+            method = measured.pick(kernel, p, method, a.dtype, precision, preferred_element_type)
         why = why_not(method, kernel, p)
         if why is not None:  # a table bug (tests/test_lowering_registry.py), never a user's
             raise RuntimeError(f"jaxconv: the {backend} table picked {why}")

@@ -1,0 +1,154 @@
+"""The CPU table's choice checked against XLA's own program, by timing both on this machine.
+
+The CPU table (``backends.py``) is a set of rules measured on some CPUs; on another, a small
+problem's chosen formulation can run a few microseconds behind XLA's own convolution. So, for
+a problem small enough to time in a few milliseconds (at most :data:`MEASURE_MAX_MACS`
+multiply-adds), the first lowering of a kernel for the CPU times the table's method and XLA's
+own program for that kernel (:data:`XLA_OWN`: the forward as one ``lax.conv_general_dilated``,
+the gradients as the program ``jax.vjp`` emits), each compiled alone on random operands of the
+problem's shapes and dtype, interleaved (:func:`_median_times`), and takes XLA's where its
+median is lower. The verdict is cached in the process and on disk, per CPU model and jaxlib
+version (``~/.cache/jaxconv/measured-*.json``), so that a later process on the same machine
+compiles the same program without timing again. Larger problems keep the table's method: at
+their size the table's rules were measured on both Intel and AMD CPUs (docs/performance.md).
+
+``JAXCONV_MEASURE=0`` in the environment (read once per process) keeps the table's method
+everywhere (the test suite sets it: its thousands of tiny problems would each be timed).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+import pathlib
+import platform
+import statistics
+import threading
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxconv._src.geometry import ConvProblem
+from jaxconv._src.kernel import DType, Kernel, Precision
+
+#: XLA's own program for each kernel: what ``jax.vjp`` of ``lax.conv_general_dilated`` runs
+XLA_OWN = {Kernel.FORWARD: "conv", Kernel.DATA: "vjp", Kernel.WEIGHT: "vjp"}
+
+#: the largest problem (multiply-adds) whose choice is timed: about a millisecond on the CPUs of
+#: docs/performance.md, so that both programs are timed in a few milliseconds
+MEASURE_MAX_MACS = 2 ** 25
+
+#: each program runs at least this many times, and more until both have run this long (s)
+_MIN_ROUNDS, _MAX_ROUNDS, _MIN_SECONDS = 7, 41, 0.02
+
+_LOCK = threading.RLock()  # a combinator's timing lowers (and may time) its sub-problems
+_VERDICTS: dict[str, str] = {}
+
+
+@functools.cache
+def enabled() -> bool:
+    return os.environ.get("JAXCONV_MEASURE", "1") != "0"
+
+
+def _macs(p: ConvProblem) -> int:
+    return (p.batch * p.out_channels * (p.in_channels // max(p.groups, 1))
+            * math.prod(p.output_size) * math.prod(p.kernel))
+
+
+@functools.cache
+def _cache_file() -> pathlib.Path:
+    from jaxconv._src.onednn import library
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    tag = hashlib.sha256(f"{cpu}|{jax.__version__}|{os.cpu_count()}".encode()).hexdigest()[:16]
+    return library.cache_dir() / f"measured-{tag}.json"
+
+
+@functools.cache
+def _disk() -> dict[str, str]:
+    try:
+        return dict(json.loads(_cache_file().read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def _store(key: str, verdict: str) -> None:
+    data = {**_disk(), key: verdict}
+    _disk()[key] = verdict
+    path = _cache_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, sort_keys=True))
+        tmp.replace(path)  # atomic: a concurrent writer's entries may be lost, never mixed
+    except OSError:
+        pass  # a read-only home: the process's own cache still holds it
+
+
+def _key(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Precision,
+         preferred_element_type: DType) -> str:
+    fields = {f: getattr(p, f) for f in p.__dataclass_fields__ if f != "op"}
+    return repr((str(kernel), method, str(np.dtype(dtype)), str(precision),
+                 str(preferred_element_type), sorted(fields.items(), key=lambda kv: kv[0])))
+
+
+def pick(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Precision,
+         preferred_element_type: DType) -> str:
+    """``method`` (the CPU table's) or XLA's own program for ``kernel``, whichever ran faster
+    on this machine (timed once per problem: the module docstring)."""
+    from jaxconv._src.lowering import registry
+    xla = XLA_OWN[kernel]
+    if (method == xla or not enabled() or _macs(p) > MEASURE_MAX_MACS
+            or registry.why_not(xla, kernel, p) is not None):
+        return method
+    key = _key(kernel, p, method, dtype, precision, preferred_element_type)
+    with _LOCK:
+        if key not in _VERDICTS:
+            verdict = _disk().get(key)
+            if verdict not in (method, xla):
+                times = _median_times(kernel, p, (method, xla), dtype, precision,
+                                      preferred_element_type)
+                verdict = xla if times[xla] < times[method] else method
+                _store(key, verdict)
+            _VERDICTS[key] = verdict
+        return _VERDICTS[key]
+
+
+def _median_times(kernel: Kernel, p: ConvProblem, methods: tuple[str, ...], dtype: Any,
+                  precision: Precision, preferred_element_type: DType) -> dict[str, float]:
+    """Each method's median time (s) for ``kernel`` on ``p``, compiled alone and interleaved."""
+    from jaxconv._src.lowering import registry
+    shapes = {Kernel.FORWARD: (p.x_shape, p.filter_shape), Kernel.DATA: (p.y_shape, p.filter_shape),
+              Kernel.WEIGHT: (p.x_shape, p.y_shape)}[kernel]
+    rng = np.random.default_rng(0)
+    with jax.ensure_compile_time_eval():  # run now, also from inside a program's lowering
+        a, b = (jax.device_put(rng.standard_normal(s).astype(dtype), jax.devices("cpu")[0])
+                for s in shapes)
+        calls = {}
+        for m in methods:
+            fn = jax.jit(functools.partial(registry.run, kernel, p=p, method=m, backend="cpu",
+                                           precision=precision,
+                                           preferred_element_type=preferred_element_type))
+            compiled = fn.lower(a, b).compile()
+            jax.block_until_ready(compiled(a, b))  # type: ignore[no-untyped-call]
+            calls[m] = compiled
+        samples: dict[str, list[float]] = {m: [] for m in methods}
+        start = time.perf_counter()
+        for r in range(_MAX_ROUNDS):
+            for m in (methods if r % 2 == 0 else methods[::-1]):
+                t = time.perf_counter()
+                jax.block_until_ready(calls[m](a, b))  # type: ignore[no-untyped-call]
+                samples[m].append(time.perf_counter() - t)
+            if r + 1 >= _MIN_ROUNDS and time.perf_counter() - start >= 2 * _MIN_SECONDS:
+                break
+    return {m: statistics.median(v) for m, v in samples.items()}

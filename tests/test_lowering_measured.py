@@ -1,0 +1,83 @@
+"""The CPU table's choice checked against XLA's own program by timing (lowering/measured.py)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jaxconv
+from jaxconv._src.kernel import Kernel
+from jaxconv._src.lowering import measured
+from tests import helpers as h
+
+DN = ("NHWC", "HWIO", "NHWC")
+
+
+@pytest.fixture
+def measuring(monkeypatch, tmp_path):
+    """Timing on, a fresh verdict cache in the process and on disk."""
+    monkeypatch.setattr(measured, "enabled", lambda: True)
+    monkeypatch.setattr(measured, "_VERDICTS", {})
+    monkeypatch.setattr(measured, "_cache_file", lambda: tmp_path / "measured.json")
+    measured._disk.cache_clear()
+    yield tmp_path / "measured.json"
+    measured._disk.cache_clear()
+
+
+def _conv(x, w):
+    return jaxconv.conv_general_dilated(x, w, (1, 1), "SAME", rhs_dilation=(2, 2),
+                                        dimension_numbers=DN, precision=lax.Precision.HIGHEST)
+
+
+def _operands():
+    rng = np.random.default_rng(0)
+    return h.random(rng, (2, 9, 9, 8)), h.random(rng, (3, 3, 8, 16))
+
+
+def test_xla_program_is_taken_where_it_ran_faster(measuring, monkeypatch):
+    timed = []
+
+    def fake(kernel, p, methods, *args):
+        timed.append((kernel, methods))
+        return {methods[0]: 2.0, methods[1]: 1.0}  # XLA's own program faster
+
+    monkeypatch.setattr(measured, "_median_times", fake)
+    x, w = _operands()
+    want = lax.conv_general_dilated(x, w, (1, 1), "SAME", rhs_dilation=(2, 2),
+                                    dimension_numbers=DN, precision=lax.Precision.HIGHEST)
+    text = jax.jit(lambda x, w: _conv(x, w) + 0).lower(x, w).as_text()
+    assert timed and timed[0][0] is Kernel.FORWARD and timed[0][1][1] == "conv"
+    assert "jaxconv_onednn" not in text and "convolution" in text
+    h.assert_close(jax.jit(_conv)(x, w), want, jnp.float32)
+    assert set(measured._disk().values()) == {"conv"} and measuring.exists()
+
+
+def test_the_tables_method_stays_where_it_ran_faster_and_verdicts_are_reused(measuring,
+                                                                              monkeypatch):
+    x, w = _operands()
+    jax.jit(lambda x, w: _conv(x, w) + 1).lower(x, w)  # really timed, here (a new program)
+    verdicts = dict(measured._VERDICTS)
+    assert len(verdicts) == 1 and set(verdicts.values()) <= {"conv", "onednn", "dot", "grid"}
+
+    def never(*args):
+        raise AssertionError("timed again")
+
+    monkeypatch.setattr(measured, "_median_times", never)
+    monkeypatch.setattr(measured, "_VERDICTS", {})  # a later process: the disk cache
+    measured._disk.cache_clear()
+    jax.jit(lambda x, w: _conv(x, w) * 2).lower(x, w)
+    assert measured._VERDICTS == verdicts
+
+
+def test_large_problems_and_switched_off_keep_the_table(measuring, monkeypatch):
+    monkeypatch.setattr(measured, "_median_times", lambda *a: pytest.fail("timed"))
+    monkeypatch.setattr(measured, "MEASURE_MAX_MACS", 10)
+    x, w = _operands()
+    jax.jit(lambda x, w: _conv(x, w) + 3).lower(x, w)
+    monkeypatch.setattr(measured, "MEASURE_MAX_MACS", 2 ** 25)
+    monkeypatch.setattr(measured, "enabled", lambda: False)
+    jax.jit(lambda x, w: _conv(x, w) + 4).lower(x, w)
+    assert measured._VERDICTS == {}
