@@ -36,7 +36,7 @@ def _public_functions():
 
 def test_api_reference_lists_every_public_name():
     text = (DOCS / "api.md").read_text()
-    documented = set(re.findall(r"\.\. autofunction:: jaxconv\.(\w+)", text))
+    documented = set(re.findall(r"\.\. auto(?:function|class):: jaxconv\.(\w+)", text))
     module = re.search(r"\.\. automodule:: jaxconv\.tbe\n\s+:members: ([\w, ]+)", text)
     assert module, "api.md must document jaxconv.tbe with its members"
     members = {m.strip() for m in module.group(1).split(",")}

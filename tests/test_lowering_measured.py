@@ -40,7 +40,7 @@ def _operands():
 def test_xla_program_is_taken_where_it_ran_faster(measuring, monkeypatch):
     timed = []
 
-    def fake(kernel, p, methods, *args):
+    def fake(kernel, p, methods, *args):  # (..., dtype, precision, type, run)
         timed.append((kernel, methods))
         return {methods[0]: 2.0, methods[1]: 1.0}  # XLA's own program faster
 

@@ -205,5 +205,6 @@ def line(backend: str, env: Mapping[str, str] | None = None) -> str | None:
     hugetlb = _settings(os.environ if env is None else env).get("hugetlb")
     extra = " (glibc.malloc.hugetlb set: fewer faults, still zeroed)" if hugetlb in ("1", "2") else ""
     return ("host memory: glibc's defaults" + extra + ": XLA:CPU's temporaries above 32 MiB are "
-            "fresh pages every call; for CPU training call jaxconv.keep_freed_memory() first, or "
-            "start Python with " + RECOMMENDED + " (docs/performance.md, \"Training steps\")")
+            "fresh pages every call; for CPU training apply jaxconv.accelerate before the first "
+            "computation (it keeps them), call jaxconv.keep_freed_memory() first, or start "
+            "Python with " + RECOMMENDED + " (docs/training.md, \"Host memory\")")

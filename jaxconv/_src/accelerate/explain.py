@@ -74,7 +74,9 @@ class Explanation:
         if self.timing:
             t = self.timing
             lines.append(f"step {t['step']:.2f} ms: convolutions {t['convolutions']:.2f}, "
-                         f"pools {t['pools']:.2f}, rest {t['rest']:.2f} (each timed alone)")
+                         f"pools {t['pools']:.2f}, rest {t['rest']:.2f} (each convolution and "
+                         f"pool timed alone; XLA runs independent operations of a step "
+                         f"concurrently, so the parts may add up to more than the step)")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -108,8 +110,10 @@ def _conv_row(eqn: Any, backend: str) -> Row:
         if method == "auto":
             method = lowering.choose(kernel, p, backend)
             if backend == "cpu":  # the table's, or XLA's where it ran faster here
+                xla = measured.XLA_OWN[kernel]
                 method = measured.pick(kernel, p, method, lhs.dtype, eqn.params["precision"],
-                                       eqn.params["preferred_element_type"])
+                                       eqn.params["preferred_element_type"], run=lowering.run,
+                                       xla_applies=lowering.why_not(xla, kernel, p) is None)
         return Row("convolution", str(kernel), "jaxconv", shapes, method,
                    _bind=_binder(eqn), _avals=(lhs, rhs))
     kind = patterns.conv_kind(eqn.params, lhs, rhs, out.shape)

@@ -2,7 +2,8 @@
 
 A ``conv_general_dilated`` equation of a traced program is one of jaxconv's three kernels
 (``kernel.py``), whoever wrote it: the user's forward convolution, or one of the two
-transposes JAX's autodiff writes for it (``jax/_src/lax/convolution.py``). Each pattern is
+transposes JAX's autodiff writes for it (JAX's transpose rules of ``conv_general_dilated``,
+``_conv_general_dilated_transpose_lhs`` and ``_rhs``). Each pattern is
 read back into the forward problem ``y = conv(x, W)`` (stride ``S``, dilation ``D``, pads
 ``(a, b)``, dilated kernel ``DK = (K - 1) D + 1``, ``G`` groups):
 
@@ -75,11 +76,19 @@ def _why(key: str) -> str:
     return UNRECOGNISED[key]
 
 
-def _end_pad(size: int, begin: int, dilated_kernel: int, stride: int, out: int) -> int | None:
-    """The least end pad >= 0 whose forward problem has ``out`` outputs, or None."""
-    fitted = (out - 1) * stride + dilated_kernel - size - begin  # windows fit exactly
-    end = max(fitted, 0)
-    return end if end <= fitted + stride - 1 else None
+def _forward_pads(x_size: Sequence[int], y_size: Sequence[int], kernel: Sequence[int],
+                  strides: Sequence[int], dilations: Sequence[int], begins: Sequence[int]
+                  ) -> tuple[list[int], list[int]] | None:
+    """The forward problem's pads: ``begins`` and, per axis, the least end pad >= 0 that gives
+    ``y_size`` outputs (the windows fit exactly, or up to a stride - 1 of unread rows); None
+    where a begin pad is negative or no end pad fits."""
+    ends = []
+    for i, o, k, s, d, b in zip(x_size, y_size, kernel, strides, dilations, begins):
+        fitted = (o - 1) * s + (k - 1) * d + 1 - i - b
+        ends.append(max(fitted, 0))
+        if b < 0 or ends[-1] > fitted + s - 1:
+            return None
+    return list(begins), ends
 
 
 def _to(a: Array, axes: Sequence[int]) -> Array:
@@ -176,12 +185,10 @@ def data_pattern(params: dict[str, Any], dy: Array, rhs: Array,
     strides, dil = params["lhs_dilation"], params["rhs_dilation"]
     groups = params["feature_group_count"]
     kernel = [rhs.shape[a] for a in rhs_spec[2:]]
-    dk = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
     x_size = [out_shape[a] for a in out_spec[2:]]
-    y_size = [dy.shape[a] for a in lhs_spec[2:]]
-    begins = [k - 1 - lo for k, (lo, _) in zip(dk, params["padding"])]
-    ends = [_end_pad(i, a, k, s, o) for i, a, k, s, o in zip(x_size, begins, dk, strides, y_size)]
-    if min(begins) < 0 or any(e is None for e in ends):
+    pads = _forward_pads(x_size, [dy.shape[a] for a in lhs_spec[2:]], kernel, strides, dil,
+                         [(k - 1) * d - lo for k, d, (lo, _) in zip(kernel, dil, params["padding"])])
+    if pads is None:
         return _why("pad range")
     in_channels, out_per_group = rhs.shape[rhs_spec[0]], rhs.shape[rhs_spec[1]]
     # W[k, i, g O/G + o] = rev(rhs)[g I/G + i, o, k]: the roles swapped back per group
@@ -194,8 +201,7 @@ def data_pattern(params: dict[str, Any], dy: Array, rhs: Array,
     dys = _to(dy, _nxc_axes(lhs_spec, layout))
     batch = dy.shape[lhs_spec[0]]
     x_shape = (batch, in_channels, *x_size) if layout == "NCX" else (batch, *x_size, in_channels)
-    p = _problem(layout, x_shape, tuple(dys.shape), tuple(w.shape), strides, dil, begins,
-                 [e for e in ends if e is not None], groups)
+    p = _problem(layout, x_shape, tuple(dys.shape), tuple(w.shape), strides, dil, *pads, groups)
     precision, out_dtype = _options(params)
     dx = autodiff.data_grad(dys, w, p=p, precision=precision, preferred_element_type=out_dtype)
     return _place(dx, _roles(layout, n), out_spec)
@@ -207,13 +213,10 @@ def weight_pattern(params: dict[str, Any], lhs: Array, dy: Array,
     lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
     strides, dil = params["rhs_dilation"], params["window_strides"]
     groups = params["batch_group_count"]
-    x_size = [lhs.shape[a] for a in lhs_spec[2:]]
-    y_size = [dy.shape[a] for a in rhs_spec[2:]]
     kernel = [out_shape[a] for a in out_spec[2:]]
-    dk = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
-    begins = [lo for lo, _ in params["padding"]]
-    ends = [_end_pad(i, a, k, s, o) for i, a, k, s, o in zip(x_size, begins, dk, strides, y_size)]
-    if min(begins) < 0 or any(e is None for e in ends):
+    pads = _forward_pads([lhs.shape[a] for a in lhs_spec[2:]], [dy.shape[a] for a in rhs_spec[2:]],
+                         kernel, strides, dil, [lo for lo, _ in params["padding"]])
+    if pads is None:
         return _why("pad range")
     x_spec = (lhs_spec[1], lhs_spec[0], *lhs_spec[2:])  # the forward's (batch, feature, ...)
     y_spec = (rhs_spec[1], rhs_spec[0], *rhs_spec[2:])
@@ -221,8 +224,7 @@ def weight_pattern(params: dict[str, Any], lhs: Array, dy: Array,
     xs, dys = _to(lhs, _nxc_axes(x_spec, layout)), _to(dy, _nxc_axes(y_spec, layout))
     in_channels, out_channels = lhs.shape[lhs_spec[0]], dy.shape[rhs_spec[0]]
     w_shape = (*kernel, in_channels // groups, out_channels)
-    p = _problem(layout, tuple(xs.shape), tuple(dys.shape), w_shape, strides, dil, begins,
-                 [e for e in ends if e is not None], groups)
+    p = _problem(layout, tuple(xs.shape), tuple(dys.shape), w_shape, strides, dil, *pads, groups)
     precision, out_dtype = _options(params)
     dw = autodiff.weight_grad(xs, dys, p=p, precision=precision, preferred_element_type=out_dtype)
     n = len(kernel)  # XIO: I (the result's batch role) at n, O (its feature role) at n + 1

@@ -28,6 +28,7 @@ import platform
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -103,13 +104,12 @@ def _key(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Pre
 
 
 def pick(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Precision,
-         preferred_element_type: DType) -> str:
-    """``method`` (the CPU table's) or XLA's own program for ``kernel``, whichever ran faster
-    on this machine (timed once per problem: the module docstring)."""
-    from jaxconv._src.lowering import registry
+         preferred_element_type: DType, *, run: Callable[..., Any], xla_applies: bool) -> str:
+    """``method`` (the CPU table's) or XLA's own program for ``kernel`` (where ``xla_applies``),
+    whichever ran faster on this machine (timed once per problem: the module docstring);
+    ``run`` is the registry's dispatch (``registry.run``), which compiles each."""
     xla = XLA_OWN[kernel]
-    if (method == xla or not enabled() or _macs(p) > MEASURE_MAX_MACS
-            or registry.why_not(xla, kernel, p) is not None):
+    if (method == xla or not xla_applies or not enabled() or _macs(p) > MEASURE_MAX_MACS):
         return method
     key = _key(kernel, p, method, dtype, precision, preferred_element_type)
     with _LOCK:
@@ -117,7 +117,7 @@ def pick(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Pre
             verdict = _disk().get(key)
             if verdict not in (method, xla):
                 times = _median_times(kernel, p, (method, xla), dtype, precision,
-                                      preferred_element_type)
+                                      preferred_element_type, run)
                 verdict = xla if times[xla] < times[method] else method
                 _store(key, verdict)
             _VERDICTS[key] = verdict
@@ -125,9 +125,9 @@ def pick(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Pre
 
 
 def _median_times(kernel: Kernel, p: ConvProblem, methods: tuple[str, ...], dtype: Any,
-                  precision: Precision, preferred_element_type: DType) -> dict[str, float]:
+                  precision: Precision, preferred_element_type: DType,
+                  run: Callable[..., Any]) -> dict[str, float]:
     """Each method's median time (s) for ``kernel`` on ``p``, compiled alone and interleaved."""
-    from jaxconv._src.lowering import registry
     shapes = {Kernel.FORWARD: (p.x_shape, p.filter_shape), Kernel.DATA: (p.y_shape, p.filter_shape),
               Kernel.WEIGHT: (p.x_shape, p.y_shape)}[kernel]
     rng = np.random.default_rng(0)
@@ -136,7 +136,7 @@ def _median_times(kernel: Kernel, p: ConvProblem, methods: tuple[str, ...], dtyp
                 for s in shapes)
         calls = {}
         for m in methods:
-            fn = jax.jit(functools.partial(registry.run, kernel, p=p, method=m, backend="cpu",
+            fn = jax.jit(functools.partial(run, kernel, p=p, method=m, backend="cpu",
                                            precision=precision,
                                            preferred_element_type=preferred_element_type))
             compiled = fn.lower(a, b).compile()

@@ -109,7 +109,9 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
                 # off; jax.vjp's too; docs/distributed.md)
                 method = "onednn"
         elif backend == "cpu" and not portable:  # the table's choice, or XLA's if faster here
-            method = measured.pick(kernel, p, method, a.dtype, precision, preferred_element_type)
+            method = measured.pick(
+                kernel, p, method, a.dtype, precision, preferred_element_type, run=run,
+                xla_applies=why_not(measured.XLA_OWN[kernel], kernel, p) is None)
         why = why_not(method, kernel, p)
         if why is not None:  # a table bug (tests/test_lowering_registry.py), never a user's
             raise RuntimeError(f"jaxconv: the {backend} table picked {why}")
