@@ -88,12 +88,24 @@ def test_each_gradient_pattern_is_jaxconvs_kernel_and_equals_lax_vjp(pattern):
     assert sorted(map(str, kernels)) == sorted(want)
 
 
-def test_bfloat16_steps_within_bfloat16_tolerance():
+def test_bfloat16_kernels_within_bfloat16_tolerance():
+    """The forward and both transposes jax.vjp writes, in bfloat16, against the same in float32
+    from the same operands (one kernel each: the bound of one bfloat16 convolution)."""
     rng = np.random.default_rng(5)
     x, w = h.random(rng, (2, 10, 10, 8), jnp.bfloat16), h.random(rng, (3, 3, 8, 8), jnp.bfloat16)
-    kw = dict(window_strides=(2, 2), padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    for a, b in zip(jax.jit(jaxconv.accelerate(_grad_fn(kw)))(x, w), _grad_fn(kw)(x, w)):
-        h.assert_close(a.astype(jnp.float32), b.astype(jnp.float32), jnp.bfloat16)
+    ct = h.random(rng, (2, 5, 5, 8), jnp.bfloat16)
+
+    def vjp(x, w, ct, precision=None):
+        y, back = jax.vjp(lambda x, w: lax.conv_general_dilated(
+            x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+            precision=precision), x, w)
+        return (y, *back(ct))
+
+    exact = vjp(*(a.astype(jnp.float32) for a in (x, w, ct)), precision=HIGHEST)
+    fast = jaxconv.accelerate(vjp)
+    assert _prims(fast, x, w, ct).count("jaxconv_conv") == 3
+    for a, b in zip(jax.jit(fast)(x, w, ct), exact):
+        h.assert_close(a.astype(jnp.float32), b, jnp.bfloat16)
 
 
 @settings(max_examples=max(30, settings.default.max_examples))
@@ -110,8 +122,10 @@ def test_every_call_lax_accepts_keeps_its_value_and_gradient_under_accelerate(ca
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             want = jax.block_until_ready(conv(x, w))
-    except (TypeError, ValueError):
-        return  # lax refuses it: nothing to accelerate
+    except (TypeError, ValueError, jax.errors.JaxRuntimeError):
+        # lax refuses it, or the backend cannot compile lax's own program (XLA:GPU's cuDNN has
+        # no integer convolution of some shapes): nothing to accelerate
+        return
     _close(jax.jit(jaxconv.accelerate(conv))(x, w), want, dtype)
     if dtype in ("float32", "bfloat16") and want.size and x.size and w.size:
         ct = _operand(rng, want.shape, dtype)
@@ -142,7 +156,10 @@ def test_max_pool_and_its_derivatives_are_jaxconvs_with_the_same_first_maximum()
     for fn in (_pool, jax.grad(f), lambda x: jax.jvp(f, (x,), (t,))):
         got, want = jax.jit(jaxconv.accelerate(fn))(x), fn(x)
         for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+            a, b = np.asarray(a), np.asarray(b)
+            np.testing.assert_array_equal(a != 0, b != 0)  # the same maxima receive it
+            # overlapping windows' sums in another order (XLA:GPU): a float32 rounding apart
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * np.max(np.abs(b)))
     prims = _prims(jaxconv.accelerate(jax.grad(f)), x)
     assert "select_and_scatter_add" not in prims and "jaxconv_max_pool_scatter" in prims
     assert "select_and_gather_add" not in _prims(

@@ -25,6 +25,13 @@ LABELS = jnp.asarray(RNG.integers(0, 10, 4), jnp.int32)
 TOL = 2e-5
 
 
+@pytest.fixture(autouse=True)
+def _exact_float32():
+    """float32 products at full precision (GPUs default to TF32 for convolutions)."""
+    with jax.default_matmul_precision("float32"):
+        yield
+
+
 def _cross_entropy(logits, labels):
     logp = jax.nn.log_softmax(logits)
     return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=1))

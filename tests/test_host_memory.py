@@ -132,3 +132,52 @@ def test_keep_freed_memory_does_nothing_without_glibc(monkeypatch):
     monkeypatch.setattr(host_memory, "_glibc", lambda: False)
     assert host_memory.keep_freed_memory() is False
     assert jax.config.read("jax_cpu_enable_async_dispatch")
+
+
+_DEFAULT_PROBE = """
+import resource, statistics, sys, jax, jax.numpy as jnp
+import jaxconv
+from jaxconv._src import host_memory
+if sys.argv[1] == "late":
+    jnp.ones(3).block_until_ready()  # the first computation comes first
+if sys.argv[1] != "never":
+    f = jax.jit(jaxconv.accelerate(lambda x, v: jnp.sin(x) @ v))
+else:
+    f = jax.jit(lambda x, v: jnp.sin(x) @ v)
+x = jnp.ones((4096, 4096), jnp.float32)  # sin(x) is a 64 MiB temporary of each call
+v = jnp.ones((4096, 1), jnp.float32)
+if sys.argv[1] == "late":  # a jaxconv CPU kernel compiled after the first computation
+    jaxconv.convolution(jnp.ones((1, 8, 8, 4)), jnp.ones((3, 3, 4, 4))).block_until_ready()
+faults = []
+for _ in range(20):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    f(x, v).block_until_ready()
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(host_memory.mode(), host_memory.line("cpu"), statistics.median(faults[5:]), sep="|")
+"""
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc's allocator settings (Linux only)")
+def test_jaxconv_keeps_freed_memory_by_default_where_its_cpu_kernels_run():
+    """accelerate before the first computation keeps XLA:CPU's temporaries (no faults per call);
+    after it, glibc's settings are applied and explain/check say that the worker threads' heaps
+    are not; opted out, or never using jaxconv's kernels, nothing changes."""
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD", "JAXCONV_KEEP"))}
+    base["JAX_PLATFORMS"] = "cpu"
+
+    def probe(case, **env):
+        out = subprocess.run([sys.executable, "-c", _DEFAULT_PROBE, case], env={**base, **env},
+                             capture_output=True, text=True, timeout=300, check=True)
+        mode, line, faults = out.stdout.strip().splitlines()[-1].split("|")
+        return mode, line, float(faults)
+
+    pages = (4096 * 4096 * 4) // 4096 // (512 if "[always]" in _thp_mode() else 1)
+    mode, line, faults = probe("early")
+    assert mode == "kept" and "kept by jaxconv's default" in line and faults < pages / 50
+    mode, line, faults = probe("early", JAXCONV_KEEP_FREED_MEMORY="0")
+    assert mode == "default" and faults > pages / 2
+    mode, _, _ = probe("never")
+    assert mode == "default"
+    mode, line, _ = probe("late")
+    assert mode == "late" and "kept on the main thread only" in line

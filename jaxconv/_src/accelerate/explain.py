@@ -251,8 +251,10 @@ def _threading(rows: list[Row]) -> None:
         if r.lowering != "onednn":
             continue
         shapes = {tuple(a.shape) for a in r._avals}
+        # the handler's buffers may be a cropped or regridded view of the operands: the
+        # kernel and one operand's shape identify the call
         for c in chosen:
-            if c["kernel"] == r.kernel and shapes <= {c["x"], c["y"], c["w"]}:
+            if c["kernel"] == r.kernel and shapes & {c["x"], c["y"], c["w"]}:
                 r.threading = c["threading"]
                 break
 
