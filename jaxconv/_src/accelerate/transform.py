@@ -28,7 +28,6 @@ from typing import Any, TypeVar
 
 import jax
 import numpy as np
-from jax import lax
 from jax._src import api_util  # the debug info a retraced jaxpr carries (no public name)
 from jax._src import linear_util as lu  # wrapping a function for tracing (no public name)
 from jax._src import source_info_util  # equations keep their source lines (no public name)
@@ -39,9 +38,6 @@ from jaxconv._src import host_memory
 from jaxconv._src.accelerate import patterns
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_prims = {p.name: p for p in (lax.conv_general_dilated_p, lax.reduce_window_max_p)}
-
 
 def _conv(eqn: Any, lhs: Any, rhs: Any) -> Any:
     return patterns.conv_pattern(eqn.params, lhs, rhs, eqn.outvars[0].aval.shape)
@@ -237,8 +233,7 @@ def accelerate(fun: F) -> F:
 
     Example:
       >>> import jax, jax.numpy as jnp, jaxconv
-      >>> from jax import lax
-      >>> def loss(w, x):
+      >>>       >>> def loss(w, x):
       ...     y = lax.conv_general_dilated(x, w, (2, 2), "SAME",
       ...                                  dimension_numbers=("NHWC", "HWIO", "NHWC"))
       ...     return (y ** 2).sum()

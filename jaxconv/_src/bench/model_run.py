@@ -1,11 +1,13 @@
-"""Whole networks: training steps of ResNet-18, ResNet-50 and MobileNetV2, and their layers.
+"""Whole networks: training steps of ResNet-18, ResNet-50, MobileNetV2 and flax's MNIST CNN,
+and their layers.
 
 ``jaxconv bench models`` (also ``python -m benchmarks.models``). Two parts, each timed
 interleaved in one process (a fresh random order each repetition, medians):
 
 * **steps**: one training step (forward, backward, cross-entropy, SGD with momentum 0.9) of
   each model written in flax (``models.py``) with ``lax.conv_general_dilated`` (``lax``), with
-  ``jaxconv.conv_general_dilated`` (``jaxconv``), and its ``torch.nn`` twin (``torch``,
+  ``jaxconv.conv_general_dilated`` and ``jaxconv.max_pool`` (``jaxconv``), as written with
+  its step under ``jaxconv.accelerate`` (``accelerate``), and its ``torch.nn`` twin (``torch``,
   ``torch_models.py``) holding the same parameters, batch and labels, in its faster memory
   format. One step of each from the same state must agree (``loss_gap``, ``param_gap``).
   Each contender carries its state from step to step as a training loop does: torch's
@@ -13,8 +15,10 @@ interleaved in one process (a fresh random order each repetition, medians):
   optimizer state (``donate_argnums``) so that XLA does too.
   ``--modes kept default`` runs each mode in a child process of its own: ``kept`` calls
   ``jaxconv.keep_freed_memory()`` first (PyTorch's allocations are the same process's, so it
-  keeps them too), ``default`` leaves glibc's settings; ``--runs N`` repeats each mode in N
-  processes and reports the median. ``--no-batchnorm`` replaces BatchNorm by identity in both.
+  keeps them too), ``default`` does what a program that calls nothing gets: glibc's settings,
+  or jaxconv's default where ``accelerate`` is a contender (applied before the first
+  computation, as a decorator on the step is; each mode's peak resident memory is
+  reported); ``--runs N`` repeats each mode in N processes and reports the median. ``--no-batchnorm`` replaces BatchNorm by identity in both.
   A ResNet's stem max pool (``jaxconv.max_pool`` in the jaxconv contender, flax's
   ``nn.max_pool`` in lax's) is timed alone too, forward and backward, on every side
   (``max_pool``: XLA:CPU's gradient of flax's took 10x torch's time), with torch/jaxconv of

@@ -1,14 +1,16 @@
-"""Whole networks in flax linen, written as users write them: ResNet-18, ResNet-50, MobileNetV2.
+"""Whole networks in flax linen, written as users write them: ResNet-18, ResNet-50, MobileNetV2
+and flax's MNIST example CNN.
 
 The style is flax's own ImageNet example: each model takes its convolution and its norm as
 module attributes (``conv: ModuleDef = nn.Conv``), so the jaxconv contender is the same model
 with ``conv=functools.partial(nn.Conv, conv_general_dilated=jaxconv.conv_general_dilated)``,
-the one-line change a user makes, and a ResNet's stem pool ``jaxconv.max_pool`` in place of
-``nn.max_pool`` (``pool``: the same arguments; XLA's gradient of flax's took about as long as
-a ResNet-18 step's convolutions are behind or ahead of torch's, many times over). The architectures are torchvision's (``resnet18``,
-``resnet50`` v1.5 with the stride on the 3x3, ``mobilenet_v2`` without its dropout), with
-PyTorch's explicit padding (``(k - 1) // 2`` each side) so that ``torch_models`` holds the
-same network; every submodule is named as its torch twin's attribute (``layer1_0.conv1``).
+and a ResNet's stem pool ``jaxconv.max_pool`` in place of ``nn.max_pool`` (``pool``: the same
+arguments; XLA:CPU's gradient of flax's is slow, docs/training.md); the accelerate contender
+is the model as written, its training step under ``jaxconv.accelerate``. The architectures are
+torchvision's (``resnet18``, ``resnet50`` v1.5 with the stride on the 3x3, ``mobilenet_v2``
+without its dropout) and flax's MNIST example (``mnist_cnn``), with PyTorch's explicit padding
+(``(k - 1) // 2`` each side) so that ``torch_models`` holds the same network; every submodule
+is named as its torch twin's attribute (``layer1_0.conv1``).
 
 ``record_convolutions`` lists the convolutions one forward pass runs (traced, nothing
 computed), for the per-layer table of ``model_run``.
