@@ -233,7 +233,8 @@ def accelerate(fun: F) -> F:
 
     Example:
       >>> import jax, jax.numpy as jnp, jaxconv
-      >>>       >>> def loss(w, x):
+      >>> from jax import lax
+      >>> def loss(w, x):
       ...     y = lax.conv_general_dilated(x, w, (2, 2), "SAME",
       ...                                  dimension_numbers=("NHWC", "HWIO", "NHWC"))
       ...     return (y ** 2).sum()
