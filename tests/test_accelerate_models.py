@@ -21,8 +21,6 @@ from tests import helpers as h
 RNG = np.random.default_rng(0)
 X = jnp.asarray(RNG.standard_normal((4, 16, 16, 3)), jnp.float32)
 LABELS = jnp.asarray(RNG.integers(0, 10, 4), jnp.int32)
-# f32 steps: a sum over thousands of products in another order (oneDNN's blocking)
-TOL = 2e-5
 
 
 @pytest.fixture(autouse=True)
@@ -39,9 +37,7 @@ def _cross_entropy(logits, labels):
 
 def _close_trees(got, want):
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
-        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-        scale = max(1.0, float(np.max(np.abs(b))))
-        assert np.max(np.abs(a - b)) <= TOL * scale, (np.max(np.abs(a - b)), scale)
+        h.assert_close(a, b, jnp.float32)
 
 
 def _assert_jaxconvs(fn, *args):

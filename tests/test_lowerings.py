@@ -212,7 +212,7 @@ def test_cpu_table_picks_onednn_over_xla_convolution_from_fewer_multiply_adds():
     # data gradient, XLA's convolution for the forward (below WHOLE_WINDOW_DOT_MIN_MACS), never
     # oneDNN (whose direct kernels do not tile it)
     whole = problem(8, 5, 8, 8, 7, pads_end=1)
-    macs = backends._macs
+    macs = backends.macs
     assert backends.ONEDNN_OVER_XLA_CONV_MIN_MACS <= macs(medium) < backends.ONEDNN_MIN_FLOPS
     assert macs(small) < backends.ONEDNN_OVER_XLA_CONV_MIN_MACS
     assert backends.ONEDNN_OVER_XLA_CONV_MIN_MACS <= macs(whole) < backends.ONEDNN_MIN_FLOPS
@@ -242,24 +242,24 @@ def test_small_dense_problems_stay_xla_without_avx512(monkeypatch, isa, onednn):
         "t", geometry.Names(), x_shape=(16, 8, 5, 8), y_shape=None, w_shape=(3, 3, 8, 8),
         strides=None, pads_begin=(1, 3), pads_end=(1, 0), dilations=(1, 3), auto_pad="none",
         groups=1, data_format="NXC", filter_format="XIO")
-    assert backends._macs(dense) < backends.ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
+    assert backends.macs(dense) < backends.ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
     assert (lowering.choose(Kernel.WEIGHT, dense, "cpu") == "onednn") == onednn
-    assert backends._macs(dense) < backends.ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
+    assert backends.macs(dense) < backends.ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
     assert (lowering.choose(Kernel.FORWARD, dense, "cpu") == "onednn") == onednn
     assert lowering.choose(Kernel.DATA, dense, "cpu") == "onednn"
     half = geometry.convolution_problem(  # 4 -> 4 channels: XLA's AVX2 vectors half empty
         "t", geometry.Names(), x_shape=(16, 8, 12, 4), y_shape=None, w_shape=(3, 3, 4, 4),
         strides=None, pads_begin=1, pads_end=1, dilations=(1, 3), auto_pad="none", groups=1,
         data_format="NXC", filter_format="XIO")
-    assert backends.ONEDNN_MIN_FLOPS <= backends._macs(half) < \
+    assert backends.ONEDNN_MIN_FLOPS <= backends.macs(half) < \
         backends.ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
     assert lowering.choose(Kernel.FORWARD, half, "cpu") == "onednn"
     big = geometry.convolution_problem(
         "t", geometry.Names(), x_shape=(16, 16, 10, 8), y_shape=None, w_shape=(3, 3, 8, 8),
         strides=None, pads_begin=1, pads_end=1, dilations=None, auto_pad="none", groups=1,
         data_format="NXC", filter_format="XIO")
-    assert backends._macs(big) >= backends.ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
-    assert backends._macs(big) >= backends.ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
+    assert backends.macs(big) >= backends.ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
+    assert backends.macs(big) >= backends.ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
     assert lowering.choose(Kernel.WEIGHT, big, "cpu") == "onednn"
     assert lowering.choose(Kernel.FORWARD, big, "cpu") == "onednn"
 

@@ -175,7 +175,8 @@ PER_TAP_3D_MIN_MACS = {"forward": 1e4, "weight": 1e5}
 WHOLE_WINDOW_DOT_MIN_MACS = 1e5
 
 
-def _macs(p: ConvProblem) -> int:
+def macs(p: ConvProblem) -> int:
+    """The problem's multiply-adds."""
     return p.batch * math.prod(p.output_size) * p.out_channels * math.prod(p.kernel) * (
         p.in_channels // max(p.groups, 1))
 
@@ -188,20 +189,20 @@ def _onednn_pays(p: ConvProblem, kernel: Kernel = Kernel.WEIGHT, xla: str = "") 
         # oneDNN's direct kernels do not tile it (its reference code: 192^3 weight gradient
         # 18 s against XLA's 1.0 s, Zen 4 EPYC, in the full bench run)
         return False
-    macs = _macs(p)
+    count = macs(p)
     elements = math.prod(p.x_shape) + math.prod(p.y_shape)
-    if kernel is not Kernel.WEIGHT and macs < ONEDNN_MIN_MACS_PER_ELEMENT * elements:
+    if kernel is not Kernel.WEIGHT and count < ONEDNN_MIN_MACS_PER_ELEMENT * elements:
         return False
-    if (kernel is Kernel.WEIGHT and p.groups == 1 and macs < ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
+    if (kernel is Kernel.WEIGHT and p.groups == 1 and count < ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
             and not library.status().avx512):
         return False
-    if (kernel is Kernel.FORWARD and p.groups == 1 and macs < ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
+    if (kernel is Kernel.FORWARD and p.groups == 1 and count < ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
             and p.in_channels % 8 == 0 and p.out_channels % 8 == 0
             and not library.status().avx512):
         return False
     xla_conv = kernel is not Kernel.WEIGHT and xla in ("conv", "grid")
     minimum = ONEDNN_OVER_XLA_CONV_MIN_MACS if xla_conv else ONEDNN_MIN_FLOPS
-    return macs >= minimum and library.why_not(p) is None
+    return count >= minimum and library.why_not(p) is None
 
 
 def forward_method(p: ConvProblem, backend: str, onednn: bool = True) -> str:
@@ -260,7 +261,7 @@ def _forward_cpu(p: ConvProblem) -> str:
         # depthwise C64, N8 0.037 vs 0.072; "dot" won at 33^3x16 -> 8 (0.79 vs 5.5) and
         # 7x7x512 -> 1000, N16 (11 vs 104; 2-core Zen 3 EPYC)
         one_out = p.out_channels // p.groups == 1
-        tiny = p.rank <= 2 and _macs(p) < WHOLE_WINDOW_DOT_MIN_MACS
+        tiny = p.rank <= 2 and macs(p) < WHOLE_WINDOW_DOT_MIN_MACS
         return "conv" if one_out or tiny else "dot"
     if not small:
         return "conv"
@@ -272,7 +273,7 @@ def _forward_cpu(p: ConvProblem) -> str:
         return "per_group"
     if p.groups > 1:
         return "dot"
-    per_tap_3d = p.rank == 3 and unstrided and _macs(p) >= PER_TAP_3D_MIN_MACS["forward"]
+    per_tap_3d = p.rank == 3 and unstrided and macs(p) >= PER_TAP_3D_MIN_MACS["forward"]
     if icg >= 4 and (all(k == 1 for k in p.kernel) or per_tap_3d):
         return "dot"
     return "conv"
@@ -293,7 +294,7 @@ def _weight_grad_cpu(p: ConvProblem) -> str:
     # slices cost more there than the library convolution saves.
     if len(p.kernel) == 3 and p.in_channels > p.groups and (p.groups == 1 or
                                                             p.in_channels // p.groups >= 4):
-        if _macs(p) >= PER_TAP_3D_MIN_MACS["weight"]:
+        if macs(p) >= PER_TAP_3D_MIN_MACS["weight"]:
             return "dot"
         if p.groups == 1:
             return "vjp"  # the smallest: jax.vjp's own program (its pads inside the convolution)

@@ -24,7 +24,6 @@ import numpy as np
 from jaxconv._src import host_memory, lowering
 from jaxconv._src.accelerate import patterns, transform
 from jaxconv._src.kernel import Kernel
-from jaxconv._src.lowering import measured
 
 #: arguments from this size on (bytes) are "a large state" whose donation matters
 LARGE_STATE_BYTES = 1 << 24
@@ -108,12 +107,9 @@ def _conv_row(eqn: Any, backend: str) -> Row:
         kernel, p = eqn.params["kernel"], eqn.params["p"]
         method = eqn.params["method"]
         if method == "auto":
-            method = lowering.choose(kernel, p, backend)
-            if backend == "cpu":  # the table's, or XLA's where it ran faster here
-                xla = measured.XLA_OWN[kernel]
-                method = measured.pick(kernel, p, method, lhs.dtype, eqn.params["precision"],
-                                       eqn.params["preferred_element_type"], run=lowering.run,
-                                       xla_applies=lowering.why_not(xla, kernel, p) is None)
+            method = lowering.one_device_method(kernel, p, backend, lhs.dtype,
+                                                eqn.params["precision"],
+                                                eqn.params["preferred_element_type"])
         return Row("convolution", str(kernel), "jaxconv", shapes, method,
                    _bind=_binder(eqn), _avals=(lhs, rhs))
     kind = patterns.conv_kind(eqn.params, lhs, rhs, out.shape)

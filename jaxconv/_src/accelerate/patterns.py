@@ -61,10 +61,10 @@ UNRECOGNISED: dict[str, str] = {
     "sharding": "an out_sharding over Explicit mesh axes",
     "empty": "a zero-size extent",
     "negative pad": "a negative pad (a crop)",
-    "dilation and stride": "input dilation with a window stride (no kernel's transpose)",
+    "dilation and stride": "input dilation with a window stride or batch groups (no kernel's "
+                           "transpose)",
     "groups": "feature and batch groups together",
     "pad range": "pads no forward problem has (a pad past the dilated kernel)",
-    "forward": "handed to lax by jaxconv.conv_general_dilated",
     "pool dilation": "a dilated pool window or base",
     "pool axes": "a pool over the first and last axes (neither NXC nor NCX)",
     "pool select": "a min pool's selection (select_prim is not >=)",
@@ -79,16 +79,11 @@ def _why(key: str) -> str:
 def _forward_pads(x_size: Sequence[int], y_size: Sequence[int], kernel: Sequence[int],
                   strides: Sequence[int], dilations: Sequence[int], begins: Sequence[int]
                   ) -> tuple[list[int], list[int]] | None:
-    """The forward problem's pads: ``begins`` and, per axis, the least end pad >= 0 that gives
-    ``y_size`` outputs (the windows fit exactly, or up to a stride - 1 of unread rows); None
-    where a begin pad is negative or no end pad fits."""
-    ends = []
-    for i, o, k, s, d, b in zip(x_size, y_size, kernel, strides, dilations, begins):
-        fitted = (o - 1) * s + (k - 1) * d + 1 - i - b
-        ends.append(max(fitted, 0))
-        if b < 0 or ends[-1] > fitted + s - 1:
-            return None
-    return list(begins), ends
+    """The forward problem's pads: ``begins`` and each axis's end pad that gives ``y_size``
+    outputs (``geometry.end_pad_for_output``); None where an axis has none."""
+    ends = [geometry.end_pad_for_output(i, k, s, d, b, o)
+            for i, o, k, s, d, b in zip(x_size, y_size, kernel, strides, dilations, begins)]
+    return None if None in ends else (list(begins), [e for e in ends if e is not None])
 
 
 def _to(a: Array, axes: Sequence[int]) -> Array:
@@ -265,12 +260,12 @@ def pool_of(params: dict[str, Any], x: Any) -> PoolProblem | str:
     if (tuple(params.get("base_dilation", ones)) != ones
             or tuple(params.get("window_dilation", ones)) != ones):
         return _why("pool dilation")
+    if x.ndim < 3:
+        return _why("rank")
     window, strides = params["window_dimensions"], params["window_strides"]
     padding = [tuple(p) for p in params["padding"]]
     moved = {a for a in range(x.ndim)
              if window[a] != 1 or strides[a] != 1 or padding[a] != (0, 0)}
-    if x.ndim < 3:
-        return _why("rank")
     if not moved & {0, x.ndim - 1}:
         layout, spatial = "NXC", range(1, x.ndim - 1)
     elif not moved & {0, 1}:
@@ -278,7 +273,8 @@ def pool_of(params: dict[str, Any], x: Any) -> PoolProblem | str:
     else:
         return _why("pool axes")
     try:
-        _, p = pool_problem(_OP, x, tuple(window[a] for a in spatial), tuple(strides[a] for a in spatial),
+        _, p = pool_problem(_OP, x, tuple(window[a] for a in spatial),
+                            tuple(strides[a] for a in spatial),
                             tuple(padding[a] for a in spatial), layout)
     except (TypeError, ValueError):
         return _why("pool padding")
@@ -297,15 +293,11 @@ def _selects_max(params: dict[str, Any]) -> bool:
 
 def max_pool_scatter_pattern(params: dict[str, Any], ct: Array, x: Array) -> Array | str:
     """``select_and_scatter_add`` with ``>=``: ``ct`` added at each window's first maximum."""
-    p = pool_of(params, x)
-    if isinstance(p, str) or not _selects_max(params):
-        return p if isinstance(p, str) else _why("pool select")
-    return pooling.scatter(ct, x, p)
+    p = pool_of(params, x) if _selects_max(params) else _why("pool select")
+    return p if isinstance(p, str) else pooling.scatter(ct, x, p)
 
 
 def max_pool_gather_pattern(params: dict[str, Any], t: Array, x: Array) -> Array | str:
     """``select_and_gather_add`` with ``>=``: ``t`` at each window's first maximum."""
-    p = pool_of(params, x)
-    if isinstance(p, str) or not _selects_max(params):
-        return p if isinstance(p, str) else _why("pool select")
-    return pooling.gather(t, x, p)
+    p = pool_of(params, x) if _selects_max(params) else _why("pool select")
+    return p if isinstance(p, str) else pooling.gather(t, x, p)

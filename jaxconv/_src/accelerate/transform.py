@@ -151,6 +151,7 @@ def _retrace(jaxpr: Jaxpr, consts: Sequence[Any]) -> tuple[Jaxpr, list[Any]] | N
     debug = jaxpr.debug_info or api_util.debug_info("accelerate", fn, in_avals, {})
     new, out_avals, new_consts = pe.trace_to_jaxpr_dynamic(
         lu.wrap_init(lambda *a: fn(a), debug_info=debug), in_avals)
+
     def kind(aval: Any) -> tuple[Any, ...]:
         return (aval.shape, aval.dtype, aval.weak_type)
     if [kind(a) for a in out_avals] != [kind(v.aval) for v in jaxpr.outvars]:

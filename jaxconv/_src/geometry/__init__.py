@@ -47,6 +47,7 @@ from jaxconv._src.geometry.padding import (
     conv_output_size,
     conv_transpose_output_size,
     dilated_kernel_size,
+    end_pad_for_output,
 )
 from jaxconv._src.geometry.problem import ConvProblem, Names
 
@@ -77,6 +78,7 @@ __all__ = [
     "convolution_problem",
     "data_layout",
     "dilated_kernel_size",
+    "end_pad_for_output",
     "filter_layout",
     "full_input_shape",
     "int_tuple",

@@ -84,6 +84,15 @@ def conv_output_size(i: int, k: int, s: int, d: int, pb: int, pe: int) -> int:
     return (i + pb + pe - dilated_kernel_size(k, d)) // s + 1
 
 
+def end_pad_for_output(i: int, k: int, s: int, d: int, pb: int, o: int) -> int | None:
+    """The least ``pe >= 0`` with ``conv_output_size(i, k, s, d, pb, pe) == o``: the windows fit
+    exactly, or up to ``S - 1`` trailing rows no window reads; None where none does (``pb < 0``,
+    or the padded input already holds more than ``o`` windows)."""
+    fitted = (o - 1) * s + dilated_kernel_size(k, d) - i - pb
+    end = max(fitted, 0)
+    return end if pb >= 0 and end <= fitted + s - 1 else None
+
+
 def conv_transpose_output_size(i: int, k: int, s: int, d: int, pb: int, pe: int, op: int = 0) -> int:
     """``S * (I - 1) + DK - pb - pe + output_padding``."""
     return s * (i - 1) + dilated_kernel_size(k, d) - pb - pe + op

@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 import os
 import pathlib
 import platform
@@ -34,6 +33,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxconv._src import backends
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import DType, Kernel, Precision
 
@@ -54,11 +54,6 @@ _VERDICTS: dict[str, str] = {}
 @functools.cache
 def enabled() -> bool:
     return os.environ.get("JAXCONV_MEASURE", "1") != "0"
-
-
-def _macs(p: ConvProblem) -> int:
-    return (p.batch * p.out_channels * (p.in_channels // max(p.groups, 1))
-            * math.prod(p.output_size) * math.prod(p.kernel))
 
 
 @functools.cache
@@ -109,7 +104,7 @@ def pick(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Pre
     whichever ran faster on this machine (timed once per problem: the module docstring);
     ``run`` is the registry's dispatch (``registry.run``), which compiles each."""
     xla = XLA_OWN[kernel]
-    if (method == xla or not xla_applies or not enabled() or _macs(p) > MEASURE_MAX_MACS):
+    if (method == xla or not xla_applies or not enabled() or backends.macs(p) > MEASURE_MAX_MACS):
         return method
     key = _key(kernel, p, method, dtype, precision, preferred_element_type)
     with _LOCK:

@@ -73,6 +73,18 @@ def choose(kernel: Kernel, p: ConvProblem, backend: str, *, partitioned: bool = 
     return backends.METHOD[kernel](p, backend, not partitioned)
 
 
+def one_device_method(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any,
+                      precision: Precision = None, preferred_element_type: DType = None) -> str:
+    """What ``lowering="auto"`` runs for ``kernel`` on one device of ``backend``: the table's
+    method (:func:`choose`), on the CPU checked against XLA's own program by timing on this
+    machine where the problem is small (``measured.py``)."""
+    method = choose(kernel, p, backend)
+    if backend != "cpu":
+        return method
+    return measured.pick(kernel, p, method, dtype, precision, preferred_element_type, run=run,
+                         xla_applies=why_not(measured.XLA_OWN[kernel], kernel, p) is None)
+
+
 def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, backend: str | None,
         precision: Precision = None, preferred_element_type: DType = None,
         partitioned: bool = False, portable: bool = False) -> Array:
@@ -97,7 +109,11 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
     if method == "auto":
         if backend is None:
             raise ValueError("lowering: method 'auto' needs a backend to choose for")
-        method = choose(kernel, p, backend, partitioned=partitioned or portable)
+        if not (partitioned or portable):
+            method = one_device_method(kernel, p, backend, a.dtype, precision,
+                                       preferred_element_type)
+        else:
+            method = choose(kernel, p, backend, partitioned=True)
         if partitioned and not portable:  # the one-device choice, if it runs per batch shard
             one_device = choose(kernel, p, backend)
             method = one_device if METHODS[one_device].per_shard else method
@@ -108,10 +124,6 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
                 # gradient with rows split wrong (a 3x3 kernel, stride 2 or 3, pads 1: 0.2-1.0
                 # off; jax.vjp's too; docs/distributed.md)
                 method = "onednn"
-        elif backend == "cpu" and not portable:  # the table's choice, or XLA's if faster here
-            method = measured.pick(
-                kernel, p, method, a.dtype, precision, preferred_element_type, run=run,
-                xla_applies=why_not(measured.XLA_OWN[kernel], kernel, p) is None)
         why = why_not(method, kernel, p)
         if why is not None:  # a table bug (tests/test_lowering_registry.py), never a user's
             raise RuntimeError(f"jaxconv: the {backend} table picked {why}")
