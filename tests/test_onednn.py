@@ -177,7 +177,7 @@ def test_batches_one_call_or_chunks_on_xlas_pool(m, batch):
 
 
 # Strided 1x1 data gradients: the handler computes the unit-stride one and spreads it onto
-# dx's grid with the zeros between (Spread, SpreadCopy in handler.cc). The spacing on the
+# dx's grid with the zeros between (Spread in csrc/primitives.cc, SpreadCopy in csrc/execute.cc). The spacing on the
 # innermost buffer axis (NCX) and not (NXC), a trailing row no window reads, 1D and 3D, and a
 # batch past 2^21 multiply-adds per example (chunks on XLA's pool, each spreading its own).
 SPREAD = [

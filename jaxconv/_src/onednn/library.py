@@ -1,7 +1,8 @@
 """The oneDNN lowering's compiled handler: where it is built, and loading it (never raising).
 
-``jaxconv build-onednn`` (:mod:`jaxconv._src.onednn.build`) compiles ``handler.cc`` against the
-oneDNN of the ``onednn`` extra into :func:`artefact`, a path keyed by the handler's source,
+``jaxconv build-onednn`` (:mod:`jaxconv._src.onednn.build`) compiles the handler's sources
+(:data:`SOURCES`, ``csrc/``) against the oneDNN of the ``onednn`` extra into :func:`artefact`, a
+path keyed by the handler's sources,
 jaxlib's version and the oneDNN it was built against, so that a changed source or toolchain is
 never loaded stale. :func:`status` loads it once (oneDNN itself first, from the prefix it was
 built against), registers its three FFI targets for the ``cpu`` platform only, and reports what
@@ -25,7 +26,10 @@ from jaxlib import version as jaxlib_version
 
 from jaxconv._src.geometry import ConvProblem
 
-SOURCE = pathlib.Path(__file__).with_name("handler.cc")
+#: the handler's C++ sources and headers (one file per concern; csrc/ffi_entry.cc is the entry)
+SOURCE_DIR = pathlib.Path(__file__).with_name("csrc")
+SOURCES = tuple(sorted(SOURCE_DIR.glob("*.cc")))
+HEADERS = tuple(sorted(SOURCE_DIR.glob("*.h")))
 #: the FFI targets, one per kernel (registered for the cpu platform only)
 TARGETS = {"forward": "jaxconv_onednn_forward", "data": "jaxconv_onednn_data",
            "weight": "jaxconv_onednn_weight"}
@@ -61,7 +65,9 @@ def artefact(root: pathlib.Path | None = None) -> pathlib.Path:
     root = prefix() if root is None else root
     lib = library_file(root)
     key = hashlib.sha256()
-    key.update(SOURCE.read_bytes())
+    for path in SOURCES + HEADERS:
+        key.update(path.name.encode())
+        key.update(path.read_bytes())
     key.update(jaxlib_version.__version__.encode())
     key.update(str(lib.resolve() if lib else root).encode())
     return cache_dir() / f"libjaxconv_onednn-{key.hexdigest()[:16]}.so"
@@ -172,6 +178,12 @@ def check_filter_move(blocks: str, o: int, i: int, taps: tuple[int, ...]) -> boo
                    ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
     got = fn(blocks.encode(), o, i, (ctypes.c_int64 * max(1, len(taps)))(*taps), len(taps))
     return None if got < 0 else bool(got)
+
+
+def handler() -> ctypes.CDLL | None:
+    """The loaded handler library (its C functions: ``csrc/diagnostics.cc``), or None where it
+    is not loaded. The tests call the handler's pure decisions through it."""
+    return _HANDLES[-1] if status().available else None
 
 
 def cache_stats() -> dict[str, int]:

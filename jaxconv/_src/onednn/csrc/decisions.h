@@ -1,0 +1,119 @@
+// The handler's pure decisions: functions of sizes and times only, with no oneDNN call, so that
+// each is tested directly (tests/test_onednn_decisions.py, through diagnostics.cc's exports).
+//
+// - how a call is threaded (Chunks) and how long its caller spins for its chunks
+//   (KeepSpinning): docs/onednn.md, "Threads";
+// - which candidate layout the first call's trial keeps (Racing, TrialDone, Pick):
+//   docs/onednn.md, "The layout trial";
+// - the plan of jaxconv's own filter moves (PlanFilterMove): docs/onednn.md, "Filter moves".
+//
+// Each threshold is a named constant; its measurement is in the section named beside it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "problem.h"
+
+namespace jaxconv_onednn {
+
+// ---- Threads (docs/onednn.md, "Threads") ----
+
+// Handing a chunk to another thread costs about 10-20 us: a chunk needs this many
+// multiply-adds (~50 us on one AVX-512 core) or ...
+constexpr double kMinChunkMacs = double{1 << 21};
+// ... this many bytes of activations (x and y; ~50 us of one core's memory traffic), or the
+// call runs whole on its calling thread.
+constexpr double kMinChunkBytes = double{1 << 20};
+// The caller, its own chunk done, spins this long for the others before it sleeps.
+constexpr std::chrono::microseconds kSpin{200};
+
+// A problem's work in units of the least worth a thread of its own.
+double WorkUnits(const Problem& p);
+
+// How a call of `p` runs: 0 as one OpenMP call; n >= 1 as n chunks of the batch on XLA's pool
+// of `pool_threads` threads (1: whole, single-threaded, on the calling thread). `openmp`:
+// whether oneDNN's OpenMP runtime was found (else one call, as oneDNN threads it).
+//   - a weight gradient: whole on the calling thread below one work unit, else one OpenMP
+//     call (chunks would each write a partial gradient to be reordered and summed);
+//   - a forward or data gradient: chunks of the batch, at most one per work unit and per pool
+//     thread, unless the batch is not the buffers' outer axis, a single chunk would hold a
+//     whole unit (then one OpenMP call), or the filter outweighs a chunk's activations
+//     (each chunk would reorder the whole filter: one OpenMP call reorders it once).
+int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp);
+
+// Whether a caller that has waited `waited` for `chunks - finished` chunks goes on spinning.
+bool KeepSpinning(int64_t finished, int64_t chunks, std::chrono::nanoseconds waited);
+
+// ---- The layout trial (docs/onednn.md, "The layout trial") ----
+
+// Problems whose buffers exceed this take the first candidate without a trial.
+constexpr size_t kTrialBytes = size_t{1} << 29;
+// A candidate whose warm-up took over kTrialSlower times the fastest warm-up, and over
+// kTrialSlowerFloor seconds, is not timed further.
+constexpr double kTrialSlower = 4.0, kTrialSlowerFloor = 0.02;
+// Each timed candidate runs at least kTrialRounds times and kTrialSeconds in all, at most
+// kTrialMaxRounds times.
+constexpr int kTrialRounds = 3, kTrialMaxRounds = 25;
+constexpr double kTrialSeconds = 0.01;
+// Another layout replaces the caller's only when it ran faster by more than kTrialMargin;
+// from kTrialLargeMacs multiply-adds (the problem's size, which contention cannot inflate as
+// it can a trial's time) by more than kTrialMarginLarge.
+constexpr double kTrialMargin = 0.05, kTrialLargeMacs = 2.68e8, kTrialMarginLarge = 0.01;
+
+// Which candidates are timed after their warm-up runs took `warmup` seconds each.
+std::vector<bool> Racing(const std::vector<double>& warmup);
+// Whether the trial has run enough rounds: `round` rounds done, `spent` seconds per candidate.
+bool TrialDone(int round, const std::vector<double>& spent, const std::vector<bool>& racing);
+// The candidate kept: the fastest by `best` (each candidate's best time; a candidate out of
+// the race keeps its warm-up time), unless a racing candidate on the caller's layouts
+// (`on_callers`) is within the margin for a problem of `macs` multiply-adds.
+size_t Pick(const std::vector<double>& best, const std::vector<bool>& racing,
+            const std::vector<bool>& on_callers, double macs);
+
+// ---- Filter moves (docs/onednn.md, "Filter moves") ----
+
+// A filter's memory layout as oneDNN describes it, in plain numbers.
+struct Blocking {
+  std::vector<int64_t> dims, strides;          // oneDNN's logical dims (O, I, X...), strides
+  std::vector<int64_t> inner_blks, inner_idxs;  // blocks inside the innermost tile
+  bool f32 = false;        // float32
+  bool blocked = false;    // a blocked (or plain strided) format, not "any"
+  bool unpadded = false;   // padded dims equal the dims
+  bool offset0 = false;    // no submemory offset
+};
+
+// A move between the caller's XIO filter (O innermost, then I, then the spatial axes: flax's
+// HWIO) and a oneDNN layout whose tiles block O and I by multiples of 16.
+struct FilterMove {
+  bool on = false;
+  int64_t o = 0, i = 0;                   // channels, multiples of 16
+  std::vector<int64_t> taps;              // the filter's spatial extents
+  std::vector<int64_t> xio_tap, blk_tap;  // each spatial axis's stride (elements) on each side
+  int64_t xio_i = 0;                      // XIO's stride of I (O's is 1)
+  // the blocked side's offset of (o, i) at tap offset 0 is o_off[o] + i_off[i] (tables: a
+  // division per 64-byte row doubled the move's time)
+  std::vector<int64_t> o_off, i_off;
+  int64_t tile_o = 0;  // the blocked side's stride of O within a tile
+};
+
+// The plan of a move between `xio` and `blk`: I innermost in each tile (`i_inner`: a
+// transpose into a forward's or data gradient's filter) or O innermost (a copy out of a weight
+// gradient's); off (oneDNN's reorder runs) where the layouts are not those, the dtype is not
+// float32, or the channels are not multiples of 16.
+FilterMove PlanFilterMove(const Blocking& xio, const Blocking& blk, bool i_inner);
+int64_t Taps(const FilterMove& t);
+// The offsets (elements) of spatial position `tap` (row-major over the taps) on each side.
+void TapOffsets(const FilterMove& t, int64_t tap, int64_t& xio, int64_t& blk);
+
+// jaxconv transposes a filter into a forward's or data gradient's layout itself from this size
+// (below it oneDNN's reorder is kept) ...
+constexpr size_t kFilterTransposeMinBytes = size_t{1} << 20;
+// ... copies a weight gradient's out on the OpenMP team from this size (on the calling thread
+// below it), and with streaming stores from this size (where the filter outgrows the caches).
+constexpr int64_t kFilterCopyTeamBytes = int64_t{1} << 20;
+constexpr int64_t kFilterCopyStreamBytes = int64_t{8} << 20;
+
+}  // namespace jaxconv_onednn

@@ -1,0 +1,71 @@
+// Memory descriptors (descriptors.h).
+#include "descriptors.h"
+
+namespace jaxconv_onednn {
+
+memory::desc DataMd(const std::vector<int64_t>& dims, const std::vector<int64_t>& axes,
+                    memory::data_type dtype) {
+  auto st = RowMajorStrides(dims);
+  memory::dims d, s;
+  for (int64_t a : axes) {
+    d.push_back(dims[a]);
+    s.push_back(st[a]);
+  }
+  return memory::desc(d, dtype, s);
+}
+
+memory::desc FilterMd(const Problem& p) {
+  auto st = RowMajorStrides(p.w_dims);
+  const int64_t o = p.w_dims[p.filter_axes[0]], i = p.w_dims[p.filter_axes[1]];
+  const int64_t so = st[p.filter_axes[0]], si = st[p.filter_axes[1]];
+  memory::dims d, s;
+  if (p.groups > 1) {
+    d = {p.groups, o / p.groups, i};
+    s = {so * (o / p.groups), so, si};
+  } else {
+    d = {o, i};
+    s = {so, si};
+  }
+  for (size_t k = 2; k < p.filter_axes.size(); ++k) {
+    d.push_back(p.w_dims[p.filter_axes[k]]);
+    s.push_back(st[p.filter_axes[k]]);
+  }
+  return memory::desc(d, p.dtype, s);
+}
+
+memory::desc Blocked(const memory::desc& md) {
+  using tag = memory::format_tag;
+  const bool wide = dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core;
+  switch (md.get_ndims()) {
+    case 3: return memory::desc(md.get_dims(), md.get_data_type(), wide ? tag::nCw16c : tag::nCw8c);
+    case 4: return memory::desc(md.get_dims(), md.get_data_type(), wide ? tag::nChw16c : tag::nChw8c);
+    default:
+      return memory::desc(md.get_dims(), md.get_data_type(), wide ? tag::nCdhw16c : tag::nCdhw8c);
+  }
+}
+
+memory::desc Any(const memory::desc& md) {
+  return memory::desc(md.get_dims(), md.get_data_type(), memory::format_tag::any);
+}
+
+Blocking LayoutOf(const memory::desc& md) {
+  Blocking b;
+  const memory::dims dims = md.get_dims();
+  b.dims.assign(dims.begin(), dims.end());
+  b.f32 = md.get_data_type() == memory::data_type::f32;
+  b.blocked = md.get_format_kind() == memory::format_kind::blocked;
+  if (!b.blocked) return b;
+  const memory::dims strides = md.get_strides(), padded = md.get_padded_dims();
+  b.strides.assign(strides.begin(), strides.end());
+  b.unpadded = padded == dims;
+  b.offset0 = md.get_submemory_offset() == 0;
+  const int nblks = md.get_inner_nblks();
+  if (nblks > 0) {
+    const memory::dims idxs = md.get_inner_idxs(), blks = md.get_inner_blks();
+    b.inner_idxs.assign(idxs.begin(), idxs.begin() + nblks);
+    b.inner_blks.assign(blks.begin(), blks.begin() + nblks);
+  }
+  return b;
+}
+
+}  // namespace jaxconv_onednn

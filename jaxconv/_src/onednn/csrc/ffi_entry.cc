@@ -1,0 +1,152 @@
+// jaxconv's oneDNN lowering: the XLA FFI handlers of the three kernels of a convolution
+// problem (jaxconv_onednn_forward, _data, _weight; registered by lowering/onednn.py).
+//
+// Each validates its attributes, builds the Problem (problem.h), decides the call's threading
+// once (decisions.h, Chunks) and runs it (threading.h, execute.h). Every error becomes an
+// ffi::Error whose message starts with the op's name, which XLA raises in Python: the process
+// never aborts (an unsupported configuration, an allocation failure).
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cache.h"
+#include "decisions.h"
+#include "execute.h"
+#include "openmp.h"
+#include "problem.h"
+#include "threading.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace jaxconv_onednn {
+namespace {
+
+std::vector<int64_t> ToVector(ffi::Span<const int64_t> s) {
+  return std::vector<int64_t>(s.begin(), s.end());
+}
+
+std::vector<int64_t> Shape(const ffi::AnyBuffer& b) { return ToVector(b.dimensions()); }
+
+// oneDNN's data type of an FFI dtype; undef for the dtypes the lowering does not take.
+memory::data_type DataType(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::F32: return memory::data_type::f32;
+    case ffi::DataType::BF16: return memory::data_type::bf16;
+    case ffi::DataType::F16: return memory::data_type::f16;
+    default: return memory::data_type::undef;
+  }
+}
+
+// Runs kernel `k` with operands (a, b) -> out; which of x, y, w each is depends on k.
+ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b,
+               ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> data_axes,
+               ffi::Span<const int64_t> filter_axes, ffi::Span<const int64_t> strides,
+               ffi::Span<const int64_t> dilations, ffi::Span<const int64_t> pads_begin,
+               ffi::Span<const int64_t> pads_end, int64_t groups, int64_t threads,
+               ffi::ThreadPool pool) {
+  const std::string prefix = std::string(op) + ": oneDNN lowering: ";
+  const memory::data_type dtype = DataType(a.element_type());
+  if (dtype == memory::data_type::undef || b.element_type() != a.element_type() ||
+      out->element_type() != a.element_type())
+    return ffi::Error::InvalidArgument(prefix + "operands and result must share one dtype "
+                                       "of f32, bf16, f16");
+  Problem p;
+  p.kernel = k;
+  p.dtype = dtype;
+  p.groups = groups;
+  void *x, *y, *w;
+  if (k == Kernel::kForward) {
+    p.x_dims = Shape(a); p.w_dims = Shape(b); p.y_dims = Shape(*out);
+    x = a.untyped_data(); w = b.untyped_data(); y = out->untyped_data();
+  } else if (k == Kernel::kData) {
+    p.y_dims = Shape(a); p.w_dims = Shape(b); p.x_dims = Shape(*out);
+    y = a.untyped_data(); w = b.untyped_data(); x = out->untyped_data();
+  } else {
+    p.x_dims = Shape(a); p.y_dims = Shape(b); p.w_dims = Shape(*out);
+    x = a.untyped_data(); y = b.untyped_data(); w = out->untyped_data();
+  }
+  p.data_axes = ToVector(data_axes);
+  p.filter_axes = ToVector(filter_axes);
+  p.strides = ToVector(strides);
+  p.dilations = ToVector(dilations);
+  p.pads_begin = ToVector(pads_begin);
+  p.pads_end = ToVector(pads_end);
+  const size_t rank = p.x_dims.size();
+  if (rank < 3 || rank > 5 || p.y_dims.size() != rank || p.w_dims.size() != rank ||
+      p.data_axes.size() != rank || p.filter_axes.size() != rank ||
+      p.strides.size() != rank - 2 || p.dilations.size() != rank - 2 ||
+      p.pads_begin.size() != rank - 2 || p.pads_end.size() != rank - 2 || groups < 1)
+    return ffi::Error::InvalidArgument(prefix + "inconsistent ranks or attributes");
+  for (size_t i = 0; i < rank; ++i)
+    if (p.data_axes[i] < 0 || p.data_axes[i] >= static_cast<int64_t>(rank) ||
+        p.filter_axes[i] < 0 || p.filter_axes[i] >= static_cast<int64_t>(rank))
+      return ffi::Error::InvalidArgument(prefix + "axis out of range");
+  try {
+    // threads 1: one device's shard of a program split across several devices of this
+    // process, each running its own call at the same time: whole, on the calling thread
+    const int64_t chunks = threads == 1 ? 1 : Chunks(p, pool.num_threads(), Omp().ok());
+    if (chunks == 1) {  // whole, on the calling thread: no job to share with the pool
+      RunSingleThreaded(p, x, y, w);
+    } else if (chunks > 1) {
+      std::lock_guard<std::mutex> one_at_a_time(RunMutex());
+      RunOnPool(p, chunks, pool, x, y, w);
+    } else {
+      std::shared_ptr<Entry> e = TheCache().Get(p);
+      std::lock_guard<std::mutex> one_at_a_time(RunMutex());
+      Execute(*e, k, x, y, w);
+    }
+  } catch (const dnnl::error& ex) {
+    return ffi::Error::Internal(prefix + ex.what() + " (status " +
+                                std::to_string(static_cast<int>(ex.status)) + ")");
+  } catch (const std::bad_alloc&) {
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted, prefix + "out of memory");
+  } catch (const std::exception& ex) {
+    return ffi::Error::Internal(prefix + ex.what());
+  }
+  return ffi::Error::Success();
+}
+
+#define JAXCONV_ONEDNN_HANDLER(NAME, KERNEL)                                                \
+  ffi::Error NAME##Impl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> out, \
+                        std::string_view op, ffi::Span<const int64_t> data_axes,            \
+                        ffi::Span<const int64_t> filter_axes,                               \
+                        ffi::Span<const int64_t> strides, ffi::Span<const int64_t> dilations,\
+                        ffi::Span<const int64_t> pads_begin,                                \
+                        ffi::Span<const int64_t> pads_end, int64_t groups, int64_t threads, \
+                        ffi::ThreadPool pool) {                                             \
+    return Run(KERNEL, op, a, b, out, data_axes, filter_axes, strides, dilations,           \
+               pads_begin, pads_end, groups, threads, pool);                                \
+  }
+
+JAXCONV_ONEDNN_HANDLER(Forward, Kernel::kForward)
+JAXCONV_ONEDNN_HANDLER(Data, Kernel::kData)
+JAXCONV_ONEDNN_HANDLER(Weight, Kernel::kWeight)
+
+}  // namespace
+}  // namespace jaxconv_onednn
+
+#define JAXCONV_ONEDNN_BIND(SYMBOL, NAME)                                              \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(SYMBOL, jaxconv_onednn::NAME##Impl,                     \
+                                ffi::Ffi::Bind()                                        \
+                                    .Arg<ffi::AnyBuffer>()                              \
+                                    .Arg<ffi::AnyBuffer>()                              \
+                                    .Ret<ffi::AnyBuffer>()                              \
+                                    .Attr<std::string_view>("op")                       \
+                                    .Attr<ffi::Span<const int64_t>>("data_axes")        \
+                                    .Attr<ffi::Span<const int64_t>>("filter_axes")      \
+                                    .Attr<ffi::Span<const int64_t>>("strides")          \
+                                    .Attr<ffi::Span<const int64_t>>("dilations")        \
+                                    .Attr<ffi::Span<const int64_t>>("pads_begin")       \
+                                    .Attr<ffi::Span<const int64_t>>("pads_end")         \
+                                    .Attr<int64_t>("groups")                            \
+                                    .Attr<int64_t>("threads")                           \
+                                    .Ctx<ffi::ThreadPool>());
+
+JAXCONV_ONEDNN_BIND(jaxconv_onednn_forward, Forward)
+JAXCONV_ONEDNN_BIND(jaxconv_onednn_data, Data)
+JAXCONV_ONEDNN_BIND(jaxconv_onednn_weight, Weight)

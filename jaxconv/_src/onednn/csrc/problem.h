@@ -1,0 +1,55 @@
+// A convolution problem as the FFI handlers receive it, and the cache's key for it.
+//
+// Each handler gets one kernel's two operands and result as dense row-major buffers in the
+// caller's layout, and the problem as attributes:
+//
+//   data_axes    (N, C, X1..Xn): the buffer axis of each role, for every data tensor (x, y)
+//   filter_axes  (O, I, X1..Xn): the buffer axis of the forward convolution's O role (all
+//                out channels) and I role (in channels per group) in the filter buffer
+//   strides, dilations (1 = none), pads_begin, pads_end: one per spatial axis
+//   groups, op (the jaxconv op, for messages), threads (1: one device's shard, whole)
+//
+// The rest of the handler reads this struct only. docs/onednn.md, "oneDNN itself as a
+// lowering", says what the handler does with it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace jaxconv_onednn {
+
+using dnnl::memory;
+
+enum class Kernel { kForward = 0, kData = 1, kWeight = 2 };
+
+struct Problem {
+  Kernel kernel = Kernel::kForward;
+  memory::data_type dtype = memory::data_type::f32;
+  int64_t groups = 1;
+  std::vector<int64_t> x_dims, y_dims, w_dims;  // buffer shapes (x, y data; w filter)
+  std::vector<int64_t> data_axes, filter_axes, strides, dilations, pads_begin, pads_end;
+  int threads = 0;  // 1: created for one thread (a chunk on XLA's pool); 0: OpenMP's own
+
+  // The cache's key: every field, each list after its length (a vector of integers: a
+  // string built per call cost a fifth of a small call's time in the handler).
+  using Key = std::vector<int64_t>;
+  Key MakeKey() const;
+};
+
+struct KeyHash {
+  size_t operator()(const Problem::Key& key) const;
+};
+
+// oneDNN's CPU engine (one per process).
+dnnl::engine& Engine();
+
+std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims);
+double Elements(const std::vector<int64_t>& dims);
+size_t ElementSize(memory::data_type t);
+// Multiply-adds: y's elements times the taps and input channels each one sums.
+double Macs(const Problem& p);
+
+}  // namespace jaxconv_onednn

@@ -1,0 +1,97 @@
+// Threads (threading.h).
+#include "threading.h"
+
+#include <immintrin.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+
+#include "cache.h"
+#include "decisions.h"
+#include "execute.h"
+#include "openmp.h"
+
+namespace jaxconv_onednn {
+
+std::mutex& RunMutex() {
+  static std::mutex* mu = new std::mutex();
+  return *mu;
+}
+
+void RunSingleThreaded(Problem& q, void* x, void* y, void* w) {
+  q.threads = 1;
+  const int saved = Omp().get_max_threads();
+  Omp().set_num_threads(1);
+  try {
+    Execute(*TheCache().Get(q), q.kernel, x, y, w);
+  } catch (...) {
+    Omp().set_num_threads(saved);
+    throw;
+  }
+  Omp().set_num_threads(saved);
+}
+
+namespace {
+
+struct Job {  // shared by the caller and its tasks
+  Problem p;
+  int64_t chunks;
+  char *x, *y, *w;
+  std::atomic<int64_t> next{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<int64_t> finished{0};  // read without the lock by the spinning caller
+  std::exception_ptr error;
+};
+
+void RunChunk(Job& job, int64_t i) {
+  Problem q = job.p;
+  const int64_t n = q.x_dims[0], begin = i * n / job.chunks, end = (i + 1) * n / job.chunks;
+  const size_t bytes = ElementSize(q.dtype);
+  size_t xs = bytes, ys = bytes;  // one example of x and of y, in bytes
+  for (size_t a = 1; a < q.x_dims.size(); ++a) {
+    xs *= q.x_dims[a];
+    ys *= q.y_dims[a];
+  }
+  q.x_dims[0] = q.y_dims[0] = end - begin;
+  try {  // a forward or data gradient: each chunk reads the whole filter
+    RunSingleThreaded(q, job.x + begin * xs, job.y + begin * ys, job.w);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(job.mu);
+    if (!job.error) job.error = std::current_exception();
+  }
+}
+
+// Claims and runs chunks until none is left.
+void ClaimChunks(const std::shared_ptr<Job>& job) {
+  for (int64_t i; (i = job->next.fetch_add(1)) < job->chunks;) {
+    RunChunk(*job, i);
+    std::lock_guard<std::mutex> lock(job->mu);
+    if (job->finished.fetch_add(1) + 1 == job->chunks) job->cv.notify_all();
+  }
+}
+
+}  // namespace
+
+void RunOnPool(const Problem& p, int64_t chunks, xla::ffi::ThreadPool& pool, void* x, void* y,
+               void* w) {
+  auto job = std::make_shared<Job>();
+  job->p = p;
+  job->chunks = chunks;
+  job->x = static_cast<char*>(x);
+  job->y = static_cast<char*>(y);
+  job->w = static_cast<char*>(w);
+  for (int64_t t = 1; t < chunks; ++t) pool.Schedule([job] { ClaimChunks(job); });
+  ClaimChunks(job);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (KeepSpinning(job->finished.load(), job->chunks, std::chrono::steady_clock::now() - t0))
+    for (int k = 0; k < 16; ++k) _mm_pause();
+  std::unique_lock<std::mutex> lock(job->mu);
+  job->cv.wait(lock, [&] { return job->finished == job->chunks; });
+  if (job->error) std::rethrow_exception(job->error);
+}
+
+}  // namespace jaxconv_onednn

@@ -1,0 +1,31 @@
+// Which threads run a call (docs/onednn.md, "Threads"). oneDNN's primitives run on OpenMP
+// threads and XLA runs the rest of the program on its own pool; two pools on the same cores
+// compete. So (decisions.h, Chunks):
+// - a small call runs whole, single-threaded, on XLA's calling thread;
+// - a forward or data gradient whose batch splits runs as chunks of the batch on XLA's pool,
+//   one single-threaded primitive per thread (that thread's OpenMP thread count set to 1);
+// - a weight gradient, and the rest, as one call on oneDNN's OpenMP team.
+// A call that uses the whole machine takes one lock (RunMutex), so that an OpenMP team never
+// runs beside another call's chunks. Chunks are claimed from a counter by the calling thread
+// and the tasks it schedules, so a call never waits for a task that has not started; the
+// caller then spins for the others (KeepSpinning) before it sleeps.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+
+#include "problem.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jaxconv_onednn {
+
+std::mutex& RunMutex();
+
+// Runs `q` whole and single-threaded on the calling thread (q.threads set to 1).
+void RunSingleThreaded(Problem& q, void* x, void* y, void* w);
+
+// Runs `p` as `chunks` chunks of its batch on XLA's `pool` and the calling thread.
+void RunOnPool(const Problem& p, int64_t chunks, xla::ffi::ThreadPool& pool, void* x, void* y,
+               void* w);
+
+}  // namespace jaxconv_onednn

@@ -1,0 +1,114 @@
+"""The oneDNN handler's pure decisions, one test each, called directly (no primitive runs).
+
+``jaxconv/_src/onednn/csrc/decisions.h`` holds them; ``csrc/diagnostics.cc`` exports each on
+plain numbers. They need the built handler (``jaxconv build-onednn``), and are skipped, with
+that reason, where it is not loaded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from jaxconv._src.onednn import library
+
+LIB = library.handler()
+pytestmark = pytest.mark.skipif(LIB is None, reason="the oneDNN handler is not built/loaded")
+
+I64 = ctypes.c_int64
+FORWARD, DATA, WEIGHT = 0, 1, 2
+
+
+def _arr(kind, values):
+    return (kind * len(values))(*values)
+
+
+def chunks(kernel, x, y, w, pool_threads=2, openmp=True, data_axes=None):
+    fn = LIB.jaxconv_onednn_decide_chunks
+    fn.restype = I64
+    fn.argtypes = [ctypes.c_int, ctypes.c_int] + [ctypes.POINTER(I64)] * 4 + [I64, ctypes.c_int]
+    axes = None if data_axes is None else _arr(I64, data_axes)
+    return fn(kernel, len(x), _arr(I64, x), _arr(I64, y), _arr(I64, w), axes, pool_threads,
+              int(openmp))
+
+
+def test_chunks_split_the_batch_only_where_a_thread_pays():
+    # NCX / OIX shapes
+    tiny = ((8, 4, 6, 6), (8, 4, 6, 6), (4, 4, 1, 1))         # far below a work unit
+    wide = ((8, 64, 56, 56), (8, 64, 56, 56), (64, 64, 3, 3))  # 1.8e9 multiply-adds
+    heavy_filter = ((8, 512, 5, 5), (8, 512, 5, 5), (512, 512, 3, 3))
+    assert chunks(FORWARD, *tiny) == 1               # whole, on the calling thread
+    assert chunks(FORWARD, *wide) == 2               # one chunk per pool thread
+    assert chunks(DATA, *wide, pool_threads=4) == 4
+    assert chunks(FORWARD, *heavy_filter) == 0       # the filter outweighs a chunk: OpenMP
+    assert chunks(WEIGHT, *wide) == 0                # a weight gradient: one OpenMP call
+    assert chunks(WEIGHT, *tiny) == 1
+    one = ((1, 64, 56, 56), (1, 64, 56, 56), (64, 64, 3, 3))
+    assert chunks(FORWARD, *one) == 0                # one large example: the team
+    assert chunks(FORWARD, *wide, openmp=False) == 0  # no OpenMP found: oneDNN's own call
+    assert chunks(FORWARD, *wide, data_axes=(1, 0, 2, 3)) == 0  # batch not the outer axis
+
+
+def test_spin_lasts_until_the_chunks_end_or_200_us():
+    fn = LIB.jaxconv_onednn_decide_spin
+    fn.argtypes = [I64, I64, I64]
+    assert fn(1, 2, 50_000) == 1
+    assert fn(2, 2, 50_000) == 0       # every chunk finished
+    assert fn(1, 2, 199_999) == 1
+    assert fn(1, 2, 200_000) == 0      # kSpin: then asleep
+
+
+def test_trial_races_times_and_keeps_the_callers_layout_within_the_margin():
+    racing = (ctypes.c_int * 3)()
+    LIB.jaxconv_onednn_decide_racing(_arr(ctypes.c_double, [0.001, 0.0035, 0.05]), 3, racing)
+    assert list(racing) == [1, 1, 0]   # over 4x the fastest warm-up and over 20 ms: out
+    LIB.jaxconv_onednn_decide_racing(_arr(ctypes.c_double, [0.001, 0.01, 0.019]), 3, racing)
+    assert list(racing) == [1, 1, 1]   # slower than 4x but under the 20 ms floor: timed
+
+    done = LIB.jaxconv_onednn_decide_trial_done
+    done.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_int),
+                     ctypes.c_int]
+    both = _arr(ctypes.c_int, [1, 1])
+    assert not done(2, _arr(ctypes.c_double, [1.0, 1.0]), both, 2)    # under 3 rounds
+    assert not done(3, _arr(ctypes.c_double, [0.02, 0.005]), both, 2)  # one under 10 ms
+    assert done(3, _arr(ctypes.c_double, [0.02, 0.005]), _arr(ctypes.c_int, [1, 0]), 2)
+    assert done(25, _arr(ctypes.c_double, [0.0, 0.0]), both, 2)       # at most 25 rounds
+
+    pick = LIB.jaxconv_onednn_decide_pick
+    pick.restype = I64
+    pick.argtypes = [ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_int),
+                     ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_double]
+    times = _arr(ctypes.c_double, [1.04e-3, 1.0e-3])  # the caller's layout 4% slower
+    callers = _arr(ctypes.c_int, [1, 0])
+    assert pick(times, both, callers, 2, 1e6) == 0     # within 5%: the caller's layout
+    assert pick(times, both, callers, 2, 3e8) == 1     # a large problem: a 1% margin
+    assert pick(times, _arr(ctypes.c_int, [0, 1]), callers, 2, 1e6) == 1  # not raced
+    assert pick(_arr(ctypes.c_double, [1.2e-3, 1.0e-3]), both, callers, 2, 1e6) == 1
+
+
+def test_filter_move_plan_takes_16_by_16_tiles_of_float32_channels_only():
+    fn = LIB.jaxconv_onednn_decide_filter_move
+    fn.argtypes = ([ctypes.c_int] + [ctypes.POINTER(I64)] * 3 + [ctypes.c_int]
+                   + [ctypes.POINTER(I64)] * 2 + [ctypes.c_int] + [ctypes.POINTER(I64)] * 2)
+    o, i = 32, 48
+    dims = [o, i, 1, 1]
+    xio = [1, o, o * i, o * i]              # O innermost, then I (flax's HWIO, 1x1)
+    # ABcd16a16b: 16x16 tiles, I innermost in a tile (a: O, b: I); tiles ordered O, I
+    blk = [(i // 16) * 256, 256, o * i, o * i]
+    o_off, i_off = (I64 * o)(), (I64 * i)()
+
+    def plan(blks, idxs, i_inner, dims=dims, xio=xio, blk=blk):
+        return fn(len(dims), _arr(I64, dims), _arr(I64, xio), _arr(I64, blk), len(blks),
+                  _arr(I64, blks), _arr(I64, idxs), int(i_inner), o_off, i_off)
+
+    assert plan([16, 16], [0, 1], True) == 1
+    # (o, i) sits in tile (o // 16, i // 16) at (o % 16) * 16 + i % 16
+    assert o_off[17] == 1 * blk[0] + 1 * 16 and i_off[33] == 2 * blk[1] + 1
+    assert plan([16, 16], [1, 0], False) == 1       # O innermost: the weight gradient's copy
+    assert o_off[17] == 1 * blk[0] + 1 and i_off[33] == 2 * blk[1] + 1 * 16
+    assert plan([16, 16], [1, 0], True) == 0        # the transpose wants I innermost
+    assert plan([32], [1], True) == 0               # I blocked alone: oneDNN's reorder
+    assert plan([8, 8], [0, 1], True) == 0          # tiles of 8
+    odd = [24, i, 1, 1]
+    assert plan([16, 16], [0, 1], True, dims=odd, xio=[1, 24, 24 * i, 24 * i]) == 0
