@@ -1,7 +1,7 @@
 """Whether a change altered jaxconv's compiled programs: dump them in two checkouts, compare.
 
 A refactoring that should leave the programs as they are (a new module layout, a registry)
-is level with the previous commit when every program is the same, which no timing can show
+leaves the programs of the commit it started from when every program is the same, which no timing can show
 as sharply. ``dump`` writes, for each benchdnn problem of the lists (the first ``--per-list``
 of each, batch capped), the optimized HLO of the jitted op that ``jaxconv bench`` times
 (instructions only: no names' numeric suffixes, no source metadata); ``compare`` lists the

@@ -1,7 +1,7 @@
 """pytest plugin: run ``@pytest.mark.isolated`` tests in a child process off CPU.
 
 Some programs once aborted the whole process in XLA:GPU's compiler (a CHECK
-failure, SIGABRT: docs/performance.md, "The XLA:GPU abort"). A test that
+failure, SIGABRT: docs/lowerings.md, "GPU (CUDA, ROCm)"). A test that
 reaches such a program is marked ``isolated``; on a backend other than CPU (or
 with ``JAXCONV_ISOLATE=1``) it runs in a child pytest of its own, so that an
 abort fails that one test with the child's exit status and output, and the

@@ -187,7 +187,7 @@ def test_smoke_preset(tmp_path):
 
 def test_slower_beyond_noise_reads_the_paired_quartiles():
     """A row counts as slower beyond noise only when jaxconv lost by more than 5% in three of
-    four paired rounds; a row of an older run (no quartiles) never does."""
+    four paired rounds; a row without quartiles (a JSON from before they were recorded) never does."""
     from jaxconv._src.bench.run import _slower_beyond_noise
     assert _slower_beyond_noise({"speedup_vs_vjp_quartiles": [0.7, 0.9]})
     assert not _slower_beyond_noise({"speedup_vs_vjp_quartiles": [0.8, 0.97]})

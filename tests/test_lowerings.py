@@ -169,7 +169,7 @@ def xla_cpu_rules(monkeypatch):
 
 
 def test_cpu_table_picks_onednn_where_built_and_large_enough():
-    """With the extra built, every kernel of a problem of at least ONEDNN_MIN_FLOPS
+    """With the extra built, every kernel of a problem of at least ONEDNN_MIN_MACS
     multiply-adds is oneDNN's on CPU (never on the other backends); below it, and without the
     extra, the XLA:CPU rules."""
     def problem(n, size, cin, cout, k=3):
@@ -194,7 +194,7 @@ def test_cpu_table_picks_onednn_where_built_and_large_enough():
 
 
 def test_cpu_table_picks_onednn_over_xla_convolution_from_fewer_multiply_adds():
-    """Between ONEDNN_OVER_XLA_CONV_MIN_MACS and ONEDNN_MIN_FLOPS multiply-adds oneDNN takes a
+    """Between ONEDNN_OVER_XLA_CONV_MIN_MACS and ONEDNN_MIN_MACS multiply-adds oneDNN takes a
     forward or data gradient that the XLA:CPU rules give XLA's convolution ("conv", "grid"),
     never a weight gradient, nor a problem the rules reorganise (a product per tap)."""
     def problem(n, size, cin, cout, k, dilation=1, pads_end=0):
@@ -213,9 +213,9 @@ def test_cpu_table_picks_onednn_over_xla_convolution_from_fewer_multiply_adds():
     # oneDNN (whose direct kernels do not tile it)
     whole = problem(8, 5, 8, 8, 7, pads_end=1)
     macs = backends.macs
-    assert backends.ONEDNN_OVER_XLA_CONV_MIN_MACS <= macs(medium) < backends.ONEDNN_MIN_FLOPS
+    assert backends.ONEDNN_OVER_XLA_CONV_MIN_MACS <= macs(medium) < backends.ONEDNN_MIN_MACS
     assert macs(small) < backends.ONEDNN_OVER_XLA_CONV_MIN_MACS
-    assert backends.ONEDNN_OVER_XLA_CONV_MIN_MACS <= macs(whole) < backends.ONEDNN_MIN_FLOPS
+    assert backends.ONEDNN_OVER_XLA_CONV_MIN_MACS <= macs(whole) < backends.ONEDNN_MIN_MACS
     built = library.status().available
     xla = {kernel: backends.METHOD[kernel](medium, "cpu", False) for kernel in Kernel}
     assert (xla[Kernel.FORWARD], xla[Kernel.DATA]) == ("conv", "grid")
@@ -251,7 +251,7 @@ def test_small_dense_problems_stay_xla_without_avx512(monkeypatch, isa, onednn):
         "t", geometry.Names(), x_shape=(16, 8, 12, 4), y_shape=None, w_shape=(3, 3, 4, 4),
         strides=None, pads_begin=1, pads_end=1, dilations=(1, 3), auto_pad="none", groups=1,
         data_format="NXC", filter_format="XIO")
-    assert backends.ONEDNN_MIN_FLOPS <= backends.macs(half) < \
+    assert backends.ONEDNN_MIN_MACS <= backends.macs(half) < \
         backends.ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
     assert lowering.choose(Kernel.FORWARD, half, "cpu") == "onednn"
     big = geometry.convolution_problem(
@@ -436,7 +436,7 @@ def test_block_diagonal_keeps_a_non_finite_value_in_its_group(kind, xla_cpu_rule
     Both sides' leaves are XLA's (oneDNN skips the taps that fall in the padding, where XLA's
     convolution multiplies the inf by a padded zero: NaN; docs/onednn.md). Off CPU the data
     gradient's reference is one convolution per group: XLA:GPU's convolutions of the stride
-    phases place the NaNs of padded taps differently (an H200, 2026-11-25)."""
+    phases place the NaNs of padded taps differently (seen on an H200)."""
     rng = np.random.default_rng(4)
     x = h.random(rng, (2, 5, 6, 4, 6))
     w = h.random(rng, (2, 3, 2, 2, 9))
@@ -801,7 +801,7 @@ def _size_one_batch_dims(fn, *args) -> list[str]:
 @pytest.mark.parametrize("rank,df,kernel", [(2, "NXC", (1, 1)), (3, "NCX", (2, 2, 2)),
                                             (1, "NCX", (3,))])
 def test_products_have_no_size_one_batch_dimension(rank, df, kernel):
-    """The XLA:GPU Triton GEMM abort (docs/performance.md) came from dot_generals with a
+    """The XLA:GPU Triton GEMM abort (docs/lowerings.md, "GPU (CUDA, ROCm)") came from dot_generals with a
     size-1 batch dimension (one group); no "dot" kernel, nor its first and second
     derivatives, may emit one."""
     rng = np.random.default_rng(0)
@@ -834,7 +834,7 @@ def test_products_have_no_size_one_batch_dimension(rank, df, kernel):
 @pytest.mark.parametrize("kind", ["forward", "weight", "data"])
 def test_dot_products_are_fenced_in_gpu_programs_only(kind):
     """The programs XLA:GPU's Triton GEMM fusion aborted on (2D 1x1 "dot", strides 3 x 1;
-    docs/performance.md, "GPU") compiled once the product's operands and result passed
+    docs/lowerings.md, "GPU (CUDA, ROCm)") compiled once the product's operands and result passed
     through an optimization barrier: a "dot" kernel of one product lowered for CUDA or ROCm
     is fenced (two barriers), none lowered for CPU is, nor a kernel of several taps (fencing
     those cost 2-4x on an H200, and none aborted)."""

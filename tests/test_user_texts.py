@@ -61,6 +61,31 @@ FORBIDDEN = re.compile(
     r"\bseed (?:op|operator|ops|operators|prose|rule|text)s?\b|\bissue\s+#?\d+\b|"
     r"\bthe issue(?:'s)?\b)")
 
+# Words of a lab notebook rather than of a product: the history of trying, runs and sessions
+# by their order, dates of runs. Texts state what is true now; history goes to CHANGELOG.md.
+DIARY = re.compile(
+    r"(?i:\blast (?:stop|session)s?\b|\b(?:in|from|than) the last run\b|\blast run's\b|\bthis (?:session|stop)\b|"
+    r"\bthe (?:stop|run|commit|session) before\b|\bprevious (?:stop|session|run|commit)s?\b|"
+    r"\b(?:earlier|older|later) (?:run|stop|session)s?\b|\b(?:was|were) not kept\b|"
+    r"\b(?:before|after) the fix\b|\bwhat was tried\b|\bwe tried\b|\bno longer\b|"
+    r"\bused to (?:be|take|run)\b|\bfirst version\b|\bthis page's history\b|"
+    r"\bthe last commit\b|\bstops? ago\b)|"
+    r"\b20\d\d-[01]\d-[0-3]\d\b|"
+    r"\b(?:January|February|March|April|May|June|July|August|September|October|November|"
+    r"December) 20\d\d\b")
+
+
+def _maintainer_texts() -> dict[str, str]:
+    """What a maintainer reads besides the user-facing texts: the handler's C++ and the tests."""
+    texts = dict(TEXTS)
+    for path in sorted((ROOT / "jaxconv").rglob("*.cc")) + sorted((ROOT / "jaxconv").rglob("*.h")):
+        texts[str(path.relative_to(ROOT))] = path.read_text()
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if path.name != "test_user_texts.py":  # this file names the phrases
+            texts[str(path.relative_to(ROOT))] = path.read_text()
+    return texts
+
+
 _URL = re.compile(r"https?://\S+")
 _PATH = re.compile(r"(?<![\w/.$<{-])((?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\.(?:md|py|json|txt|ipynb|toml|png|cfg|ya?ml))\b")
 # Paths a command writes (outputs) and placeholders are not references to repository files.
@@ -96,6 +121,15 @@ def test_no_development_only_words(source):
     assert not hits, f"{source} mentions {hits}: name the vendor specification, or docs/semantics.md"
 
 
+@pytest.mark.parametrize("source", sorted(_maintainer_texts()))
+def test_no_diary(source):
+    """README, docs, notebooks, docstrings and comments say what is true, not how it came to be."""
+    text = _maintainer_texts()[source]
+    hits = sorted({f"line {text.count(chr(10), 0, m.start()) + 1}: {m.group(0)!r}"
+                   for m in DIARY.finditer(text)})
+    assert not hits, f"{source} reads as a diary ({hits}): state the rule; history goes to CHANGELOG.md"
+
+
 def test_every_referenced_file_is_in_the_repository():
     files = _repo_files()
     missing = sorted({(source, ref) for source, text in TEXTS.items()
@@ -113,6 +147,13 @@ def test_the_checks_can_fail():
     assert not FORBIDDEN.search("random seed (default 0)")
     assert not FORBIDDEN.search("rng = np.random.default_rng(seed)")
     assert not FORBIDDEN.search("docs/semantics.md and docs/api.md")
+    for diary in ("as in the last stop's table", "measured on 2026-11-25", "a first version was not kept",
+                  "the run before gave 1.1", "in November 2026",
+                  "as in the last run"):
+        assert DIARY.search(diary), diary
+    for plain in ("the last run of zeros", "this version's figures", "stops at the first maximum",
+                  "a version of 2026.4.1"):
+        assert not DIARY.search(plain), plain
     files = _repo_files()
     assert _referenced_paths("read docs/missing_page.md and HAZARDS.md") == [
         "docs/missing_page.md", "HAZARDS.md"]

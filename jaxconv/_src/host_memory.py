@@ -3,7 +3,7 @@
 XLA:CPU allocates the temporaries of each execution of a compiled program as one block and
 frees it at the end. With glibc's default settings a block above 32 MiB (a training step's,
 usually) comes from a fresh ``mmap`` every call, so every page of it is faulted in and zeroed
-again: half of a small CPU training step (docs/performance.md, "Training steps"). glibc reads
+again (docs/performance.md, "Host memory"). glibc reads
 its settings from the environment at start-up (:data:`RECOMMENDED`); :func:`keep_freed_memory`
 sets them from inside Python, before JAX's CPU client exists. :func:`line` says which case the
 process is in, for ``jaxconv check``.
@@ -75,8 +75,7 @@ def keep_freed_memory() -> bool:
     """Makes this process keep the memory XLA:CPU frees, so that the next execution reuses it.
 
     For CPU training: a step's temporaries above 32 MiB are otherwise fresh pages every call,
-    each faulted in and zeroed (a ResNet-50 bottleneck at batch 8 on a 2-core Zen 3 EPYC: 9,409
-    faults a step, 75 ms against 64; docs/performance.md, "Training steps"). Call it first,
+    each faulted in and zeroed (docs/performance.md, "Host memory"). Call it first,
     before JAX computes anything on the CPU. It turns off JAX's asynchronous dispatch on the CPU
     (``jax_cpu_enable_async_dispatch``: each computation then runs on the thread that calls
     it, and from Python's main thread its temporaries come from glibc's main heap, which the

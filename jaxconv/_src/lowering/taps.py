@@ -95,7 +95,7 @@ def _filter_by_role(w: Array, p: ConvProblem) -> tuple[Array, list[str]]:
 def _product(a: Array, a_axes: list[str], b: Array, b_axes: list[str], contract: list[str],
              out: list[str], precision: Precision, acc: DType, fence: bool) -> Array:
     """dot_general by axis names: contract ``contract``, batch over the groups ("g") when
-    there are several (one group: no size-1 batch dimension, docs/performance.md "GPU"),
+    there are several (one group: no size-1 batch dimension, docs/lowerings.md, "GPU (CUDA, ROCm)"),
     result in the order ``out``."""
     batch = ["g"] if a.shape[a_axes.index("g")] > 1 else []
     if not batch:
@@ -170,7 +170,7 @@ def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, precision: Precisio
 
     With one group the products have no batch dimension: a size-1 batch
     dimension next to the contracted ones is what aborted XLA:GPU's Triton
-    GEMM fusion (docs/performance.md, "GPU").
+    GEMM fusion (docs/lowerings.md, "GPU (CUDA, ROCm)").
     """
     d, g, c = p.data, p.groups, p.data.channel_axis
     grouped = g > 1
