@@ -74,7 +74,6 @@ def test_one_step_is_as_exact_as_torch_nn(request, name, batchnorm, batch, image
         return
     import jax
     import jax.numpy as jnp
-    from jax import lax
 
     import jaxconv
     from jaxconv._src.bench import torch_models

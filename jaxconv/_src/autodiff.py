@@ -40,8 +40,10 @@ from typing import Any
 import jax
 import numpy as np
 from jax._src import core as jax_core  # shard_map's varying manual axes (no public names)
-from jax._src import dispatch  # primitives whose lowering needs the devices (no public name)
-from jax._src import sharding_impls  # the lowering context's device layout (no public name)
+from jax._src import (
+    dispatch,  # primitives whose lowering needs the devices (no public name)
+    sharding_impls,  # the lowering context's device layout (no public name)
+)
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import PartitionSpec

@@ -128,9 +128,8 @@ def macs(p: ConvProblem) -> int:
 
 
 def _onednn_pays(p: ConvProblem, kernel: Kernel = Kernel.WEIGHT, xla: str = "") -> bool:
-    """Whether the CPU table picks ``"onednn"`` for ``kernel`` of ``p`` (built, loaded,
-    applicable, large enough; a forward or data gradient not bound by memory), where the
-    XLA:CPU rules pick ``xla``."""
+    """Whether oneDNN pays for ``kernel`` of ``p`` where it applies (large enough; a forward or
+    data gradient not bound by memory), where the XLA:CPU rules pick ``xla``."""
     if p.whole_window:
         # oneDNN computes it in its reference code (docs/onednn.md, as above)
         return False
@@ -147,35 +146,48 @@ def _onednn_pays(p: ConvProblem, kernel: Kernel = Kernel.WEIGHT, xla: str = "") 
         return False
     xla_conv = kernel is not Kernel.WEIGHT and xla in ("conv", "grid")
     minimum = ONEDNN_OVER_XLA_CONV_MIN_MACS if xla_conv else ONEDNN_MIN_MACS
-    return count >= minimum and library.why_not(p) is None
+    return count >= minimum
 
 
-def forward_method(p: ConvProblem, backend: str, onednn: bool = True) -> str:
-    """The forward method ``lowering="auto"`` picks for ``p`` on ``backend`` (``onednn=False``:
-    the XLA:CPU rules alone, for programs XLA partitions across devices)."""
+def _onednn_ok(kernel: Kernel, p: ConvProblem, onednn: bool | None) -> bool:
+    """``onednn``, or where None whether oneDNN applies to the problem (``lowering/onednn.py``'s
+    ``applies``, the one place that decides it; the policy passes what it found for the
+    call's dtypes)."""
+    if onednn is not None:
+        return onednn
+    from jaxconv._src.lowering import onednn as onednn_lowering
+    return onednn_lowering.applies(kernel, p) is None
+
+
+def forward_method(p: ConvProblem, backend: str, onednn: bool | None = None) -> str:
+    """The forward method ``lowering="auto"`` picks for ``p`` on ``backend`` (``onednn``: whether
+    the CPU table may pick oneDNN; None: where it applies to ``p``)."""
     _check_backend(backend)
     if backend == "cpu":
         xla = _forward_cpu(p)
-        return "onednn" if onednn and _onednn_pays(p, Kernel.FORWARD, xla) else xla
+        ok = _onednn_ok(Kernel.FORWARD, p, onednn)
+        return "onednn" if ok and _onednn_pays(p, Kernel.FORWARD, xla) else xla
     return "conv"
 
 
-def weight_grad_method(p: ConvProblem, backend: str, onednn: bool = True) -> str:
+def weight_grad_method(p: ConvProblem, backend: str, onednn: bool | None = None) -> str:
     """The weight-gradient method ``lowering="auto"`` picks for ``p`` on ``backend``."""
     _check_backend(backend)
     if backend == "cpu":
-        return "onednn" if onednn and _onednn_pays(p) else _weight_grad_cpu(p)
+        ok = _onednn_ok(Kernel.WEIGHT, p, onednn)
+        return "onednn" if ok and _onednn_pays(p) else _weight_grad_cpu(p)
     if backend == "gpu":
         return _weight_grad_gpu(p)
     return "vjp"
 
 
-def data_grad_method(p: ConvProblem, backend: str, onednn: bool = True) -> str:
+def data_grad_method(p: ConvProblem, backend: str, onednn: bool | None = None) -> str:
     """The data-gradient method ``lowering="auto"`` picks for ``p`` on ``backend``."""
     _check_backend(backend)
     if backend == "cpu":
         xla = _data_grad_cpu(p)
-        return "onednn" if onednn and _onednn_pays(p, Kernel.DATA, xla) else xla
+        ok = _onednn_ok(Kernel.DATA, p, onednn)
+        return "onednn" if ok and _onednn_pays(p, Kernel.DATA, xla) else xla
     if backend == "gpu":
         return _data_grad_gpu(p)
     return "vjp"

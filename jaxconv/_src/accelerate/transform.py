@@ -28,9 +28,11 @@ from typing import Any, TypeVar
 
 import jax
 import numpy as np
-from jax._src import api_util  # the debug info a retraced jaxpr carries (no public name)
+from jax._src import (
+    api_util,  # the debug info a retraced jaxpr carries (no public name)
+    source_info_util,  # equations keep their source lines (no public name)
+)
 from jax._src import linear_util as lu  # wrapping a function for tracing (no public name)
-from jax._src import source_info_util  # equations keep their source lines (no public name)
 from jax._src.interpreters import partial_eval as pe  # tracing a nested jaxpr again
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 

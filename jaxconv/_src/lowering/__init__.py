@@ -8,7 +8,11 @@
 * ``taps``: matrix products per kernel tap (``"dot"``);
 * ``shifted``: depthwise multiply-adds per tap (``"shifted"``);
 * ``grouped``: the combinators of grouped problems (``"per_group"``, ``"block_diagonal"``);
-* ``method``: the record of one method; ``registry``: all of them, and the dispatch.
+* ``method``: the record of one method; ``registry``: all of them, and ``run``, which
+  executes a call's plan;
+* ``policy``: the plan of each call (its method, per device's blocks or not, fenced or not);
+  ``measured``: the small CPU problems timed against XLA's own program; ``spmd``: the
+  per-device calls of a partitioned program; ``onednn``: the oneDNN method and ``applies``.
 
 Which method ``"auto"`` picks per problem and backend is ``jaxconv/_src/backends.py``.
 """

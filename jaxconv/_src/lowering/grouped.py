@@ -1,8 +1,8 @@
 """Combinators for grouped problems: ``"per_group"`` and ``"block_diagonal"``.
 
 Each reworks a grouped problem into one-group problems and runs them through ``leaf``: the
-formulation of the sub-problem's kernel that the backend's table picks, resolved by the
-dispatch (``registry.run``) for the backend this kernel call is lowered for. A combinator
+formulation of the sub-problem's kernel that the backend's table picks, planned by the
+policy (``policy.Plan.leaf``) for the backend this kernel call is lowered for. A combinator
 never re-enters the ``"auto"`` dispatch and never stages a second ``platform_dependent``.
 """
 

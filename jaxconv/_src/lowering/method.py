@@ -54,11 +54,6 @@ class Method:
     #: the backends (``backends.BACKENDS``) whose programs may hold it; None: every one. A
     #: program lowered for another backend computes the problem by that backend's own choice.
     platforms: tuple[str, ...] | None = None
-    #: whether its kernels may decline operands they do not take (a dtype its library lacks:
-    #: known only from the arrays, not the problem) by returning None; the dispatch then runs
-    #: the default leaf (``registry.default_leaf``). Declining keeps the method free of any
-    #: import of the registry.
-    declines: bool = False
     #: whether, in a program XLA's SPMD partitioner splits across devices, it runs on each
     #: device's blocks (``lowering/spmd.py``: a custom call wrapped in ``custom_partitioning``) instead
     #: of leaving the problem to the backend's XLA formulation

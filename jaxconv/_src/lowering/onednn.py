@@ -10,12 +10,13 @@ into its own blocked format (and the activations where no implementation takes t
 
 The FFI target is registered for the ``cpu`` platform only (``Method.platforms``: a program
 lowered for another platform never holds the call), and only when the handler is built and
-loads (``onednn/library.py``); otherwise the method does not apply and says why. Operands the
-handler does not take go to the default leaf formulation instead (the kernel declines them,
-``Method.declines``, and the dispatch runs that leaf), never into the handler:
-dtypes other than float32 and, where this CPU has the instructions (oneDNN is asked once
-when it loads), bfloat16 and float16; and a ``preferred_element_type`` other than the
-operands' dtype. A negative pad (a ConvTranspose output past its full result) is a crop
+loads (``onednn/library.py``); otherwise the method does not apply and says why. Whether
+oneDNN computes a call is decided in one place, :func:`applies`, which the policy
+(``policy.py``) asks before it plans a call: the handler is loaded and takes the problem, the
+operands are float32 or, where this CPU has the instructions (oneDNN is asked once when it
+loads), bfloat16 or float16, ``preferred_element_type`` is their dtype, and the fitted input
+keeps a position. Operands it does not take go to the default leaf formulation.
+A negative pad (a ConvTranspose output past its full result) is a crop
 of x (the data gradient's cropped elements are zeros). The gradients leave out the output
 positions whose windows read only padding (above ``_kernel``); the weight gradient's problem
 is fitted exactly (no trailing element unread), and a strided 1x1 weight gradient is the
@@ -74,13 +75,10 @@ def _grid_of_1x1(p: ConvProblem) -> bool:
     return all(k == 1 for k in p.kernel) and any(s > 1 for s in p.strides)
 
 
-# On AVX-512 the stride of an unpadded 1x1 weight gradient goes to oneDNN as it is, x whole
-# (its 1x1 kernel there, jit_1x1:avx512_core, reads the grid itself and is exact with trailing
-# elements unread): ResNet-18's projections at batch 8 (64 -> 128 at 56x56, 128 -> 256 at 28x28)
-# took 0.43 and 0.40-0.42 ms against 0.64 and 0.55-0.56 on the grid copied by XLA (torch 0.50-0.52
-# and 0.50-0.52 in the same processes), ResNet-50's 256 -> 512 at 40x40 2.99-3.18 against
-# 3.16-3.21 (2-core AVX-512 Xeon; not timed on AVX-512 EPYCs, whose correctness the lowering
-# matrix checks where the tests run). With pads it left that kernel for the generic one.
+# On AVX-512 the stride of an unpadded 1x1 weight gradient goes to oneDNN as it is, x whole:
+# its 1x1 kernel there (jit_1x1:avx512_core) reads the grid itself, exact with trailing
+# elements unread, and faster than the grid copied by XLA (docs/onednn.md, "What the handler
+# does"). With pads it leaves that kernel for the generic one: those keep the grid.
 def _strided_1x1_in_onednn(p: ConvProblem) -> bool:
     return (_grid_of_1x1(p) and not any(p.pads_begin) and not any(p.pads_end)
             and library.status().avx512)
@@ -105,27 +103,43 @@ def _dtypes() -> tuple[np.dtype, ...]:
     return tuple(np.dtype(getattr(jax.numpy, name)) for name in library.status().dtypes)
 
 
+def applies(kernel: Kernel | None, p: ConvProblem, dtype: DType | None = None,
+            preferred_element_type: DType = None) -> str | None:
+    """Why oneDNN does not compute ``kernel`` of ``p`` with operands of ``dtype``, or None
+    where it does: the one place that decides it (the policy, the backends' tables and the
+    method's record all ask here). ``kernel`` or ``dtype`` None: the checks that need them are
+    left out (a forced ``lowering=`` is checked on the problem alone)."""
+    why = library.why_not(p)
+    if why is not None:
+        return why
+    if dtype is not None:
+        found = _dtypes()
+        if np.dtype(dtype) not in found:
+            return (f"computes {', '.join(str(d) for d in found)} on this CPU, got "
+                    f"{np.dtype(dtype)}")
+        if preferred_element_type is not None and np.dtype(preferred_element_type) != np.dtype(dtype):
+            return (f"computes in the operands' dtype, got preferred_element_type "
+                    f"{np.dtype(preferred_element_type)} for {np.dtype(dtype)} operands")
+    if kernel is not None:
+        fitted, _ = _cropped(p, fitted=kernel is Kernel.WEIGHT and not _strided_1x1_in_onednn(p))
+        if min(fitted.input_size) <= 0:
+            return "needs an input of at least one position after its crops"
+    return None
+
+
 # Output positions whose windows read only padding (ConvProblem.padding_only_outputs: a 1x1
-# kernel with pads, pads past the dilated kernel) add nothing to dx or dW, and oneDNN 3.2's
-# gradients with such pads left its fast kernels: cut from dy first, the data gradient of a
-# 3x3x3 kernel with pads 3 (N2, 128 channels, 11x14x18) took 28 ms against 81 (jax.vjp 59,
-# torch 78), its weight gradient 49 against 70; benchdnn 3d_conv_pad:4 (1x1x1, pads 1) weight
-# gradient 1.4 against 2.7 ms, data gradient 1.8-2.05 against 2.4-3.1 (jax.vjp 2.0-2.2; the
-# slice of dy costs 0.3 of it; 2-core Zen 3 EPYC, AVX2). The forward keeps its pads: cut there,
-# y would be padded back with zeros, a copy of y, and it was no faster (1x1 with pads 1, N16
-# 64 channels 56x56: 3.5 ms uncut, 5.2-6.9 cut).
+# kernel with pads, pads past the dilated kernel) add nothing to dx or dW, and with such pads
+# oneDNN 3.2's gradients leave its fast kernels: the gradients are computed without them. The
+# forward keeps its pads (cut, y would be padded back with zeros: a copy of y, no faster).
+# Measured: docs/onednn.md, "What the handler does".
 def _kernel(kernel: Kernel) -> object:
     def compute(a: Array, b: Array, p: ConvProblem, precision: Precision,
-                preferred_element_type: DType, threads: int = 0) -> Array | None:
-        pet = preferred_element_type
+                preferred_element_type: DType, threads: int = 0) -> Array:
         strided = kernel is Kernel.WEIGHT and _strided_1x1_in_onednn(p)
         grid = kernel is Kernel.WEIGHT and _grid_of_1x1(p) and not strided
         # the weight gradient is fitted: oneDNN 3.2's 1x1 one miscomputed with unread elements
         # on AVX2 (not the one above)
         fitted, crop = _cropped(p, fitted=kernel is Kernel.WEIGHT and not strided)
-        if (a.dtype not in _dtypes() or b.dtype != a.dtype or min(fitted.input_size) <= 0
-                or (pet is not None and np.dtype(pet) != a.dtype) or library.why_not(p)):
-            return None  # declined: the dispatch runs the default leaf (Method.declines)
         axes = p.data.spatial_axes
         dead = p.padding_only_outputs
         if kernel is not Kernel.FORWARD and any(lo or hi for lo, hi in dead):
@@ -164,4 +178,4 @@ def _kernel(kernel: Kernel) -> object:
 ONEDNN = Method(
     "onednn", "oneDNN's own primitive through XLA's FFI (CPU, with the ``onednn`` extra)",
     {k: _kernel(k) for k in Kernel},  # type: ignore[misc]
-    library.why_not, platforms=("cpu",), declines=True, per_shard=True)
+    lambda p: applies(None, p), platforms=("cpu",), per_shard=True)
