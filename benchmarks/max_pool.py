@@ -13,7 +13,7 @@ import argparse
 import json
 
 import jaxconv
-from jaxconv._src.bench import machine, model_run
+from jaxconv._src.bench import machine, model_steps
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     jaxconv.keep_freed_memory()
-    result = model_run.measure_max_pool(tuple(args.shape), args.reps)
+    result = model_steps.measure_max_pool(tuple(args.shape), args.reps)
     if result is None:
         raise SystemExit("max_pool: needs torch (pip install -e \".[bench]\")")
     out = {"command": "python -m benchmarks.max_pool", "machine": machine.describe(),

@@ -54,3 +54,10 @@ settings.register_profile("ci", max_examples=12, deadline=None, derandomize=True
 settings.register_profile("long", max_examples=300, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def xla_cpu_rules(monkeypatch):
+    """The CPU table without the onednn extra: the XLA:CPU rules the tests below pin down."""
+    from jaxconv._src import backends
+    monkeypatch.setattr(backends, "_onednn_pays", lambda p, kernel=None, xla="": False)

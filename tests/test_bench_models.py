@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("flax")
 torch = pytest.importorskip("torch")
 
-from jaxconv._src.bench import model_run, models, torch_models  # noqa: E402
+from jaxconv._src.bench import model_layers, model_run, model_steps, models, torch_models  # noqa: E402
 from tests import helpers as h  # noqa: E402
 
 TOL = h.TOLERANCE["float32"]
@@ -41,7 +41,7 @@ def _torch_step_result(name, params, x, labels, batchnorm, dtype):
     """One SGD step of the torch twin in ``dtype``: the loss and the parameters (flax paths)."""
     from jaxconv._src.bench import torch_models
     m = torch_models.build(torch, name, params, batchnorm).to(dtype)
-    opt = torch.optim.SGD(m.parameters(), lr=model_run.LR, momentum=model_run.MOMENTUM)
+    opt = torch.optim.SGD(m.parameters(), lr=model_steps.LR, momentum=model_steps.MOMENTUM)
     xt = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).to(dtype)
     loss = torch.nn.functional.cross_entropy(m(xt), torch.from_numpy(labels.astype(np.int64)))
     loss.backward()
@@ -67,7 +67,8 @@ def test_one_step_is_as_exact_as_torch_nn(request, name, batchnorm, batch, image
     the gradient jump wherever rounding moves a unit across one. MobileNetV2 with BatchNorm at
     4 x 64x64: x scaled by 1 + 1e-7 noise moved torch's float32 error from 6.2e-4 to 1.1e-2,
     and jaxconv's step was 1.1e-2 off in some processes under load (its rounding differed at
-    1e-7 between processes: a timed choice made once per process, such as the layout trials). So torch's float32 error is taken over the batch as it is and over
+    1e-7 between processes: a timed choice made once per process, such as the layout
+    trials). So torch's float32 error is taken over the batch as it is and over
     four copies of it perturbed by float32's epsilon (relative), each an equally valid float32
     computation of the step, and the bound is the largest of them."""
     if h.rerun_at_xla_default_level(request):
@@ -82,7 +83,7 @@ def test_one_step_is_as_exact_as_torch_nn(request, name, batchnorm, batch, image
     labels = rng.integers(0, 1000, batch).astype(np.int32)
     variables = models.init(name, jnp.asarray(x), batchnorm)
     params, stats = variables["params"], variables.get("batch_stats", {})
-    step, tx = model_run._jax_step(models.build(name, jaxconv.conv_general_dilated, batchnorm),
+    step, tx = model_steps._jax_step(models.build(name, jaxconv.conv_general_dilated, batchnorm),
                                    batchnorm)
     with jax.default_matmul_precision("float32"):  # GPUs round to TF32 by default
         new, _, _, loss = step(params, stats, tx.init(params), jnp.asarray(x),
@@ -170,11 +171,11 @@ def test_layer_tables_of_several_processes_pool_their_samples():
                          "median_ms": {"jaxconv": float(np.median(j)), "torch": float(np.median(t))},
                          "onednn_choices": []})
             rows[-1]["jaxconv_over_torch"] = rows[-1]["median_ms"]["jaxconv"] / float(np.median(t))
-        return model_run._summary({"model": "m", "batch": 8, "image": 32, "dtype": "float32"}, rows)
+        return model_layers._summary({"model": "m", "batch": 8, "image": 32, "dtype": "float32"}, rows)
 
     one = table([[1.0, 2.0, 9.0], [4.0, 4.0, 4.0]], [[2.0, 2.0, 2.0], [5.0, 5.0, 5.0]])
     two = table([[1.0, 1.0, 1.0], [6.0, 6.0, 6.0]], [[2.0, 2.0, 2.0], [5.0, 5.0, 5.0]])
-    got = model_run._pooled([one, two])
+    got = model_layers._pooled([one, two])
     a, b = got["rows"]
     assert a["median_ms"] == {"jaxconv": 1.0, "torch": 2.0}  # median of 1,2,9,1,1,1
     assert a["jaxconv_over_torch"] == 0.5 and b["jaxconv_over_torch"] == 1.0

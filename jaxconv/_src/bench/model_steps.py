@@ -1,0 +1,297 @@
+"""Whole training steps of the models, per contender and memory mode (``jaxconv bench
+models --parts steps``; the runner: ``model_run.py``): each mode in child processes of its
+own, each step timed interleaved, one step of each contender checked against the others, and
+a ResNet's stem max pool timed alone."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxconv._src import host_memory
+from jaxconv._src.bench import models
+from jaxconv._src.bench.timing import _time_n, interleaved
+
+CONTENDERS = ("lax", "jaxconv", "accelerate", "torch")
+LR, MOMENTUM = 0.01, 0.9
+
+
+# --------------------------------------------------------------------------- steps
+
+def _jax_step(model: Any, batchnorm: bool, donate: bool = False,
+              accelerate: bool = False) -> tuple[Callable, Any]:
+    """The jitted training step ``(params, stats, opt, x, labels) -> (params, stats, opt,
+    loss)`` and its optax optimizer; with ``donate`` the step takes over the buffers of its
+    parameters, statistics and optimizer state (``donate_argnums``, as a training loop
+    compiles it: XLA then updates them in place, as ``torch.optim`` does); with
+    ``accelerate``, ``jax.jit(jaxconv.accelerate(step))``."""
+    import optax  # type: ignore[import-untyped]
+    tx = optax.sgd(LR, momentum=MOMENTUM)
+
+    def loss_fn(params: Any, stats: Any, x: jax.Array, labels: jax.Array) -> Any:
+        if batchnorm:
+            logits, new = model.apply({"params": params, "batch_stats": stats}, x,
+                                      mutable=["batch_stats"])
+            stats = new["batch_stats"]
+        else:
+            logits = model.apply({"params": params}, x)
+        loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+        return loss, stats
+
+    def step(params: Any, stats: Any, opt: Any, x: jax.Array, labels: jax.Array) -> Any:
+        (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, stats, x, labels)
+        updates, opt = tx.update(grads, opt, params)
+        return optax.apply_updates(params, updates), stats, opt, loss
+    if accelerate:
+        import jaxconv
+        step = jaxconv.accelerate(step)
+    return jax.jit(step, donate_argnums=(0, 1, 2) if donate else ()), tx
+
+
+def _training_loop(step: Callable, params: Any, stats: Any, opt: Any, x: jax.Array,
+                   labels: jax.Array) -> Callable[[], Any]:
+    """A zero-argument call of a donating ``step`` that carries its state from call to call
+    (copies of ``params`` and ``stats``: the caller's stay valid), as a training loop does."""
+    state = [jax.tree.map(jnp.copy, params), jax.tree.map(jnp.copy, stats), opt]
+
+    def run() -> Any:
+        new_params, new_stats, new_opt, loss = step(*state, x, labels)
+        state[:] = [new_params, new_stats, new_opt]
+        return new_params, new_opt, loss
+    return run
+
+
+def _torch_step(name: str, params: Any, x: np.ndarray, labels: np.ndarray,
+                batchnorm: bool) -> tuple[Callable, dict[str, Any]] | None:
+    """A zero-argument torch training step in the faster memory format, and one step's
+    result from ``params`` (loss, parameters in flax layouts, the format)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    from jaxconv._src.bench import torch_models
+    torch.set_num_threads(os.cpu_count() or 1)
+    lt = torch.from_numpy(labels.astype(np.int64))
+
+    def make(fmt: Any) -> tuple[Callable, Any]:
+        m = torch_models.build(torch, name, params, batchnorm).to(memory_format=fmt)
+        opt = torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM)
+        xt = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).contiguous(
+            memory_format=fmt)
+
+        def step() -> Any:
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(m(xt), lt)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step, m
+
+    first: dict[str, Any] = {}
+    best, best_t, best_fmt = None, math.inf, ""
+    for label, fmt in (("channels_last", torch.channels_last), ("NCHW", torch.contiguous_format)):
+        step, m = make(fmt)
+        first.setdefault("loss", float(step()))  # one step from params: the agreement check
+        first.setdefault("params", torch_models.params_back(m, params))
+        t = min(_time_n(step, 1) for _ in range(3))
+        if t < best_t:
+            best, best_t, best_fmt = step, t, label
+    first["layout"] = best_fmt
+    assert best is not None
+    return best, first
+
+
+def measure_max_pool(shape: tuple[int, ...], reps: int) -> dict[str, Any] | None:
+    """The model's max pool alone, forward and backward (interleaved medians, ms): flax's
+    ``nn.max_pool`` under ``jax.vjp`` (``xla``: XLA:CPU expands the gradient, a
+    select-and-scatter, into a reduce-window over value-and-index tuples and a scatter), the
+    jaxconv contender's ``jaxconv.max_pool`` (``jaxconv``) and torch's
+    ``max_pool2d_with_indices`` and its backward, channels-last; ``gap``: the largest difference
+    of either gradient from torch's. None without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(os.cpu_count() or 1)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(shape).astype(np.float32)
+    xj = jnp.asarray(x)
+    dy = rng.standard_normal(jax.eval_shape(models.max_pool, xj).shape).astype(np.float32)
+    dyj = jnp.asarray(dy)
+    xla = jax.jit(lambda x, dy: jax.vjp(models.max_pool, x)[1](dy)[0])
+    ours = jax.jit(lambda x, dy: jax.vjp(models.jaxconv_max_pool, x)[1](dy)[0])
+    nchw = (0, 3, 1, 2)
+    xt = torch.from_numpy(np.ascontiguousarray(x.transpose(nchw))).contiguous(
+        memory_format=torch.channels_last)
+    dyt = torch.from_numpy(np.ascontiguousarray(dy.transpose(nchw))).contiguous(
+        memory_format=torch.channels_last)
+    aten = torch.ops.aten
+
+    def peer() -> Any:
+        _, idx = aten.max_pool2d_with_indices(xt, [3, 3], [2, 2], [1, 1])
+        return aten.max_pool2d_with_indices_backward(dyt, xt, [3, 3], [2, 2], [1, 1], [1, 1],
+                                                     False, idx)
+    ref = peer().numpy().transpose(0, 2, 3, 1)
+    gap = max(float(np.max(np.abs(np.asarray(f(xj, dyj)) - ref))) for f in (xla, ours))
+    times = interleaved({"xla": lambda: xla(xj, dyj).block_until_ready(),
+                         "jaxconv": lambda: ours(xj, dyj).block_until_ready(), "torch": peer},
+                        reps, seed=2)
+    return {"input": list(shape), "gap": gap,
+            "median_ms": {k: statistics.median(v) * 1e3 for k, v in times.items()}}
+
+
+def without_max_pool(median_ms: dict[str, float], pool: dict[str, Any] | None) -> float | None:
+    """torch/jaxconv with each step's max pool's time (forward and backward) taken from it
+    (the jaxconv contender's: ``jaxconv.max_pool``; in results before it had one, flax's)."""
+    if pool is None or "torch" not in median_ms:
+        return None
+    t = pool["median_ms"]
+    return (median_ms["torch"] - t["torch"]) / (median_ms["jaxconv"] - t.get("jaxconv", t["xla"]))
+
+
+def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
+                  contenders: tuple[str, ...] = CONTENDERS) -> dict[str, Any]:
+    """One model's training step per contender, timed interleaved; the agreement of one step."""
+    import jaxconv
+    from jaxconv._src import lax_refs
+    from jaxconv._src.bench import torch_models
+    rng = np.random.default_rng(0)
+    spec = models.MODELS[name]
+    batch = batch or spec.batch
+    x = rng.standard_normal((batch, image, image, spec.channels)).astype(np.float32)
+    labels = rng.integers(0, spec.classes, batch).astype(np.int32)
+    convs = {"lax": lax_refs.conv_general_dilated, "jaxconv": jaxconv.conv_general_dilated}
+    variables = models.init(name, jnp.asarray(x), batchnorm)
+    params, stats = variables["params"], variables.get("batch_stats", {})
+    steps: dict[str, Callable] = {}
+    first: dict[str, tuple[float, dict[str, np.ndarray]]] = {}
+    layout = None
+    for k in contenders:
+        if k == "torch":
+            made = _torch_step(name, params, x, labels, batchnorm)
+            if made is None:
+                continue
+            steps[k], info = made
+            first[k], layout = (info["loss"], info["params"]), info["layout"]
+            continue
+        # jaxconv: the explicit hooks; lax and accelerate: the unmodified model (nn.max_pool)
+        stem_pool = models.jaxconv_max_pool if k == "jaxconv" else None
+        model = models.build(name, convs.get(k, lax_refs.conv_general_dilated), batchnorm,
+                             pool=stem_pool)
+        step, tx = _jax_step(model, batchnorm, donate=True, accelerate=k == "accelerate")
+        xj, lj = jnp.asarray(x), jnp.asarray(labels)
+        steps[k] = _training_loop(step, params, stats, tx.init(params), xj, lj)
+        new, _, loss = steps[k]()  # the first step, from params: the agreement check
+        first[k] = (float(loss), torch_models.flat_params(jax.device_get(new)))
+    ref_loss, ref = first[next(iter(first))]
+    scale = max(float(np.max(np.abs(v))) for v in ref.values())
+    # each contender against the first: the loss, the largest parameter difference and where
+    gaps = {}
+    for k, (loss, p) in first.items():
+        diff = {n: float(np.max(np.abs(p[n] - ref[n]))) for n in ref}
+        worst = max(diff, key=diff.__getitem__)
+        gaps[k] = (abs(loss - ref_loss), diff[worst], worst)
+    times = interleaved(steps, reps, seed=1)
+    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    shape = models.max_pool_input(name, batch, image)
+    pool = None if shape is None or "torch" not in steps else measure_max_pool(shape, 2 * reps)
+    return {"model": name, "description": models.MODELS[name].name, "batch": batch,
+            "image": image, "batchnorm": batchnorm, "median_ms": med,
+            "samples_ms": {k: [t * 1e3 for t in v] for k, v in times.items()},
+            "torch_over_jaxconv": med["torch"] / med["jaxconv"] if "torch" in med else None,
+            "lax_over_jaxconv": med["lax"] / med["jaxconv"] if "lax" in med else None,
+            "torch_over_accelerate": (med["torch"] / med["accelerate"]
+                                      if "torch" in med and "accelerate" in med else None),
+            "max_pool": pool,
+            "torch_over_jaxconv_without_max_pool": (without_max_pool(med, pool)
+                                                    if "jaxconv" in med else None),
+            "torch_layout": layout, "loss_gap": max(g[0] for g in gaps.values()),
+            "param_gap": max(g[1] for g in gaps.values()), "param_scale": scale,
+            "gaps": {k: {"loss": g[0], "param": g[1], "worst_param": g[2]} for k, g in gaps.items()}}
+
+
+def steps_child(args: argparse.Namespace) -> dict[str, Any]:
+    """The steps of every model in this process (a child of :func:`steps`)."""
+    import resource
+
+    import jaxconv
+    if args.mode == "kept" and not jaxconv.keep_freed_memory():
+        raise SystemExit("models: --mode kept needs Linux with glibc")
+    if args.mode == "default" and "accelerate" in args.contenders:
+        # what `jaxconv.accelerate` does where a program applies it before its first
+        # computation (a decorator on its training step): jaxconv's default host memory
+        host_memory.keep_by_default()
+    rows = [measure_steps(m, args.batch, args.image or models.MODELS[m].image, args.reps,
+                          not args.no_batchnorm, tuple(args.contenders)) for m in args.models]
+    from jaxconv._src.onednn import library
+    return {"mode": args.mode, "rows": rows, "onednn": library.status().line(),
+            "host_memory": host_memory.mode(),
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def steps(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each mode in ``args.runs`` child processes: per mode and model, every run's medians and
+    the median over runs."""
+    from jaxconv._src.onednn import library
+    out = []
+    for mode in args.modes:
+        runs = []
+        for run in range(args.runs):
+            contenders = [c for c in args.contenders if c != "lax" or run < args.lax_runs]
+            cmd = [sys.executable, "-m", "jaxconv._src.bench.model_run", "--child", "--mode", mode,
+                   "--models", *args.models, "--batch", str(args.batch or 0),
+                   "--reps", str(args.reps), "--contenders", *contenders]
+            if args.image:
+                cmd += ["--image", str(args.image)]
+            if args.no_batchnorm:
+                cmd.append("--no-batchnorm")
+            print(f"steps: mode {mode}, run {run + 1}/{args.runs}", file=sys.stderr, flush=True)
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"models: the {mode} child failed:\n{done.stderr[-3000:]}")
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            # every child must have had the lowering the parent reports (a handler not built
+            # for this source leaves a process on the XLA formulations)
+            if runs[-1]["onednn"] != library.status().line():
+                raise RuntimeError(f"models: a child's CPU lowering differs from this process's: "
+                                   f"{runs[-1]['onednn']!r} vs {library.status().line()!r}")
+        for i, name in enumerate(args.models):
+            rows = [r["rows"][i] for r in runs]
+            med = {k: statistics.median(r["median_ms"][k] for r in rows if k in r["median_ms"])
+                   for k in rows[0]["median_ms"]}
+            pools = [r["max_pool"] for r in rows if r.get("max_pool")]
+            pool = None if not pools else {
+                "input": pools[0]["input"], "gap": max(q["gap"] for q in pools),
+                "median_ms": {k: statistics.median(q["median_ms"][k] for q in pools)
+                              for k in pools[0]["median_ms"]}}
+            out.append({**{k: v for k, v in rows[0].items()
+                           if k not in ("median_ms", "samples_ms", "max_pool")},
+                        "mode": mode, "runs": len(rows), "median_ms": med,
+                        "run_medians_ms": [r["median_ms"] for r in rows],
+                        "max_pool": pool,
+                        "torch_over_jaxconv_without_max_pool": (
+                            without_max_pool(med, pool) if "jaxconv" in med else None),
+                        "torch_over_jaxconv": med["torch"] / med["jaxconv"] if "torch" in med else None,
+                        "torch_over_jaxconv_runs": [r["torch_over_jaxconv"] for r in rows],
+                        "lax_over_jaxconv": med["lax"] / med["jaxconv"] if "lax" in med else None,
+                        "torch_over_accelerate": (med["torch"] / med["accelerate"]
+                                                  if "torch" in med and "accelerate" in med
+                                                  else None),
+                        "torch_over_accelerate_runs": [r.get("torch_over_accelerate")
+                                                       for r in rows],
+                        "host_memory": [r["host_memory"] for r in runs],
+                        "peak_rss_mib": [r["peak_rss_mib"] for r in runs],
+                        "loss_gap": max(r["loss_gap"] for r in rows),
+                        "param_gap": max(r["param_gap"] for r in rows)})
+    return out
