@@ -41,4 +41,4 @@ def test_the_handed_to_lax_table_is_the_codes():
     rows = re.findall(r"^\| (.+?) \| (.+?) \|$", section, flags=re.M)
     assert rows[1:1 + len(HANDED_TO_LAX)] == list(HANDED_TO_LAX.items())  # after the header
     training = (PAGE.parent / "training.md").read_text()
-    assert "(migration.md), \"Computed by\n  jaxconv, handed to lax\"" in training
+    assert "{doc}`migration`, \"Computed by\n  jaxconv, handed to lax\"" in training

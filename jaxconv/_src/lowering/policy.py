@@ -48,7 +48,7 @@ def _version(v: str) -> tuple[int, ...]:
 
 def partitioner_workaround(jaxlib: str = jaxlib_version.__version__) -> bool:
     """Whether ``jaxlib`` takes the strided weight gradients of partitioned CPU programs away
-    from XLA's partitioner: from the first version the bug was seen on, until one is verified
+    from XLA's partitioner: from the earliest jaxlib the bug was seen on, until one is verified
     fixed."""
     first = min(_version(v) for v in PARTITIONER_BUG_SEEN_ON)
     return _version(jaxlib) >= first and jaxlib not in PARTITIONER_FIXED_IN
