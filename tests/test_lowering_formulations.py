@@ -18,23 +18,14 @@ from jaxconv._src.lowering import shifted, taps
 from tests import helpers as h
 from tests import oracles
 from tests.cases import CONV_TRANSPOSE_MATRIX
-from tests.lowering_matrix import (  # noqa: F401
-    ALL,
-    CASES,
+from tests.lowering_matrix import (
     COMBINATORS,
     DATA_LEAVES,
     HIGHEST,
-    ISOLATED,
-    NEEDS_ONEDNN,
-    PARAMS,
-    _applies,
     _dot_generals,
-    _explicit_pads,
     _marks,
     _problem_3d,
     _problem_strided,
-    _run,
-    _size_one_batch_dims,
 )
 
 # ---- data gradient: grid and stride phases ---------------------------------------

@@ -19,22 +19,9 @@ from jax import (
 
 import jaxconv
 from tests import helpers as h
-from tests.lowering_matrix import (  # noqa: F401
-    ALL,
-    CASES,
-    COMBINATORS,
-    DATA_LEAVES,
+from tests.lowering_matrix import (
     HIGHEST,
-    ISOLATED,
-    NEEDS_ONEDNN,
-    PARAMS,
-    _applies,
     _dot_generals,
-    _explicit_pads,
-    _marks,
-    _problem_3d,
-    _problem_strided,
-    _run,
     _size_one_batch_dims,
 )
 

@@ -16,23 +16,17 @@ from jaxconv._src import lowering
 from jaxconv._src.kernel import Kernel
 from tests import helpers as h
 from tests import oracles
-from tests.lowering_matrix import (  # noqa: F401
+from tests.lowering_matrix import (
     ALL,
     CASES,
     COMBINATORS,
-    DATA_LEAVES,
     HIGHEST,
     ISOLATED,
-    NEEDS_ONEDNN,
     PARAMS,
     _applies,
-    _dot_generals,
     _explicit_pads,
     _marks,
-    _problem_3d,
-    _problem_strided,
     _run,
-    _size_one_batch_dims,
 )
 
 

@@ -18,8 +18,7 @@ import pytest
 import jaxconv
 from jaxconv._src.onednn import library
 from tests import helpers as h
-from tests.onednn_matrix import (  # noqa: F401
-    AVAILABLE,
+from tests.onednn_matrix import (
     DEEP,
     HIGHEST,
     IDS,

@@ -20,11 +20,8 @@ from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import registry
 from jaxconv._src.onednn import library
 from tests import helpers as h
-from tests.onednn_matrix import (  # noqa: F401
-    AVAILABLE,
-    DEEP,
+from tests.onednn_matrix import (
     HIGHEST,
-    IDS,
     LARGE,
     MATRIX,
     SPREAD,

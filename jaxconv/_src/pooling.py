@@ -2,8 +2,8 @@
 
 A CNN's max pool is not a convolution, but its gradient sits in every ResNet's training step,
 and XLA:CPU computes the gradient of ``lax.reduce_window`` max (``select_and_scatter``) as a
-reduce-window over value-and-index tuples and a scatter: on ResNet-18's stem (8 x 112 x 112 x
-64) about 100 ms of a step in which PyTorch spends 5 (docs/performance.md). Here:
+reduce-window over value-and-index tuples and a scatter, about 10x the time of this one and
+of PyTorch's (docs/performance.md, "Max pool"). Here:
 
     y[o]  = max_t xp[o S + t]                     xp: x padded with -inf, t a tap of the window
     a[o]  = the first t where xp[o S + t] = y[o]  (the first maximum, as XLA's and PyTorch's)

@@ -117,13 +117,10 @@ def product(a: Array, b: Array, dims: lax.DotDimensionNumbers, precision: Precis
     """``lax.dot_general(a, b, dims)``; with ``fence``, its operands and its result pass
     through ``lax.optimization_barrier``, so XLA fuses nothing into the product.
 
-    XLA:GPU's Triton GEMM fusion (jaxlib 0.11.2) aborted the process when it fused a
-    product with the strided slice, reshapes and transposes around it: the "dot" weight
-    gradient of a 2D 1x1 problem (NXC/XIO, strides 3 x 1) and its forward (NCX/OIX), on an
-    H100 and an H200 (``triton_tiling_propagation.cc``: "Check failed: src_fragment_it !=
-    src_fragments_order.end()" and "subdim_size_accumulator == dim_size (12 vs. 7)"). The
-    same products written alone compiled and were exact, and so did these two once fenced
-    (on the H200). The "dot" method fences the product of a kernel that is one product, in
+    XLA:GPU's Triton GEMM fusion (jaxlib 0.11.2) aborts the process where it fuses a product
+    with the strided slice, reshapes and transposes around it (the "dot" kernels of a 2D 1x1
+    problem with strides 3 x 1; fenced, they compile and are exact: docs/lowerings.md, "GPU
+    (CUDA, ROCm)"). The "dot" method fences the product of a kernel that is one product, in
     the programs of the backends its record names (``Method.fenced_on``, ``taps._one_product``).
     """
     if fence:

@@ -37,10 +37,8 @@ _RelabelledMethod = Literal["conv", "feature_group", "vjp"]
 # padding inside abort jaxlib 0.10.2 (tests/test_hazards.py): there the primal
 # keeps that form and a custom_jvp sends every derivative through the form
 # with all of the padding explicit (a lax.pad, then VALID), as the weight
-# gradient's "conv" does. An explicit pad is a copy of x that XLA materializes:
-# on the smallest problems of benchdnn's dilated list (16 x 4 -> 6 channels,
-# 8x8-18x18, 10-20 us a call) it cost 2-3 us against jax.vjp's program, 0.86-
-# 0.90x of its speed (2-core AVX-512 Xeon).
+# gradient's "conv" does. An explicit pad is a copy of x that XLA materializes,
+# a few microseconds on the smallest problems: the primal keeps the fast form.
 # ---------------------------------------------------------------------------
 def _forward_conv(x: Array, w: Array, p: ConvProblem, precision: Precision,
                   preferred_element_type: DType) -> Array:

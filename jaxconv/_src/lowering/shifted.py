@@ -119,10 +119,8 @@ def _weight_grad_shifted(x: Array, dy: Array, p: ConvProblem, precision: Precisi
         # walks all of x and dy, one element per cache line. Cut into blocks of
         # positions (the rows into ~32 blocks, the columns into ~4), each output
         # sums one block, the channels of a block read the same cache lines, and
-        # a second, small sum adds the blocks. Measured on XLA:CPU only (2-core
-        # Intel Xeon): 1.1-3.3x on benchdnn's mobilenet_dw rows (N1), up to 2.4x
-        # on N4-N16 depthwise gradients, level on N8 56x56 C144
-        # (docs/performance.md); only the CPU table picks "shifted".
+        # a second, small sum adds the blocks (measured on XLA:CPU: docs/lowerings.md,
+        # "Weight gradient"); only the CPU table picks "shifted".
         products = []
         for k in np.ndindex(*p.kernel):
             start = [kk * dl for kk, dl in zip(k, p.dilations)]

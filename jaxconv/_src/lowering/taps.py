@@ -46,8 +46,8 @@ def _one_product(p: ConvProblem) -> bool:
     """Whether the "dot" kernels compute ``p`` with one matrix product: a window of one tap
     (1x1) or one window over the whole input. Only such a product is fenced where the method's
     record asks for it (:func:`common.product`): the two programs XLA:GPU aborted on were 1x1,
-    and fencing every product of a 3x3x3 weight gradient made it 2-4x slower on an H200
-    (3d_conv_pad:1, N16: 0.216 ms fenced vs 0.048 ms; 1x1x1 problems within 10%)."""
+    and fencing every product of a multi-tap kernel made it 2-4x slower (docs/lowerings.md,
+    "GPU (CUDA, ROCm)")."""
     return math.prod(p.kernel) == 1 or p.whole_window
 
 
@@ -126,10 +126,8 @@ def _filter_first(batch: int, ocg: int) -> bool:
 
     XLA:CPU copies one side transposed: dy first, W with O innermost (prod(K) * ICg * OCg
     elements); W first, the result ((prod(K) * ICg) x N, a transpose with N innermost, slow
-    for a small batch). Measured (2-core AMD EPYC, Zen 3, float32, NXC/XIO, ms, W first vs dy
-    first): W first won at OCg >= 4N and >= 16 (7x7x512 -> 1000, N16 6.0 vs 66; -> 64 0.45 vs
-    1.2; 33^3x16 -> 64, N2 7.5 vs 73; 4x4x256 -> 32, N8 0.065 vs 0.11), dy first below
-    (33^3x16 -> 8, N2 1.9 vs 3.4; -> 1 0.42 vs 1.4; 6x6x256 -> 256 g4, N32 0.55 vs 0.76).
+    for a small batch). W first where OCg >= 4N and >= 16, dy first below (docs/lowerings.md,
+    "Thresholds").
     """
     return ocg >= max(16, 4 * batch)
 
@@ -217,12 +215,9 @@ def _weight_grad_sliced(x: Array, dy: Array, p: ConvProblem, precision: Precisio
 
 
 #: the "dot" weight gradient with every output extent 1 sums the outer products
-#: x[n] (x) dy[n] element-wise (one fused loop) up to these sizes, a dot_general beyond.
-#: Below _OUTER_SUM_MIN_WINDOW window elements per example the dot_general ran faster
-#: (N16, 6-8 outputs, interleaved, speed-up over jax.vjp, sum vs product: 7x7 dilated x4
-#: channels 0.76 vs 1.04, 7x7x16 2.12 vs 2.82, 8x8x16 0.97 vs 1.11; from 24x24x8 = 4608
-#: the sum: 1.51 vs 0.83, 9^3x16 1.77 vs 0.89, 33^3x16 10.6 vs 1.29; between them mixed;
-#: XLA:CPU on a 2-core Zen 3 EPYC; the GPU table's dense 3D "dot" takes the same rule, unmeasured)
+#: x[n] (x) dy[n] element-wise (one fused loop) up to these sizes, a dot_general beyond
+#: (docs/lowerings.md, "Weight gradient" and "Thresholds"; the GPU table's dense 3D "dot" takes
+#: the same rule, not measured there)
 _OUTER_SUM_MAX_OC = 8
 _OUTER_SUM_MAX_BATCH = 64
 _OUTER_SUM_MIN_WINDOW = 4096
