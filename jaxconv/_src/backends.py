@@ -3,7 +3,7 @@
 ``lowering="auto"`` (the default of every op that has a choice) does not look at
 ``jax.default_backend()``: a jitted op is traced once and may be lowered for
 another platform (``jax.export``, or arrays placed on another device). The
-primitive registers one lowering per platform (``autodiff.py``): the program
+primitive registers one lowering per platform (``primitive.py``): the program
 lowered for a platform runs that backend's table, once per kernel call, and the
 compiler never sees the other backends' choices. Every name a table returns is a
 method of ``lowering/registry.py`` (tests/test_lowerings.py checks it).

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import jax
 
-from jaxconv._src import autodiff, geometry, options
+from jaxconv._src import geometry, options, primitive
 from jaxconv._src.geometry import Names
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import document_lowering
@@ -129,7 +129,7 @@ def conv_transpose(
         output_shape=output_shape, strides=strides, pads_begin=pads_begin, pads_end=pads_end,
         dilations=dilations, auto_pad=auto_pad, output_padding=output_padding, groups=groups,
         data_format=data_format, filter_format=filter_format)
-    return autodiff.data_grad(x, w, p=p, precision=precision,
+    return primitive.data_grad(x, w, p=p, precision=precision,
                                   preferred_element_type=preferred_element_type,
         method=options.check_lowering(op, Kernel.DATA, lowering, p))
 
@@ -202,7 +202,7 @@ def conv_transpose_backward_data(
         pads_begin=pads_begin, pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
         output_padding=output_padding, groups=groups, data_format=data_format,
         filter_format=filter_format)
-    return autodiff.forward(dy, w, p=p, precision=precision,
+    return primitive.forward(dy, w, p=p, precision=precision,
                                 preferred_element_type=preferred_element_type,
                                 method=options.check_lowering(op, Kernel.FORWARD, lowering, p))
 

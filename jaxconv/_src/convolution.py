@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import jax
 
-from jaxconv._src import autodiff, geometry, options
+from jaxconv._src import geometry, options, primitive
 from jaxconv._src.geometry import Names
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import document_lowering
@@ -58,7 +58,7 @@ def convolution(
     ``DK = (K - 1) * D + 1``. Under ``jax.grad`` (and ``jax.jvp``, ``jax.vmap``)
     its derivatives are the kernels of :func:`convolution_backward_data` and
     :func:`convolution_backprop_filters`, never lax's own transposes
-    (tests/test_autodiff.py), so no strided + dilated remainder reaches XLA
+    (tests/test_primitive.py), so no strided + dilated remainder reaches XLA
     (docs/semantics.md, "A toolchain hazard").
 
     Args:
@@ -105,7 +105,7 @@ def convolution(
         strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
         auto_pad=auto_pad, groups=groups, data_format=data_format, filter_format=filter_format,
     )
-    return autodiff.forward(x, w, p=p, precision=precision,
+    return primitive.forward(x, w, p=p, precision=precision,
                                 preferred_element_type=preferred_element_type,
                                 method=options.check_lowering(op, Kernel.FORWARD, lowering, p))
 
@@ -197,7 +197,7 @@ def convolution_backward_data(
         strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
         auto_pad=auto_pad, groups=g, data_format=data_format, filter_format=filter_format,
     )
-    return autodiff.data_grad(dy, w, p=p, precision=precision,
+    return primitive.data_grad(dy, w, p=p, precision=precision,
                       preferred_element_type=preferred_element_type,
         method=options.check_lowering(op, Kernel.DATA, lowering, p))
 

@@ -2,7 +2,7 @@
 
 A model switches with one import line: the value equals
 ``lax.conv_general_dilated``'s, and ``jax.grad`` / ``jax.jvp`` run jaxconv's
-kernels (``autodiff.py``) instead of lax's transpose rules.
+kernels (``primitive.py``) instead of lax's transpose rules.
 
 Any ``dimension_numbers`` are accepted: NXC/NCX data with XIO/OIX filters run
 as they are; other orders are transposed to NXC/XIO (a copy) and the result to
@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxconv._src import autodiff, geometry, lax_refs, options
+from jaxconv._src import geometry, lax_refs, options, primitive
 from jaxconv._src.geometry import Names
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.typing import ArrayLike, DTypeLike, ForwardLowering, PrecisionLike
@@ -305,7 +305,7 @@ def _jaxconv(lhs: ArrayLike, rhs: ArrayLike, lax_call: Any, window_strides: Sequ
         strides=strides, pads_begin=[lo for lo, _ in pads], pads_end=[hi for _, hi in pads],
         dilations=rhs_dil, auto_pad="explicit", groups=groups, data_format=data_format,
         filter_format=filter_format)
-    y = autodiff.forward(xs, ws, p=p, precision=valid_precision,
+    y = primitive.forward(xs, ws, p=p, precision=valid_precision,
                          preferred_element_type=out_dtype,
                          method=options.check_lowering(_OP, Kernel.FORWARD, lowering, p))
     perm = [0] * (n + 2)  # result axis that goes to each output axis

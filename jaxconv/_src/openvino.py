@@ -29,7 +29,7 @@ from typing import Any
 
 import jax
 
-from jaxconv._src import autodiff, geometry, options
+from jaxconv._src import geometry, options, primitive
 from jaxconv._src.geometry import Names, SizeRule, TransposePadRule
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import document_lowering
@@ -140,7 +140,7 @@ def group_convolution(
         op, _NAMES, x_shape=x.shape, y_shape=None, w_shape=w2.shape, strides=strides,
         pads_begin=pads_begin, pads_end=pads_end, dilations=dilations, auto_pad=auto_pad,
         groups=g, data_format="NCX", filter_format="OIX", size_rule=SizeRule.OPENVINO)
-    return autodiff.forward(x, w2, p=p, precision=precision,
+    return primitive.forward(x, w2, p=p, precision=precision,
                                 preferred_element_type=preferred_element_type,
                                 method=options.check_lowering(op, Kernel.FORWARD, lowering, p))
 
@@ -162,7 +162,7 @@ def _backprop_data(
         strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
         auto_pad=auto_pad, output_padding=output_padding, groups=g, data_format="NCX",
         filter_format="IOX", pad_rule=TransposePadRule.OPENVINO, upper_extra_at_end=not runtime)
-    return autodiff.data_grad(x, w, p=p, precision=precision,
+    return primitive.data_grad(x, w, p=p, precision=precision,
                                   preferred_element_type=preferred_element_type,
         method=options.check_lowering(op, Kernel.DATA, method, p))
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxconv._src import autodiff, options, tbe_layouts
+from jaxconv._src import options, primitive, tbe_layouts
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.tbe_geometry import tbe_problem
@@ -54,7 +54,7 @@ def _compute(x5: jax.Array, dy5: jax.Array, p: ConvProblem, res_dtype: Any,
              method: str) -> jax.Array:
     x = tbe_layouts.from_5hd(x5, p.in_channels)
     dy = tbe_layouts.from_5hd(dy5, p.out_channels)
-    dw = autodiff.weight_grad(x, dy, p=p, precision=lax.Precision.HIGHEST,
+    dw = primitive.weight_grad(x, dy, p=p, precision=lax.Precision.HIGHEST,
                               preferred_element_type=jnp.float32, method=method)
     return tbe_layouts.to_fractal_z(dw, p.groups).astype(res_dtype)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import jax
 
-from jaxconv._src import autodiff, geometry, options
+from jaxconv._src import geometry, options, primitive
 from jaxconv._src.geometry import Names
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.typing import ArrayLike, DTypeLike, PrecisionLike, ShapeLike, WeightGradLowering
@@ -34,6 +34,6 @@ def weight_gradient(
     build = geometry.conv_transpose_problem if transposed else geometry.convolution_problem
     p = build(op, names, x_shape=x.shape, y_shape=dy.shape, w_shape=shape, **attrs)
     lhs, rhs = (dy, x) if transposed else (x, dy)
-    return autodiff.weight_grad(lhs, rhs, p=p, precision=precision,
+    return primitive.weight_grad(lhs, rhs, p=p, precision=precision,
                                     preferred_element_type=preferred_element_type,
                                     method=options.check_lowering(op, Kernel.WEIGHT, lowering, p))

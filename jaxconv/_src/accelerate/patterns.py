@@ -45,7 +45,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import AxisType
 
-from jaxconv._src import autodiff, geometry, lax_conv, options, pooling
+from jaxconv._src import geometry, lax_conv, options, pooling, primitive
 from jaxconv._src.geometry import ConvProblem, Names
 from jaxconv._src.geometry.pooling import PoolProblem, pool_problem
 from jaxconv._src.kernel import Array, Kernel
@@ -198,7 +198,7 @@ def data_pattern(params: dict[str, Any], dy: Array, rhs: Array,
     x_shape = (batch, in_channels, *x_size) if layout == "NCX" else (batch, *x_size, in_channels)
     p = _problem(layout, x_shape, tuple(dys.shape), tuple(w.shape), strides, dil, *pads, groups)
     precision, out_dtype = _options(params)
-    dx = autodiff.data_grad(dys, w, p=p, precision=precision, preferred_element_type=out_dtype)
+    dx = primitive.data_grad(dys, w, p=p, precision=precision, preferred_element_type=out_dtype)
     return _place(dx, _roles(layout, n), out_spec)
 
 
@@ -221,7 +221,7 @@ def weight_pattern(params: dict[str, Any], lhs: Array, dy: Array,
     w_shape = (*kernel, in_channels // groups, out_channels)
     p = _problem(layout, tuple(xs.shape), tuple(dys.shape), w_shape, strides, dil, *pads, groups)
     precision, out_dtype = _options(params)
-    dw = autodiff.weight_grad(xs, dys, p=p, precision=precision, preferred_element_type=out_dtype)
+    dw = primitive.weight_grad(xs, dys, p=p, precision=precision, preferred_element_type=out_dtype)
     n = len(kernel)  # XIO: I (the result's batch role) at n, O (its feature role) at n + 1
     return _place(dw, (n, n + 1, *range(n)), out_spec)
 

@@ -48,7 +48,7 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
     call runs per device's blocks if its method can (``Method.per_shard``, ``spmd.py``), else the
     backend's XLA formulation; ``portable``: no custom call at all (an export). The backend is
     chosen once, by the primitive's lowering for the platform the program is lowered for
-    (``autodiff.py``), and passed down.
+    (``primitive.py``), and passed down.
 
     A zero-size problem (an empty result, or every entry a sum over an empty set: zero
     channels, batch, input or output extent) is zeros, whatever the method: no method is
