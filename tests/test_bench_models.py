@@ -211,3 +211,34 @@ def test_torch_contender_takes_bfloat16(kind):
     assert theirs.dtype == torch.bfloat16
     perm = (0, 2, 3, 1) if kind != "wgrad" else (2, 3, 1, 0)  # NCHW / OIHW -> NHWC / HWIO
     h.assert_close(ours.astype(np.float32), theirs.float().numpy().transpose(perm), jnp.bfloat16)
+
+
+@pytest.mark.parametrize("name, batchnorm, batch, image",
+                         [("resnet18", False, 2, 32), ("mobilenet_v2", True, 8, 96)])
+def test_one_bfloat16_step_agrees_with_torch_autocast(name, batchnorm, batch, image):
+    """``--dtype bfloat16``: one mixed-precision step (flax's dtype=jnp.bfloat16, float32
+    parameters) of the hooked and the accelerated model agrees with the torch twin's under
+    ``torch.autocast("cpu", torch.bfloat16)`` at bfloat16's bound: the loss and every parameter
+    after the SGD update are as close to torch's bfloat16 step as that is to torch's own float32
+    step (twice that, plus bfloat16's tolerance of the parameters' scale): with BatchNorm over
+    a few positions, bfloat16's rounding moves a step far more than its epsilon."""
+    import jax
+    with jax.numpy_dtype_promotion("standard"):  # flax's BatchNorm mixes bfloat16 and float32
+        row = model_steps.measure_steps(name, batch, image, 1, batchnorm,
+                                        ("jaxconv", "accelerate", "torch"), bfloat16=True)
+    assert row["dtype"].startswith("bfloat16")
+    rng = np.random.default_rng(0)  # the inputs measure_steps drew
+    spec = models.MODELS[name]
+    x = rng.standard_normal((batch, image, image, spec.channels)).astype(np.float32)
+    labels = rng.integers(0, spec.classes, batch).astype(np.int32)
+    params = models.init(name, jax.numpy.asarray(x), batchnorm)["params"]
+    (_, f32), (_, b16) = (model_steps._torch_step(name, params, x, labels, batchnorm, b)
+                          for b in (False, True))
+    own_loss = abs(f32["loss"] - b16["loss"])
+    own_param = max(float(np.max(np.abs(f32["params"][n] - b16["params"][n])))
+                    for n in f32["params"])
+    rtol = h.TOLERANCE["bfloat16"]
+    for k in ("accelerate", "torch"):
+        gap = row["gaps"][k]
+        assert gap["loss"] <= 2 * own_loss + rtol, (k, gap, own_loss)
+        assert gap["param"] <= 2 * own_param + rtol * row["param_scale"], (k, gap, own_param)

@@ -97,11 +97,14 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> None:
 
 def _print(result: dict[str, Any]) -> None:
     peak = result["machine"]["peak"]["gflops"]
+    peak_bf16 = result["machine"]["peak"].get("bfloat16_gflops")
     for r in result.get("steps", []):
         m = r["median_ms"]
         print(f"{r['description']:12s} {r['mode']:8s} bn={int(r['batchnorm'])} "
+              f"{r.get('dtype', 'float32').split(' ')[0]} "
               + " ".join(f"{k} {m.get(k, math.nan):8.1f}" for k in CONTENDERS)
               + f"  torch/jaxconv {r['torch_over_jaxconv'] or math.nan:.2f} "
+              f"torch/accelerate {r.get('torch_over_accelerate') or math.nan:.2f} "
               f"(runs {', '.join(f'{v:.2f}' for v in r['torch_over_jaxconv_runs'] if v)})"
               f"  loss gap {r['loss_gap']:.1e} param gap {r['param_gap']:.1e}")
         if r.get("max_pool"):
@@ -112,9 +115,11 @@ def _print(result: dict[str, Any]) -> None:
                   f"{r['torch_over_jaxconv_without_max_pool']:.2f}")
     for lay in result.get("layers", []):
         g = lay["conv_gflops"]
+        top = peak_bf16 if lay["dtype"] == "bfloat16" and peak_bf16 else peak
         print(f"{lay['model']:12s} layers ({lay['dtype']}): step-weighted jaxconv/torch "
               f"{lay['step_weighted']:.3f}, worst row {lay['worst']:.2f}; convolutions "
-              f"{g['jaxconv']:.0f} GFLOP/s (torch {g['torch']:.0f}) of a {peak:.0f} GFLOP/s peak")
+              f"{g['jaxconv']:.0f} GFLOP/s (torch {g['torch']:.0f}) of a {top:.0f} GFLOP/s "
+              f"{lay['dtype']} peak")
         if "worst_per_process" in lay:
             print(f"{'':12s} {lay['processes']} processes pooled; each one's step-weighted "
                   f"{', '.join(f'{v:.3f}' for v in lay['step_weighted_per_process'])}, worst row "
@@ -139,8 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parts", nargs="+", choices=("steps", "layers"), default=["steps", "layers"])
     ap.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
     ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                    help="the per-layer table's dtype (bfloat16: where oneDNN has AVX-512 BF16 "
-                         "or AMX here, or with --force-dtype)")
+                    help="the steps' and the per-layer table's dtype (bfloat16: the steps in "
+                         "mixed precision, flax's dtype=jnp.bfloat16 with float32 parameters "
+                         "against torch.autocast; where oneDNN has AVX-512 BF16 or AMX here, "
+                         "or with --force-dtype, which times emulated arithmetic)")
     ap.add_argument("--force-dtype", action="store_true")
     ap.add_argument("--out", type=pathlib.Path)
     ap.add_argument("--layer-runs", type=int, default=1,
@@ -175,6 +182,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--dtype bfloat16: jaxconv's oneDNN lowering does not compute bfloat16 on this "
                  f"CPU ({info['jaxconv_onednn']}); --force-dtype times it anyway")
     info["measured_matmul_gflops"] = machine.measured_matmul_gflops()
+    if args.dtype == "bfloat16":
+        info["bfloat16_arithmetic"] = ("native: oneDNN computes bfloat16 on this CPU"
+                                       if "bfloat16" in info["jaxconv_onednn_dtypes"] else
+                                       "emulated: oneDNN computes no bfloat16 on this CPU "
+                                       "(--force-dtype)")
+        print(f"bfloat16 arithmetic: {info['bfloat16_arithmetic']}", file=sys.stderr)
     result: dict[str, Any] = {"machine": info, "command": " ".join(
         ["jaxconv bench models", *(argv if argv is not None else sys.argv[1:])])}
     if "steps" in args.parts:

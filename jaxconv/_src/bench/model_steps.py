@@ -46,7 +46,9 @@ def _jax_step(model: Any, batchnorm: bool, donate: bool = False,
             stats = new["batch_stats"]
         else:
             logits = model.apply({"params": params}, x)
-        loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+        # in float32, as torch.autocast computes its cross-entropy (a bfloat16 model's logits)
+        loss = optax.softmax_cross_entropy_with_integer_labels(
+            logits.astype(jnp.float32), labels).mean()
         return loss, stats
 
     def step(params: Any, stats: Any, opt: Any, x: jax.Array, labels: jax.Array) -> Any:
@@ -73,9 +75,10 @@ def _training_loop(step: Callable, params: Any, stats: Any, opt: Any, x: jax.Arr
 
 
 def _torch_step(name: str, params: Any, x: np.ndarray, labels: np.ndarray,
-                batchnorm: bool) -> tuple[Callable, dict[str, Any]] | None:
+                batchnorm: bool, bfloat16: bool = False) -> tuple[Callable, dict[str, Any]] | None:
     """A zero-argument torch training step in the faster memory format, and one step's
-    result from ``params`` (loss, parameters in flax layouts, the format)."""
+    result from ``params`` (loss, parameters in flax layouts, the format); ``bfloat16``: the
+    forward under ``torch.autocast("cpu", torch.bfloat16)``, parameters float32."""
     try:
         import torch
     except ImportError:
@@ -92,7 +95,8 @@ def _torch_step(name: str, params: Any, x: np.ndarray, labels: np.ndarray,
 
         def step() -> Any:
             opt.zero_grad(set_to_none=True)
-            loss = torch.nn.functional.cross_entropy(m(xt), lt)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
+                loss = torch.nn.functional.cross_entropy(m(xt), lt)
             loss.backward()
             opt.step()
             return loss.detach()
@@ -161,8 +165,10 @@ def without_max_pool(median_ms: dict[str, float], pool: dict[str, Any] | None) -
 
 
 def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
-                  contenders: tuple[str, ...] = CONTENDERS) -> dict[str, Any]:
-    """One model's training step per contender, timed interleaved; the agreement of one step."""
+                  contenders: tuple[str, ...] = CONTENDERS, bfloat16: bool = False) -> dict[str, Any]:
+    """One model's training step per contender, timed interleaved; the agreement of one step.
+    ``bfloat16``: mixed precision on every side (flax's ``dtype=jnp.bfloat16`` with float32
+    parameters; torch under ``torch.autocast("cpu", torch.bfloat16)``)."""
     import jaxconv
     from jaxconv._src import lax_refs
     from jaxconv._src.bench import torch_models
@@ -179,7 +185,7 @@ def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
     layout = None
     for k in contenders:
         if k == "torch":
-            made = _torch_step(name, params, x, labels, batchnorm)
+            made = _torch_step(name, params, x, labels, batchnorm, bfloat16)
             if made is None:
                 continue
             steps[k], info = made
@@ -188,7 +194,7 @@ def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
         # jaxconv: the explicit hooks; lax and accelerate: the unmodified model (nn.max_pool)
         stem_pool = models.jaxconv_max_pool if k == "jaxconv" else None
         model = models.build(name, convs.get(k, lax_refs.conv_general_dilated), batchnorm,
-                             pool=stem_pool)
+                             pool=stem_pool, dtype=jnp.bfloat16 if bfloat16 else None)
         step, tx = _jax_step(model, batchnorm, donate=True, accelerate=k == "accelerate")
         xj, lj = jnp.asarray(x), jnp.asarray(labels)
         steps[k] = _training_loop(step, params, stats, tx.init(params), xj, lj)
@@ -207,7 +213,8 @@ def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
     shape = models.max_pool_input(name, batch, image)
     pool = None if shape is None or "torch" not in steps else measure_max_pool(shape, 2 * reps)
     return {"model": name, "description": models.MODELS[name].name, "batch": batch,
-            "image": image, "batchnorm": batchnorm, "median_ms": med,
+            "image": image, "batchnorm": batchnorm,
+            "dtype": "bfloat16 (float32 parameters)" if bfloat16 else "float32", "median_ms": med,
             "samples_ms": {k: [t * 1e3 for t in v] for k, v in times.items()},
             "torch_over_jaxconv": med["torch"] / med["jaxconv"] if "torch" in med else None,
             "lax_over_jaxconv": med["lax"] / med["jaxconv"] if "lax" in med else None,
@@ -233,7 +240,8 @@ def steps_child(args: argparse.Namespace) -> dict[str, Any]:
         # computation (a decorator on its training step): jaxconv's default host memory
         host_memory.keep_by_default()
     rows = [measure_steps(m, args.batch, args.image or models.MODELS[m].image, args.reps,
-                          not args.no_batchnorm, tuple(args.contenders)) for m in args.models]
+                          not args.no_batchnorm, tuple(args.contenders),
+                          bfloat16=args.dtype == "bfloat16") for m in args.models]
     from jaxconv._src.onednn import library
     return {"mode": args.mode, "rows": rows, "onednn": library.status().line(),
             "host_memory": host_memory.mode(),
@@ -256,6 +264,7 @@ def steps(args: argparse.Namespace) -> list[dict[str, Any]]:
                 cmd += ["--image", str(args.image)]
             if args.no_batchnorm:
                 cmd.append("--no-batchnorm")
+            cmd += ["--dtype", args.dtype]
             print(f"steps: mode {mode}, run {run + 1}/{args.runs}", file=sys.stderr, flush=True)
             done = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if done.returncode != 0:

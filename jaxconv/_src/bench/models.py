@@ -112,6 +112,9 @@ class ResNet(nn.Module):
     block: ModuleDef
     num_classes: int = 1000
     conv: ModuleDef = nn.Conv
+    #: the computation dtype of the classifier (flax's ``dtype``; the convolutions and norms
+    #: take theirs from ``conv`` and ``norm``): None keeps the parameters' float32
+    dtype: Any = None
     norm: ModuleDef = nn.BatchNorm
     pool: Callable[[jax.Array], jax.Array] = max_pool
 
@@ -125,7 +128,7 @@ class ResNet(nn.Module):
                 x = self.block(64 * 2 ** i, 2 if i > 0 and j == 0 else 1, self.conv, self.norm,
                                name=f"layer{i + 1}_{j}")(x)
         x = jnp.mean(x, axis=(1, 2))
-        return nn.Dense(self.num_classes, name="fc")(x)
+        return nn.Dense(self.num_classes, dtype=self.dtype, name="fc")(x)
 
 
 class InvertedResidual(nn.Module):
@@ -163,6 +166,9 @@ class MobileNetV2(nn.Module):
 
     num_classes: int = 1000
     conv: ModuleDef = nn.Conv
+    #: the computation dtype of the classifier (flax's ``dtype``; the convolutions and norms
+    #: take theirs from ``conv`` and ``norm``): None keeps the parameters' float32
+    dtype: Any = None
     norm: ModuleDef = nn.BatchNorm
 
     @nn.compact
@@ -178,7 +184,7 @@ class MobileNetV2(nn.Module):
         x = self.conv(1280, (1, 1), use_bias=False, name="last_conv")(x)
         x = nn.relu6(self.norm(name="last_bn")(x))
         x = jnp.mean(x, axis=(1, 2))
-        return nn.Dense(self.num_classes, name="fc")(x)
+        return nn.Dense(self.num_classes, dtype=self.dtype, name="fc")(x)
 
 
 class MnistCNN(nn.Module):
@@ -187,6 +193,7 @@ class MnistCNN(nn.Module):
 
     num_classes: int = 10
     conv: ModuleDef = nn.Conv
+    dtype: Any = None
     norm: ModuleDef = nn.BatchNorm  # unused: the example has none
 
     @nn.compact
@@ -196,8 +203,8 @@ class MnistCNN(nn.Module):
         x = nn.relu(self.conv(64, (3, 3), name="conv2")(x))
         x = nn.avg_pool(x, (2, 2), strides=(2, 2))
         x = x.reshape((x.shape[0], -1))
-        x = nn.relu(nn.Dense(256, name="fc1")(x))
-        return nn.Dense(self.num_classes, name="fc2")(x)
+        x = nn.relu(nn.Dense(256, dtype=self.dtype, name="fc1")(x))
+        return nn.Dense(self.num_classes, dtype=self.dtype, name="fc2")(x)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,17 +246,23 @@ def norm_def(batchnorm: bool) -> ModuleDef:
 
 def build(name: str, conv: Callable[..., jax.Array], batchnorm: bool = True,
           num_classes: int | None = None,
-          pool: Callable[[jax.Array], jax.Array] | None = None) -> nn.Module:
+          pool: Callable[[jax.Array], jax.Array] | None = None, dtype: Any = None) -> nn.Module:
     """Model ``name`` whose convolutions call ``conv`` (``lax.conv_general_dilated``'s
     signature: lax's own, or ``jaxconv.conv_general_dilated``) and whose stem max pool (the
-    ResNets') is ``pool`` (None: flax's ``nn.max_pool``)."""
+    ResNets') is ``pool`` (None: flax's ``nn.max_pool``). ``dtype``: flax's mixed precision,
+    every layer computing in it with float32 parameters (``jnp.bfloat16``: what
+    ``torch.autocast`` does to the torch twin's convolutions and linear layers); None: float32."""
     if name not in MODELS:
         raise ValueError(f"models: name must be one of {sorted(MODELS)}, got {name!r}")
     extra = {"pool": pool} if pool is not None and MODELS[name].max_pool else {}
     classes = MODELS[name].classes if num_classes is None else num_classes
+    norm = norm_def(batchnorm)
+    if dtype is not None and batchnorm:
+        norm = functools.partial(norm, dtype=dtype)
     return MODELS[name].make(num_classes=classes,
-                             conv=functools.partial(nn.Conv, conv_general_dilated=conv),
-                             norm=norm_def(batchnorm), **extra)
+                             conv=functools.partial(nn.Conv, conv_general_dilated=conv,
+                                                    dtype=dtype),
+                             norm=norm, dtype=dtype, **extra)
 
 
 def init(name: str, x: jax.Array, batchnorm: bool = True, seed: int = 0) -> Any:
