@@ -42,8 +42,8 @@ _OP = "max_pool"
 
 def _wide(x: Array) -> Array:
     """A 16-bit float array in float32, where XLA:CPU's selections and sums run at full speed
-    (in bfloat16 it converts around every operation: ResNet-18's stem pool, forward and
-    backward, took 184 ms against 7 in float32; docs/performance.md, "bfloat16"). The maximum
+    (in bfloat16 it converts around every operation: docs/performance.md, "bfloat16 (mixed
+    precision)"). The maximum
     and the selected values convert back exactly; the scatter's sums round once, at the end."""
     return x.astype(jnp.float32) if x.dtype in (jnp.bfloat16, jnp.float16) else x
 
