@@ -249,3 +249,29 @@ def test_export_of_an_accelerated_step_runs_without_jaxconvs_handler(wx):
 def test_not_callable_raises_type_error():
     with pytest.raises(TypeError, match=r"^accelerate: fun must be callable, got int"):
         jaxconv.accelerate(3)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("window,strides,padding", [
+    ((2, 2), (2, 2), "VALID"), ((3, 3), (2, 2), ((1, 1), (1, 1))), ((3, 2), (1, 2), "SAME")])
+def test_average_pools_and_their_gradients_are_tap_sums(dtype, window, strides, padding):
+    """``reduce_window_sum`` (flax's ``nn.avg_pool``, and its transpose under ``grad``) runs as
+    the sum of its taps, in float32 for bfloat16: the same values and gradients as lax's."""
+    import flax.linen as nn
+
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.standard_normal((2, 9, 8, 3)), dtype)
+
+    def loss(x):
+        y = nn.avg_pool(x, window, strides=strides, padding=padding)
+        return jnp.sum(jnp.sin(y.astype(jnp.float32)))
+
+    fn = jax.value_and_grad(loss)
+    acc = jaxconv.accelerate(fn)
+    with jax.numpy_dtype_promotion("standard"):  # flax's avg_pool divides by an int
+        want, got = jax.jit(fn)(x), jax.jit(acc)(x)
+        before, after = str(jax.make_jaxpr(fn)(x)), str(jax.make_jaxpr(acc)(x))
+    h.assert_close(got[0], want[0], dtype)
+    h.assert_close(got[1].astype(jnp.float32), want[1].astype(jnp.float32), dtype)
+    assert before.count("reduce_window_sum") == 2  # the pool and its transpose
+    assert "reduce_window_sum" not in after

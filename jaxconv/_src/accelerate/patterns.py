@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.sharding import AxisType
 
@@ -69,6 +70,7 @@ UNRECOGNISED: dict[str, str] = {
     "pool axes": "a pool over the first and last axes (neither NXC nor NCX)",
     "pool select": "a min pool's selection (select_prim is not >=)",
     "pool padding": "pads no max pool has",
+    "window size": f"a window sum of more than {64} taps (left to XLA's reduce_window)",
 }
 
 
@@ -301,3 +303,37 @@ def max_pool_gather_pattern(params: dict[str, Any], t: Array, x: Array) -> Array
     """``select_and_gather_add`` with ``>=``: ``t`` at each window's first maximum."""
     p = pool_of(params, x) if _selects_max(params) else _why("pool select")
     return p if isinstance(p, str) else pooling.gather(t, x, p)
+
+
+# ------------------------------------------------------------------------ window sums
+
+#: the most taps a window sum is unrolled into (its slices and adds are one fused loop)
+WINDOW_SUM_MAX_TAPS = 64
+
+
+def window_sum_pattern(params: dict[str, Any], x: Array) -> Array | str:
+    """``reduce_window_sum`` without dilations (an average pool's sum, and its transpose: the
+    same sum over the cotangent spread by an interior pad): the sum of its taps, each a strided
+    slice of the padded operand, one loop that XLA fuses, in float32 for 16-bit floats (one
+    rounding at the end). XLA:CPU's own reduce_window is several times slower on every dtype
+    (docs/performance.md, "bfloat16 (mixed precision)")."""
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return _why("dtype")
+    ones = (1,) * x.ndim
+    if (tuple(params.get("base_dilation", ones)) != ones
+            or tuple(params.get("window_dilation", ones)) != ones):
+        return _why("pool dilation")
+    window, strides = tuple(params["window_dimensions"]), tuple(params["window_strides"])
+    if math.prod(window) > WINDOW_SUM_MAX_TAPS:
+        return _why("window size")
+    wide = x.astype(jnp.float32) if x.dtype in (jnp.bfloat16, jnp.float16) else x
+    xp = lax.pad(wide, jnp.zeros((), wide.dtype),
+                 [(lo, hi, 0) for lo, hi in params["padding"]])
+    out = [(n - k) // s + 1 for n, k, s in zip(xp.shape, window, strides)]
+    acc = None
+    for tap in np.ndindex(*window):
+        piece = lax.slice(xp, tap, [t + (o - 1) * s + 1 for t, o, s in zip(tap, out, strides)],
+                          strides)
+        acc = piece if acc is None else acc + piece
+    assert acc is not None
+    return acc.astype(x.dtype)

@@ -57,6 +57,10 @@ def _gather(eqn: Any, t: Any, x: Any) -> Any:
     return patterns.max_pool_gather_pattern(eqn.params, t, x)
 
 
+def _window_sum(eqn: Any, x: Any) -> Any:
+    return patterns.window_sum_pattern(eqn.params, x)
+
+
 #: the rewritten primitives, by name: each rule returns the result, or a string (why the
 #: equation runs as written)
 RULES: dict[str, Callable[..., Any]] = {
@@ -64,6 +68,7 @@ RULES: dict[str, Callable[..., Any]] = {
     "reduce_window_max": _pool,
     "select_and_scatter_add": _scatter,
     "select_and_gather_add": _gather,
+    "reduce_window_sum": _window_sum,
 }
 
 #: nested-jaxpr primitives that are inlined (their jaxpr param, a ClosedJaxpr)
