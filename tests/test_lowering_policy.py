@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import jaxconv
 from jaxconv._src import geometry
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import execute, onednn, policy, registry
 from jaxconv._src.onednn import library
+from tests import helpers as h
 
 ONEDNN = library.status().available
 needs_onednn = pytest.mark.skipif(not ONEDNN, reason="the oneDNN handler is not built/loaded")
@@ -105,9 +105,10 @@ def test_execute_runs_a_plan_without_deciding():
     w = jnp.asarray(rng.standard_normal(p.filter_shape), jnp.float32)
     plan = execute.Plan(Kernel.FORWARD, "dot", "cpu", precision=jax.lax.Precision.HIGHEST)
     got = execute.execute(plan, x, w, p)
-    want = jaxconv.convolution(x, w, pads_begin=1, pads_end=1, lowering="conv",
-                               precision=jax.lax.Precision.HIGHEST)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    want = jax.lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)),
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                        precision=jax.lax.Precision.HIGHEST)
+    h.assert_close(got, want, jnp.float32)
 
 
 @pytest.mark.parametrize("version,applies", [("0.10.1", False), ("0.10.2", True),

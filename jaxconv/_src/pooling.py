@@ -40,11 +40,11 @@ from jaxconv._src.kernel import Array
 _OP = "max_pool"
 
 
-def _wide(x: Array) -> Array:
+def wide(x: Array) -> Array:
     """A 16-bit float array in float32, where XLA:CPU's selections and sums run at full speed
     (in bfloat16 it converts around every operation: docs/performance.md, "bfloat16 (mixed
-    precision)"). The maximum
-    and the selected values convert back exactly; the scatter's sums round once, at the end."""
+    precision)"; measured on XLA:CPU only, other backends compute the same, not timed). The
+    maximum and the selected values convert back exactly; sums round once, at the end."""
     return x.astype(jnp.float32) if x.dtype in (jnp.bfloat16, jnp.float16) else x
 
 
@@ -64,7 +64,7 @@ def _tap(xp: Array, p: PoolProblem, offset: tuple[int, ...]) -> Array:
 
 
 def _forward(x: Array, p: PoolProblem) -> Array:
-    xp = _pad(_wide(x), p, -jnp.inf)
+    xp = _pad(wide(x), p, -jnp.inf)
     taps = [_tap(xp, p, t) for t in p.offsets()]
     return functools.reduce(jnp.maximum, taps).astype(x.dtype)
 
@@ -73,7 +73,7 @@ def _argmax(x: Array, p: PoolProblem) -> Array:
     """Per window, the index (in ``p.offsets()`` order) of its first maximal tap. (Its running
     maximum is not the JVP's primal: that stays ``_forward``'s, whose ``maximum`` passes a NaN
     on as ``lax.reduce_window`` does; XLA fuses the two passes, no slower than one.)"""
-    xp = _pad(_wide(x), p, -jnp.inf)
+    xp = _pad(wide(x), p, -jnp.inf)
     dtype = jnp.int8 if p.taps <= 127 else jnp.int32
     first, *rest = p.offsets()
     y = _tap(xp, p, first)
@@ -87,7 +87,7 @@ def _argmax(x: Array, p: PoolProblem) -> Array:
 
 def _gather(t: Array, arg: Array, p: PoolProblem) -> Array:
     """Each window's tap ``arg`` of ``t`` (zeros for the padding)."""
-    tp = _pad(_wide(t), p, 0)
+    tp = _pad(wide(t), p, 0)
     out = jnp.zeros(arg.shape, tp.dtype)
     for n, offset in enumerate(p.offsets()):
         out = jnp.where(arg == n, _tap(tp, p, offset), out)
@@ -97,7 +97,7 @@ def _gather(t: Array, arg: Array, p: PoolProblem) -> Array:
 def _scatter(ct: Array, arg: Array, p: PoolProblem) -> Array:
     """The transpose of ``_gather``: ``ct`` summed into the input position of each window's
     tap ``arg``, phase by phase (the module's comment)."""
-    dtype, ct = ct.dtype, _wide(ct)
+    dtype, ct = ct.dtype, wide(ct)
     axes, strides = p.data.spatial_axes, p.strides
     rows = [-(-size // s) for size, s in zip(p.padded_size, strides)]  # per phase
     phases = []

@@ -70,7 +70,7 @@ UNRECOGNISED: dict[str, str] = {
     "pool axes": "a pool over the first and last axes (neither NXC nor NCX)",
     "pool select": "a min pool's selection (select_prim is not >=)",
     "pool padding": "pads no max pool has",
-    "window size": f"a window sum of more than {64} taps (left to XLA's reduce_window)",
+    "window size": "a window sum of more than WINDOW_SUM_MAX_TAPS (64) taps, left to XLA",
 }
 
 
@@ -254,14 +254,23 @@ def conv_pattern(params: dict[str, Any], lhs: Array, rhs: Array,
 
 # ------------------------------------------------------------------------------ max pool
 
-def pool_of(params: dict[str, Any], x: Any) -> PoolProblem | str:
-    """The max pool a ``reduce_window``-family equation over ``x`` computes, or why none."""
+def _window_why(params: dict[str, Any], x: Any) -> str | None:
+    """Why a ``reduce_window``-family equation over ``x`` is no window jaxconv computes: not
+    floating, or dilated; else None."""
     if not jnp.issubdtype(x.dtype, jnp.floating):
         return _why("dtype")
     ones = (1,) * x.ndim
     if (tuple(params.get("base_dilation", ones)) != ones
             or tuple(params.get("window_dilation", ones)) != ones):
         return _why("pool dilation")
+    return None
+
+
+def pool_of(params: dict[str, Any], x: Any) -> PoolProblem | str:
+    """The max pool a ``reduce_window``-family equation over ``x`` computes, or why none."""
+    why = _window_why(params, x)
+    if why is not None:
+        return why
     if x.ndim < 3:
         return _why("rank")
     window, strides = params["window_dimensions"], params["window_strides"]
@@ -315,18 +324,16 @@ def window_sum_pattern(params: dict[str, Any], x: Array) -> Array | str:
     """``reduce_window_sum`` without dilations (an average pool's sum, and its transpose: the
     same sum over the cotangent spread by an interior pad): the sum of its taps, each a strided
     slice of the padded operand, one loop that XLA fuses, in float32 for 16-bit floats (one
-    rounding at the end). XLA:CPU's own reduce_window is several times slower on every dtype
-    (docs/performance.md, "bfloat16 (mixed precision)")."""
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        return _why("dtype")
-    ones = (1,) * x.ndim
-    if (tuple(params.get("base_dilation", ones)) != ones
-            or tuple(params.get("window_dilation", ones)) != ones):
-        return _why("pool dilation")
+    rounding at the end). Measured on XLA:CPU only, whose own reduce_window is several times
+    slower in float32 and bfloat16 (docs/performance.md, "bfloat16 (mixed precision)"); other
+    backends run the same program, not timed."""
+    why = _window_why(params, x)
+    if why is not None:
+        return why
     window, strides = tuple(params["window_dimensions"]), tuple(params["window_strides"])
     if math.prod(window) > WINDOW_SUM_MAX_TAPS:
         return _why("window size")
-    wide = x.astype(jnp.float32) if x.dtype in (jnp.bfloat16, jnp.float16) else x
+    wide = pooling.wide(x)
     xp = lax.pad(wide, jnp.zeros((), wide.dtype),
                  [(lo, hi, 0) for lo, hi in params["padding"]])
     out = [(n - k) // s + 1 for n, k, s in zip(xp.shape, window, strides)]

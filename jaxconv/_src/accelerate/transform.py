@@ -216,8 +216,9 @@ def accelerate(fun: F) -> F:
     weight-gradient kernels, and each ``lax.reduce_window`` max pool (``flax.linen.max_pool``,
     ``equinox.nn.MaxPool2d``) and its gradient by :func:`jaxconv.max_pool`'s; each
     ``lax.reduce_window`` sum (``flax.linen.avg_pool`` and its transpose) runs as the sum of its
-    taps, in float32 for 16-bit floats. The model's code does not change. An equation jaxconv has no kernel for runs exactly as before
-    (:func:`jaxconv.explain` lists them, with the reason). The values are the unmodified
+    taps, in float32 for 16-bit floats. The model's code does not change. An equation jaxconv
+    has no kernel for runs exactly as before (:func:`jaxconv.explain` lists them, with the
+    reason). The values are the unmodified
     function's, within the per-dtype tolerances of docs/precision.md (a max pool's gradient
     goes to the same first maximum).
 

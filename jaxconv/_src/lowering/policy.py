@@ -100,8 +100,8 @@ def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dt
             raise ValueError("lowering: method 'auto' needs a backend to choose for")
         if partitioned or portable:
             method = choose(kernel, p, backend, onednn_ok=False)
-            one_device = choose(kernel, p, backend, onednn_ok=ok)
             if partitioned and not portable:
+                one_device = choose(kernel, p, backend, onednn_ok=ok)
                 if METHODS[one_device].per_shard:  # the one-device choice, per batch shard
                     method = one_device
                 elif (kernel is Kernel.WEIGHT and ok and any(s > 1 for s in p.strides)
