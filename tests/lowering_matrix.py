@@ -21,11 +21,16 @@ from tests import oracles
 from tests.cases import ConvCase as Case
 
 HIGHEST = lax.Precision.HIGHEST
-#: every weight-gradient method of the registry (what the matrix below runs, where it applies)
-ALL = lowering.methods(Kernel.WEIGHT)
+#: the Winograd methods: 3x3 stride-1 problems only, with a matrix of their own
+#: (tests/test_winograd.py)
+WINOGRAD = tuple(m for m in lowering.METHODS if m.startswith("winograd"))
+#: every other weight-gradient method of the registry (what the matrix below runs, where it
+#: applies)
+ALL = tuple(m for m in lowering.methods(Kernel.WEIGHT) if m not in WINOGRAD)
 #: the combinators (grouped problems only) and, per kernel, the leaf formulations
 COMBINATORS = tuple(m for m, rec in lowering.METHODS.items() if rec.combinator)
-DATA_LEAVES = tuple(m for m in lowering.methods(Kernel.DATA) if m not in COMBINATORS)
+DATA_LEAVES = tuple(m for m in lowering.methods(Kernel.DATA)
+                    if m not in COMBINATORS and not m.startswith("winograd"))
 
 
 def _applies(method, case: Case, kernel) -> bool:

@@ -203,7 +203,8 @@ def test_kernels_reject_an_unknown_method():
     p = _problem_strided(2)
     dy, w = jnp.ones(p.y_shape), jnp.ones(p.filter_shape)
     with pytest.raises(ValueError, match=r"lowering: method must be 'auto' or one of \['grid', "
-                                         r"'phases', 'dot', 'vjp', 'onednn', 'per_group', 'block_diagonal'\], "
+                                         r"'phases', 'dot', 'vjp', 'onednn', 'winograd', 'winograd_2x2', "
+                                         r"'winograd_4x4', 'per_group', 'block_diagonal'\], "
                                          r"got 'fft'"):
         lowering.data_grad(dy, w, p, method="fft")
     with pytest.raises(ValueError, match="got 'grid'"):
@@ -214,7 +215,8 @@ def test_inapplicable_or_unknown_method():
     x, dy = jnp.ones((1, 6, 6, 4)), jnp.ones((1, 4, 4, 4))
     with pytest.raises(ValueError, match=r"^convolution_backprop_filters: lowering must be one of "
                                          r"\['auto', 'conv', 'feature_group', 'shifted', 'dot', "
-                                         r"'vjp', 'onednn', 'per_group', 'block_diagonal'\], got 'fast'"):
+                                         r"'vjp', 'onednn', 'winograd', 'winograd_2x2', 'winograd_4x4', "
+                                         r"'per_group', 'block_diagonal'\], got 'fast'"):
         jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering="fast")
     with pytest.raises(ValueError, match=r"lowering='shifted' does not apply to this problem: "
                                          r"'shifted' needs one input channel per group"):
@@ -230,6 +232,7 @@ def test_inapplicable_or_unknown_method():
         jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering=None)
     with pytest.raises(ValueError, match="^convolution_backward_data: lowering must be one of "
                                          r"\['auto', 'grid', 'phases', 'dot', 'vjp', 'onednn', "
+                                         r"'winograd', 'winograd_2x2', 'winograd_4x4', "
                                          r"'per_group', 'block_diagonal'\], got 'fft'"):
         jaxconv.convolution_backward_data(dy, jnp.ones((3, 3, 4, 4)), (6, 6), lowering="fft")
 

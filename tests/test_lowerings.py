@@ -23,6 +23,7 @@ from tests.lowering_matrix import (
     HIGHEST,
     ISOLATED,
     PARAMS,
+    WINOGRAD,
     _applies,
     _explicit_pads,
     _marks,
@@ -35,8 +36,9 @@ def test_every_lowering_against_torch(case, kernel, method):
     _run(case, kernel, method)
 
 
-# "conv" is what tests/test_convolution.py checks against torch on its own matrix
-FORWARD = tuple(m for m in lowering.methods(Kernel.FORWARD) if m != "conv")
+# "conv" is what tests/test_convolution.py checks against torch on its own matrix, Winograd
+# tests/test_winograd.py
+FORWARD = tuple(m for m in lowering.methods(Kernel.FORWARD) if m != "conv" and m not in WINOGRAD)
 FORWARD_PARAMS = [
     pytest.param(c, k, m, id=f"{m}-{c.id}-k{'x'.join(map(str, k))}", marks=_marks(m))
     for c, k in CASES for m in FORWARD if m != "shifted" or c.groups_name == "depthwise"
@@ -117,7 +119,7 @@ def test_check_grads_order_2_of_each_weight_lowering(problem, method):
 
 @pytest.mark.parametrize("problem,method", [
     pytest.param(pid, m, marks=_grad_marks(pid, m)) for pid in sorted(GRAD_PROBLEMS)
-    for m in lowering.methods(Kernel.DATA)
+    for m in lowering.methods(Kernel.DATA) if m not in WINOGRAD
     if not (m in COMBINATORS and GRAD_PROBLEMS[pid][1] == 1)])
 def test_check_grads_order_2_of_each_data_lowering(problem, method):
     x_shape, g, attrs = GRAD_PROBLEMS[problem]

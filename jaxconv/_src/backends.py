@@ -10,10 +10,13 @@ method of ``lowering/registry.py`` (tests/test_lowerings.py checks it).
 
 The rules are tables over the resolved problem, one per backend:
 
-* ``"cpu"``: ``"onednn"`` (oneDNN's own primitive, with the ``onednn`` extra built) for
-  every problem it takes except the smallest (below :data:`ONEDNN_MIN_MACS`, or
-  :data:`ONEDNN_OVER_XLA_CONV_MIN_MACS` where the rest would be XLA's convolution); the rest,
-  and every problem without the extra, by the XLA:CPU rules.
+* ``"cpu"``: ``"winograd"`` (Winograd's minimal filtering through the same handler) for 2D
+  3x3 stride-1 float32 problems of at least :data:`WINOGRAD_MIN_CHANNELS` channels and
+  :data:`WINOGRAD_MIN_POSITIONS` output positions per image; ``"onednn"`` (oneDNN's own
+  primitive, with the ``onednn`` extra built) for every other problem it takes except the
+  smallest (below :data:`ONEDNN_MIN_MACS`, or :data:`ONEDNN_OVER_XLA_CONV_MIN_MACS` where the
+  rest would be XLA's convolution); the rest, and every problem without the extra, by the
+  XLA:CPU rules.
 * ``"gpu"`` (CUDA and ROCm; ROCm shares the CUDA table). Where a rule has no measurement
   behind it, the GPU table keeps ``"vjp"``.
 * ``"default"`` (TPU and any other platform): ``"vjp"``, the program JAX's own
@@ -121,6 +124,23 @@ PER_TAP_3D_MIN_MACS = {"forward": 1e4, "weight": 1e5}
 WHOLE_WINDOW_DOT_MIN_MACS = 1e5
 
 
+#: Winograd (``lowering/winograd.py``) for a 2D 3x3 stride-1 problem it takes from this many
+#: input and output channels (with 16, the padded products lose to oneDNN's direct kernel)
+#: and this many output positions per image (at 7x7 and 5x5 the filter's transform costs more
+#: than the products save); docs/lowerings.md, "Thresholds"
+WINOGRAD_MIN_CHANNELS = 32
+WINOGRAD_MIN_POSITIONS = 100
+
+
+def _winograd_pays(p: ConvProblem) -> bool:
+    """Whether Winograd pays for ``p`` where it applies (measured on Zen 4 with AVX-512 and
+    with the AVX2 kernels: docs/lowerings.md, "Winograd")."""
+    from jaxconv._src.lowering import winograd
+    return (winograd.inapplicable(p) is None
+            and min(p.in_channels, p.out_channels) >= WINOGRAD_MIN_CHANNELS
+            and math.prod(p.output_size) >= WINOGRAD_MIN_POSITIONS)
+
+
 def macs(p: ConvProblem) -> int:
     """The problem's multiply-adds."""
     return p.batch * math.prod(p.output_size) * p.out_channels * math.prod(p.kernel) * (
@@ -166,6 +186,8 @@ def forward_method(p: ConvProblem, backend: str, onednn: bool | None = None) -> 
     if backend == "cpu":
         xla = _forward_cpu(p)
         ok = _onednn_ok(Kernel.FORWARD, p, onednn)
+        if ok and _winograd_pays(p):
+            return "winograd"
         return "onednn" if ok and _onednn_pays(p, Kernel.FORWARD, xla) else xla
     return "conv"
 
@@ -175,6 +197,8 @@ def weight_grad_method(p: ConvProblem, backend: str, onednn: bool | None = None)
     _check_backend(backend)
     if backend == "cpu":
         ok = _onednn_ok(Kernel.WEIGHT, p, onednn)
+        if ok and _winograd_pays(p):
+            return "winograd"
         return "onednn" if ok and _onednn_pays(p) else _weight_grad_cpu(p)
     if backend == "gpu":
         return _weight_grad_gpu(p)
@@ -187,6 +211,8 @@ def data_grad_method(p: ConvProblem, backend: str, onednn: bool | None = None) -
     if backend == "cpu":
         xla = _data_grad_cpu(p)
         ok = _onednn_ok(Kernel.DATA, p, onednn)
+        if ok and _winograd_pays(p):
+            return "winograd"
         return "onednn" if ok and _onednn_pays(p, Kernel.DATA, xla) else xla
     if backend == "gpu":
         return _data_grad_gpu(p)

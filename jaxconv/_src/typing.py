@@ -45,10 +45,12 @@ DataFormat: TypeAlias = Literal["NXC", "NCX", "nxc", "ncx"]
 ConvolutionFilterFormat: TypeAlias = Literal["XIO", "OIX", "xio", "oix"]
 ConvTransposeFilterFormat: TypeAlias = Literal[
     "IOX", "XOI", "OIX", "XIO", "iox", "xoi", "oix", "xio"]
-ForwardLowering: TypeAlias = Literal["auto", "conv", "dot", "shifted", "onednn", "per_group",
+ForwardLowering: TypeAlias = Literal["auto", "conv", "dot", "shifted", "onednn", "winograd",
+                                     "winograd_2x2", "winograd_4x4", "per_group",
                                      "block_diagonal"]
 WeightGradLowering: TypeAlias = Literal[
-    "auto", "conv", "feature_group", "shifted", "dot", "vjp", "onednn", "per_group",
-    "block_diagonal"]
-DataGradLowering: TypeAlias = Literal["auto", "grid", "phases", "dot", "vjp", "onednn", "per_group",
+    "auto", "conv", "feature_group", "shifted", "dot", "vjp", "onednn", "winograd",
+    "winograd_2x2", "winograd_4x4", "per_group", "block_diagonal"]
+DataGradLowering: TypeAlias = Literal["auto", "grid", "phases", "dot", "vjp", "onednn", "winograd",
+                                      "winograd_2x2", "winograd_4x4", "per_group",
                                       "block_diagonal"]

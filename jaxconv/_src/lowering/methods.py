@@ -9,7 +9,7 @@ import typing
 from jaxconv._src import typing as public
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Kernel
-from jaxconv._src.lowering import convolution, grouped, onednn, phases, shifted, taps
+from jaxconv._src.lowering import convolution, grouped, onednn, phases, shifted, taps, winograd
 from jaxconv._src.lowering.method import Method
 
 #: every lowering method, by name
@@ -22,6 +22,9 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     taps.DOT,
     convolution.VJP,
     onednn.ONEDNN,
+    winograd.WINOGRAD,
+    winograd.WINOGRAD_2X2,
+    winograd.WINOGRAD_4X4,
     grouped.PER_GROUP,
     grouped.BLOCK_DIAGONAL,
 )}

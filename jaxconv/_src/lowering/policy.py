@@ -23,12 +23,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from jax import lax
 from jaxlib import version as jaxlib_version
 
 from jaxconv._src import backends
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import DType, Kernel, Precision
-from jaxconv._src.lowering import measured, onednn
+from jaxconv._src.lowering import measured, onednn, winograd
 from jaxconv._src.lowering.execute import Plan, execute
 from jaxconv._src.lowering.methods import METHODS, default_leaf, methods
 
@@ -52,6 +53,18 @@ def partitioner_workaround(jaxlib: str = jaxlib_version.__version__) -> bool:
     fixed."""
     first = min(_version(v) for v in PARTITIONER_BUG_SEEN_ON)
     return _version(jaxlib) >= first and jaxlib not in PARTITIONER_FIXED_IN
+
+
+#: the Winograd methods (``lowering/winograd.py``)
+WINOGRAD_METHODS = ("winograd", "winograd_2x2", "winograd_4x4")
+
+
+def _highest(precision: Precision) -> bool:
+    """Whether ``precision`` asks for full float32 arithmetic (HIGHEST, for either operand)."""
+    if precision is None:
+        return False
+    found = precision if isinstance(precision, tuple) else (precision,)
+    return any(lax.Precision(q) == lax.Precision.HIGHEST for q in found if q is not None)
 
 
 def choose(kernel: Kernel, p: ConvProblem, backend: str, *, onednn_ok: bool | None = None) -> str:
@@ -120,6 +133,13 @@ def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dt
     if backend is not None and record.platforms is not None and (
             backend not in record.platforms or portable or (partitioned and not record.per_shard)):
         method = choose(kernel, p, backend, onednn_ok=False)
+    elif method in WINOGRAD_METHODS and (
+            winograd.dtype_why(dtype, preferred_element_type) or _highest(precision)
+            or METHODS[method].why_not(kernel, p)):
+        # Winograd rounds more than direct arithmetic: Precision.HIGHEST, and operands it does
+        # not take, get the direct convolution (oneDNN's where it applies); so does a problem a
+        # batching rule made grouped (vmap over the filter)
+        method = "onednn" if ok else default_leaf(kernel)
     elif method == "onednn" and onednn.applies(kernel, p, dtype, preferred_element_type):
         method = default_leaf(kernel)  # operands the handler does not take
     record = METHODS[method]

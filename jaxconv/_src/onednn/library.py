@@ -33,6 +33,8 @@ HEADERS = tuple(sorted(SOURCE_DIR.glob("*.h")))
 #: the FFI targets, one per kernel (registered for the cpu platform only)
 TARGETS = {"forward": "jaxconv_onednn_forward", "data": "jaxconv_onednn_data",
            "weight": "jaxconv_onednn_weight"}
+#: the Winograd lowering's FFI targets (``csrc/winograd.h``; the data gradient is a forward)
+WINOGRAD_TARGETS = {"forward": "jaxconv_winograd_forward", "weight": "jaxconv_winograd_weight"}
 #: oneDNN's CPU ISAs (dnnl_cpu_isa_t) by the value the handler reports
 _ISA = {0x1: "SSE4.1", 0x3: "AVX", 0x7: "AVX2", 0xf: "AVX2-VNNI", 0x1f: "AVX2-VNNI-2",
         0x27: "AVX-512", 0x67: "AVX-512 VNNI", 0xe7: "AVX-512 BF16", 0x1ef: "AVX-512 FP16",
@@ -131,7 +133,7 @@ def _load() -> Status:
     _HANDLES.append(handler)
     version = (ctypes.c_int * 3)()
     isa = handler.jaxconv_onednn_version(version)
-    for name in TARGETS.values():
+    for name in (*TARGETS.values(), *WINOGRAD_TARGETS.values()):
         capsule = jax.ffi.pycapsule(getattr(handler, name))  # type: ignore[no-untyped-call]
         jax.ffi.register_ffi_target(name, capsule, platform="cpu")
     dtypes = tuple(name for code, name in enumerate(("float32", "bfloat16", "float16"))
@@ -259,3 +261,20 @@ def fma_peak_gflops(threads: int, seconds: float = 0.5) -> tuple[float, int] | N
     lanes = ctypes.c_int(0)
     gflops = float(fn(ctypes.c_int(threads), ctypes.c_double(seconds), ctypes.byref(lanes)))
     return (gflops, lanes.value) if gflops > 0 else None
+
+
+def winograd_isa() -> str | None:
+    """The vector instructions the Winograd passes run (``"avx512"``, ``"avx2"``, ``"plain"``:
+    the widest this CPU has, or a narrower one named by ``JAXCONV_WINOGRAD_ISA``), or None
+    where the handler is not loaded."""
+    if not status().available:
+        return None
+    return ("avx512", "avx2", "plain")[_HANDLES[-1].jaxconv_winograd_isa()]
+
+
+def set_winograd_chunk_bytes(nbytes: int) -> None:
+    """The size of the chunks of tiles the Winograd passes transform at a time where they run
+    in stages (0: the default, ``kWinogradChunkBytes``); the tests make it small. The values
+    are the same, up to the weight gradient's order of summation."""
+    if status().available:
+        _HANDLES[-1].jaxconv_winograd_set_chunk_bytes(ctypes.c_int64(nbytes))

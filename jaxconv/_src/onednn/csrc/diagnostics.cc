@@ -17,6 +17,7 @@
 #include "filter_move.h"
 #include "problem.h"
 #include "trial.h"
+#include "winograd.h"
 
 using namespace jaxconv_onednn;  // NOLINT: this file only exports C functions
 
@@ -197,6 +198,13 @@ int64_t jaxconv_onednn_choices(char* out, int64_t size) {
 }
 
 void jaxconv_onednn_set_cache_capacity(int64_t capacity) { TheCache().SetCapacity(capacity); }
+
+// The Winograd passes' vector ISA (0 AVX-512, 1 AVX2, 2 neither), and their chunk size in
+// bytes (0: the default), for the tests.
+int jaxconv_winograd_isa() { return WinogradIsa(); }
+void jaxconv_winograd_set_chunk_bytes(int64_t bytes) {
+  SetWinogradChunkBytes(static_cast<size_t>(bytes));
+}
 
 // ---- decisions.h on plain numbers ----
 

@@ -1,5 +1,6 @@
 // jaxconv's oneDNN lowering: the XLA FFI handlers of the three kernels of a convolution
-// problem (jaxconv_onednn_forward, _data, _weight; registered by lowering/onednn.py).
+// problem (jaxconv_onednn_forward, _data, _weight; registered by lowering/onednn.py), and of
+// the Winograd lowering's two (jaxconv_winograd_forward, _weight; lowering/winograd.py).
 //
 // Each validates its attributes, builds the Problem (problem.h), decides the call's threading
 // once (decisions.h, Chunks) and runs it (threading.h, execute.h). Every error becomes an
@@ -19,6 +20,7 @@
 #include "openmp.h"
 #include "problem.h"
 #include "threading.h"
+#include "winograd.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -127,6 +129,53 @@ JAXCONV_ONEDNN_HANDLER(Forward, Kernel::kForward)
 JAXCONV_ONEDNN_HANDLER(Data, Kernel::kData)
 JAXCONV_ONEDNN_HANDLER(Weight, Kernel::kWeight)
 
+
+// Winograd's F(m x m, 3 x 3) (winograd.h): the forward, y from x and the filter, and the
+// weight gradient, dW from x and dy; float32, x and y NHWC, the filter through its view.
+ffi::Error RunWinograd(bool weight, std::string_view op, ffi::Buffer<ffi::F32> a,
+                       ffi::Buffer<ffi::F32> b, ffi::Result<ffi::Buffer<ffi::F32>> out,
+                       int64_t m, int64_t pad_top, int64_t pad_left,
+                       ffi::Span<const int64_t> filter) {
+  const std::string prefix = std::string(op) + ": winograd lowering: ";
+  const auto x = a.dimensions();
+  const auto y = weight ? b.dimensions() : out->dimensions();  // N x OH x OW x K
+  if (x.size() != 4 || y.size() != 4 || filter.size() != 5)
+    return ffi::Error::InvalidArgument(prefix + "operands or attributes of the wrong rank");
+  WinogradShape s;
+  s.n = x[0]; s.h = x[1]; s.w = x[2]; s.c = x[3];
+  s.oh = y[1]; s.ow = y[2]; s.k = y[3];
+  s.m = static_cast<int>(m);
+  s.pad_top = pad_top; s.pad_left = pad_left;
+  s.filter = {filter[0], filter[1], filter[2], filter[3], filter[4]};
+  s.filter_elements = static_cast<int64_t>(weight ? out->element_count() : b.element_count());
+  const std::string bad = y[0] == s.n ? s.Invalid() : "x and y differ in their batch";
+  if (!bad.empty()) return ffi::Error::InvalidArgument(prefix + bad);
+  try {
+    std::lock_guard<std::mutex> one_at_a_time(RunMutex());
+    if (weight) WinogradWeight(s, a.typed_data(), b.typed_data(), out->typed_data());
+    else WinogradForward(s, a.typed_data(), b.typed_data(), out->typed_data());
+  } catch (const std::bad_alloc&) {
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted, prefix + "out of memory");
+  } catch (const std::exception& ex) {
+    return ffi::Error::Internal(prefix + ex.what());
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error WinogradForwardImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> g,
+                               ffi::Result<ffi::Buffer<ffi::F32>> y, std::string_view op,
+                               int64_t m, int64_t pad_top, int64_t pad_left,
+                               ffi::Span<const int64_t> filter) {
+  return RunWinograd(false, op, x, g, y, m, pad_top, pad_left, filter);
+}
+
+ffi::Error WinogradWeightImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> dy,
+                              ffi::Result<ffi::Buffer<ffi::F32>> dw, std::string_view op,
+                              int64_t m, int64_t pad_top, int64_t pad_left,
+                              ffi::Span<const int64_t> filter) {
+  return RunWinograd(true, op, x, dy, dw, m, pad_top, pad_left, filter);
+}
+
 }  // namespace
 }  // namespace jaxconv_onednn
 
@@ -150,3 +199,18 @@ JAXCONV_ONEDNN_HANDLER(Weight, Kernel::kWeight)
 JAXCONV_ONEDNN_BIND(jaxconv_onednn_forward, Forward)
 JAXCONV_ONEDNN_BIND(jaxconv_onednn_data, Data)
 JAXCONV_ONEDNN_BIND(jaxconv_onednn_weight, Weight)
+
+#define JAXCONV_WINOGRAD_BIND(SYMBOL, NAME)                                            \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(SYMBOL, jaxconv_onednn::NAME##Impl,                     \
+                                ffi::Ffi::Bind()                                        \
+                                    .Arg<ffi::Buffer<ffi::F32>>()                       \
+                                    .Arg<ffi::Buffer<ffi::F32>>()                       \
+                                    .Ret<ffi::Buffer<ffi::F32>>()                       \
+                                    .Attr<std::string_view>("op")                       \
+                                    .Attr<int64_t>("m")                                 \
+                                    .Attr<int64_t>("pad_top")                           \
+                                    .Attr<int64_t>("pad_left")                          \
+                                    .Attr<ffi::Span<const int64_t>>("filter"));
+
+JAXCONV_WINOGRAD_BIND(jaxconv_winograd_forward, WinogradForward)
+JAXCONV_WINOGRAD_BIND(jaxconv_winograd_weight, WinogradWeight)

@@ -1,0 +1,167 @@
+"""``"winograd"``: 2D 3x3 stride-1 convolutions by Winograd's minimal filtering (CPU, float32).
+
+F(m x m, 3 x 3) computes a tile of m x m outputs from (m + 2) x (m + 2) inputs with
+(m + 2)^2 multiplications per channel pair instead of 9 m^2 (Lavin and Gray, 2016):
+``"winograd_2x2"`` (m = 2: 2.25x fewer), ``"winograd_4x4"`` (m = 4: 4x fewer), and
+``"winograd"``, the tile by accuracy (:func:`tile`). The handler (``onednn/csrc/winograd.h``)
+transforms the filter, x and dy tile by tile and multiplies the transformed tiles with its own
+register-blocked products:
+
+    forward      y  = A^T [ U (.) (B^T d B) ] A,  U = G g G^T  (per tile, summed over C)
+    weight grad  dW = G^T dU G,  dU = sum over tiles of (B^T d B) (.) (A dy A^T)
+    data grad    the forward of the flipped filter, its channels swapped, padded by 2 - pads:
+                 for stride 1, dx[i] = sum_k dy[i + pb - k] g[k] is a correlation of dy with
+                 the flipped filter, padded by (K - 1 - pb) = 2 - pb per side.
+
+The rounding error grows with the tile: the transforms' entries (up to 8 for m = 4) scale
+values before the float32 products sum them. docs/precision.md ("Winograd") holds the
+measured error of each tile size against float64 on the benchdnn 3x3 problems. The ops keep
+``Precision.HIGHEST`` and other dtypes than float32 on direct arithmetic (``policy.plan``);
+``lowering="auto"`` takes ``"winograd"`` where it pays (``backends.py``), whose tile keeps the
+measured error within half of float32's bound in ``jaxconv.testing.TOLERANCE``.
+
+The handler takes NHWC activations (those of another layout are transposed by XLA around the
+call) and reads the filter, and writes the weight gradient, in the caller's layout.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxconv._src.geometry import ConvProblem
+from jaxconv._src.kernel import Array, DType, Kernel, Precision
+from jaxconv._src.lowering.method import Method
+from jaxconv._src.onednn import library
+
+#: the output tile sides the handler implements
+TILES = (2, 4)
+
+# G (alpha x 3) of F(m, 3): the filter transform, U = G g G^T (Lavin and Gray's matrices)
+_G = {
+    2: np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]),
+    4: np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                 [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]]),
+}
+
+
+def matrices(m: int) -> dict[str, np.ndarray]:
+    """B^T, G and A^T of F(m x m, 3 x 3) in float64 (the handler's transforms are these,
+    written out; tests/test_winograd.py checks them against direct convolution)."""
+    if m == 2:
+        bt = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]
+        at = [[1, 1, 1, 0], [0, 1, -1, -1]]
+    elif m == 4:
+        bt = [[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+              [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]]
+        at = [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+              [0, 1, -1, 8, -8, 1]]
+    else:
+        raise ValueError(f"winograd: the tile must be one of {TILES}, got {m}")
+    return {"BT": np.array(bt, np.float64), "G": _G[m], "AT": np.array(at, np.float64)}
+
+
+#: The most channels a forward or data gradient sums per output for which ``"winograd"``
+#: takes the 4x4 tile; above, 2x2. Its error grows with them: against float64 on the benchdnn
+#: 3x3 problems (docs/precision.md, "Winograd") the 4x4 forward measured 6.8e-6 at 64
+#: channels, 9.4e-6 at 128, 1.5e-5 at 256 and 1.7e-5 at 512; the bound is 2e-5 and the
+#: rule keeps to half of it. The 2x2 tile stays below 1e-6 at 512, and a weight gradient's
+#: error (a sum over the batch's positions) at 1e-5 with either tile.
+WINOGRAD_4X4_MAX_CHANNELS = 128
+
+
+def tile(kernel: Kernel, p: ConvProblem) -> int:
+    """The output tile side ``"winograd"`` takes for ``kernel`` of ``p``: 4 where the channels
+    each output sums are at most :data:`WINOGRAD_4X4_MAX_CHANNELS` (always for the weight
+    gradient), else 2."""
+    summed = {Kernel.FORWARD: p.in_channels, Kernel.DATA: p.out_channels}.get(kernel, 0)
+    return 4 if summed <= WINOGRAD_4X4_MAX_CHANNELS else 2
+
+
+def inapplicable(p: ConvProblem) -> str | None:
+    """Why the handler's Winograd does not compute ``p``, or None."""
+    if p.rank != 2 or p.kernel != (3, 3):
+        return f"computes 2D 3x3 kernels, got a {'x'.join(map(str, p.kernel))} kernel"
+    if p.strides != (1, 1) or p.dilations != (1, 1):
+        return (f"needs strides and dilations 1, got strides {list(p.strides)}, dilations "
+                f"{list(p.dilations)}")
+    if p.groups != 1:
+        return f"needs groups=1, got groups={p.groups}"
+    if not all(0 <= q <= 2 for q in (*p.pads_begin, *p.pads_end)):
+        return (f"needs pads in [0, 2], got pads_begin {list(p.pads_begin)}, pads_end "
+                f"{list(p.pads_end)}")
+    found = library.status()
+    if not found.available:
+        return f"is not available: {found.detail}"
+    return None
+
+
+def dtype_why(dtype: DType | None, preferred_element_type: DType = None) -> str | None:
+    """Why the handler's Winograd does not take operands of ``dtype``, or None."""
+    if dtype is not None and np.dtype(dtype) != np.float32:
+        return f"computes float32, got {np.dtype(dtype)}"
+    if preferred_element_type is not None and np.dtype(preferred_element_type) != np.float32:
+        return f"computes float32, got preferred_element_type {np.dtype(preferred_element_type)}"
+    return None
+
+
+def _to_nhwc(a: Array, p: ConvProblem) -> Array:
+    n, c, h, w = p.data.spec
+    return jnp.transpose(a, (n, h, w, c))
+
+
+def _from_nhwc(a: Array, p: ConvProblem) -> Array:
+    return jnp.transpose(a, tuple(np.argsort(np.array(p.data.spec)[[0, 2, 3, 1]])))
+
+
+def _filter_view(p: ConvProblem, transposed: bool = False) -> np.ndarray:
+    """The handler's view of the filter buffer (``csrc/winograd.h``, FilterView): offset and
+    the strides of its rows, columns, input and output channels; ``transposed``, the data
+    gradient's filter (flipped, its channels swapped) over the same buffer."""
+    shape = p.filter_shape
+    strides = [int(np.prod(shape[a + 1:])) for a in range(len(shape))]
+    o, i, h, w = (strides[a] for a in p.filter_layout.spec(swap=p.filter_swap))
+    if transposed:
+        return np.array([2 * h + 2 * w, -h, -w, o, i], np.int64)
+    return np.array([0, h, w, i, o], np.int64)
+
+
+def _call(kernel: Kernel, a: Array, b: Array, out_shape: tuple[int, ...], p: ConvProblem,
+          m: int, pads: tuple[int, int], view: np.ndarray) -> Array:
+    call = jax.ffi.ffi_call(library.WINOGRAD_TARGETS[kernel.value],
+                            jax.ShapeDtypeStruct(out_shape, jnp.float32))  # type: ignore[no-untyped-call]
+    return call(a, b, op=p.op, m=np.int64(m), pad_top=np.int64(pads[0]),
+                pad_left=np.int64(pads[1]), filter=view)
+
+
+def _kernel(kernel: Kernel, tile_side: int | None) -> object:
+    def compute(a: Array, b: Array, p: ConvProblem, precision: Precision,
+                preferred_element_type: DType) -> Array:
+        m = tile(kernel, p) if tile_side is None else tile_side
+        pt, pl = p.pads_begin  # the end pads follow from the sizes (stride 1)
+        n = p.batch
+        if kernel is Kernel.FORWARD:  # a = x, b = W
+            y = _call(Kernel.FORWARD, _to_nhwc(a, p), b, (n, *p.output_size, p.out_channels),
+                      p, m, (pt, pl), _filter_view(p))
+            return _from_nhwc(y, p)
+        if kernel is Kernel.DATA:  # a = dy, b = W: the forward of the flipped, swapped filter
+            dx = _call(Kernel.FORWARD, _to_nhwc(a, p), b, (n, *p.input_size, p.in_channels),
+                       p, m, (2 - pt, 2 - pl), _filter_view(p, transposed=True))
+            return _from_nhwc(dx, p)
+        return _call(Kernel.WEIGHT, _to_nhwc(a, p), _to_nhwc(b, p), p.filter_shape, p, m,
+                     (pt, pl), _filter_view(p))  # a = x, b = dy
+    return compute
+
+
+def _method(name: str, m: int | None, summary: str) -> Method:
+    return Method(name, summary, {k: _kernel(k, m) for k in Kernel},  # type: ignore[misc]
+                  inapplicable, platforms=("cpu",))
+
+
+WINOGRAD = _method("winograd", None, "Winograd's F(4x4, 3x3), or F(2x2, 3x3) where more than "
+                                     "128 channels are summed, for 2D 3x3 stride-1 float32 "
+                                     "problems, through the ``onednn`` extra's handler (CPU)")
+WINOGRAD_2X2 = _method("winograd_2x2", 2, "Winograd's F(2x2, 3x3), fewer roundings than the "
+                                          "4x4 tile (CPU)")
+WINOGRAD_4X4 = _method("winograd_4x4", 4, "Winograd's F(4x4, 3x3) (CPU)")

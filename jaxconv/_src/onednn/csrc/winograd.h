@@ -1,0 +1,75 @@
+// Winograd's minimal filtering for 2D 3x3 stride-1 convolutions in float32: F(m x m, 3 x 3)
+// with output tiles of m = 2 or 4 (alpha = m + 2 inputs per tile side), the "winograd"
+// lowering (lowering/winograd.py; docs/lowerings.md, "Winograd").
+//
+// Per tile of m x m outputs, with the tile's alpha x alpha inputs d and a 3x3 filter g,
+//     y = A^T [ (G g G^T) (.) (B^T d B) ] A
+// where (.) multiplies element by element: alpha^2 products per tile and channel pair instead
+// of 9 m^2 (2.25x fewer for m = 2, 4x for m = 4). Summed over input channels, each of the
+// alpha^2 positions xi is one matrix product over tiles:
+//     M[xi] (tiles x K) = V[xi] (tiles x C) . U[xi] (C x K),   U = G g G^T.
+// The weight gradient is the products' adjoint: with dM = A dy A^T per tile,
+//     dU[xi] (C x K) = V[xi]^T (C x P) . dM[xi] (P x K),   dW = G^T dU G.
+// The data gradient is the forward of the flipped filter with its channels swapped (the
+// caller's filter strides say so: FilterView).
+//
+// Rules:
+// - x and dy are N x H x W x C buffers (NHWC; the caller moves other layouts); the filter is
+//   read and dW written in the caller's layout, through FilterView's strides;
+// - the forward is fused per block of tiles: each thread transforms a block of tiles into
+//   V, multiplies, and transforms M into y while the block is in its cache (kWinogradBlockBytes);
+//   where U is larger than kWinogradFusedMaxFilterBytes (each block would read all of it),
+//   and for the weight gradient, the passes run over chunks of tiles instead: transform a
+//   chunk (V, M or dM within kWinogradChunkBytes), then the products, the threads sharing
+//   positions and column blocks (the weight gradient's sum over tiles in registers); working
+//   memory is kept between calls up to kWinogradKeepBytes;
+// - the products are jaxconv's own register-blocked kernel (AVX-512: 12 rows x 32 columns,
+//   AVX2: 6 x 16); K is padded to a multiple of 32 in U, M and dM;
+// - every pass runs on oneDNN's OpenMP team (openmp.h), split between its threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace jaxconv_onednn {
+
+constexpr size_t kWinogradBlockBytes = size_t{384} << 10;
+constexpr size_t kWinogradFusedMaxFilterBytes = size_t{4} << 20;
+constexpr size_t kWinogradChunkBytes = size_t{64} << 20;
+constexpr size_t kWinogradKeepBytes = size_t{128} << 20;
+
+// A 3 x 3 x C x K filter in the caller's buffer: element (i, j, c, k) is at
+// offset + i * row + j * col + c * in + k * out (strides may be negative: a flipped filter).
+struct FilterView {
+  int64_t offset = 0, row = 0, col = 0, in = 0, out = 0;
+};
+
+struct WinogradShape {
+  int64_t n = 0, h = 0, w = 0, c = 0;  // x: N x H x W x C
+  int64_t k = 0;                       // output channels
+  int64_t oh = 0, ow = 0;              // y: N x OH x OW x K
+  int64_t pad_top = 0, pad_left = 0;   // x's padding before its first row and column
+  int m = 4;                           // output tile side: 2 or 4
+  FilterView filter;
+  int64_t filter_elements = 0;  // the filter buffer's size
+
+  int alpha() const { return m + 2; }
+  int64_t tiles_h() const { return (oh + m - 1) / m; }
+  int64_t tiles_w() const { return (ow + m - 1) / m; }
+  int64_t tiles() const { return n * tiles_h() * tiles_w(); }
+  int64_t k_padded() const { return (k + 31) / 32 * 32; }
+  // Empty where the shape is consistent, else what is wrong.
+  const char* Invalid() const;
+};
+
+// The vector ISA of the passes: 0 AVX-512, 1 AVX2, 2 neither (for the tests).
+int WinogradIsa();
+// The chunk of the staged passes in bytes (0: kWinogradChunkBytes); the tests make it small.
+void SetWinogradChunkBytes(size_t bytes);
+
+// y (N x OH x OW x K) from x and the filter g.
+void WinogradForward(const WinogradShape& s, const float* x, const float* g, float* y);
+// dW (the filter's layout) from x and dy (N x OH x OW x K).
+void WinogradWeight(const WinogradShape& s, const float* x, const float* dy, float* dw);
+
+}  // namespace jaxconv_onednn

@@ -1,0 +1,217 @@
+"""The Winograd lowerings (``"winograd"``, ``"winograd_2x2"``, ``"winograd_4x4"``): their
+matrices against a direct 3x3 correlation, each kernel against PyTorch in float64 over a
+matrix of shapes, pads, layouts and tiles, every vector ISA of the handler's passes, the
+staged passes in several chunks, where ``lowering="auto"`` takes them (and where it must not:
+``Precision.HIGHEST``, other dtypes, partitioned programs), and jit/vmap/grad through them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jaxconv
+from jaxconv._src import geometry
+from jaxconv._src.kernel import Kernel
+from jaxconv._src.lowering import policy, winograd
+from jaxconv._src.onednn import library
+from tests import helpers as h
+from tests import oracles
+
+pytestmark = pytest.mark.skipif(not library.status().available,
+                                reason="the onednn extra is not built (its handler computes Winograd)")
+
+TILES = {"winograd_2x2": 2, "winograd_4x4": 4}
+
+
+@pytest.mark.parametrize("m", winograd.TILES)
+def test_matrices_compute_a_3x3_correlation(m):
+    mats = winograd.matrices(m)
+    rng = np.random.default_rng(m)
+    d, g = rng.standard_normal((m + 2, m + 2)), rng.standard_normal((3, 3))
+    u = mats["G"] @ g @ mats["G"].T
+    v = mats["BT"] @ d @ mats["BT"].T
+    got = mats["AT"] @ (u * v) @ mats["AT"].T
+    direct = np.array([[np.sum(d[i:i + 3, j:j + 3] * g) for j in range(m)] for i in range(m)])
+    np.testing.assert_allclose(got, direct, rtol=1e-12, atol=1e-12)
+
+
+def _kernels(x, w, dy, attrs, method):
+    return (jaxconv.convolution(x, w, lowering=method, **attrs),
+            jaxconv.convolution_backward_data(dy, w, x.shape, lowering=method, **attrs),
+            jaxconv.convolution_backprop_filters(x, dy, w.shape, lowering=method, **attrs))
+
+
+def _case(rng, n, size, c, k, pads, data_format="NXC", filter_format="XIO"):
+    """Random x, W, dy of a 3x3 stride-1 problem, its attributes and torch's float64 results."""
+    (pt, pb), (pl, pr) = pads
+    x = h.random(rng, h.data_shape(data_format, n, c, size))
+    w = h.random(rng, h.conv_filter_shape(filter_format, k, c, (3, 3)))
+    out = (size[0] + pt + pb - 2, size[1] + pl + pr - 2)
+    dy = h.random(rng, h.data_shape(data_format, n, k, out))
+    attrs = dict(strides=1, pads_begin=(pt, pl), pads_end=(pb, pr), data_format=data_format,
+                 filter_format=filter_format)
+    ref = oracles.conv_all(h.data_to_ncx(h.to_f64(x), data_format),
+                           h.conv_filter_to_oix(h.to_f64(w), filter_format),
+                           h.data_to_ncx(h.to_f64(dy), data_format), strides=(1, 1),
+                           dilations=(1, 1), pads_begin=(pt, pl), pads_end=(pb, pr), groups=1)
+    refs = (h.data_from_ncx(ref[0], data_format), h.data_from_ncx(ref[1], data_format),
+            h.conv_filter_from_oix(ref[2], filter_format))
+    return x, w, dy, attrs, refs
+
+
+# (batch, spatial, in channels, out channels, ((pad top, bottom), (left, right)), formats):
+# channels that fill no vector, tiles that do not divide the output, one-pixel inputs, every
+# pad from 0 to 2, both layouts
+PROBLEMS = {
+    "tails": (2, (7, 9), 5, 3, ((1, 1), (1, 1)), "NXC", "XIO"),
+    "wide": (3, (13, 11), 70, 130, ((1, 2), (2, 0)), "NXC", "XIO"),
+    "ncx": (2, (10, 12), 17, 33, ((0, 0), (2, 1)), "NCX", "OIX"),
+    "pixel": (1, (1, 1), 3, 4, ((1, 1), (1, 1)), "NXC", "XIO"),
+    "valid": (2, (6, 5), 32, 32, ((0, 0), (0, 0)), "NCX", "XIO"),
+    "full": (1, (4, 4), 8, 40, ((2, 2), (2, 2)), "NXC", "OIX"),
+}
+
+
+@pytest.mark.parametrize("method", ["winograd", *TILES])
+@pytest.mark.parametrize("problem", sorted(PROBLEMS))
+def test_each_kernel_against_torch(problem, method):
+    n, size, c, k, pads, df, ff = PROBLEMS[problem]
+    x, w, dy, attrs, refs = _case(np.random.default_rng(0), n, size, c, k, pads, df, ff)
+    for got, ref in zip(_kernels(x, w, dy, attrs, method), refs):
+        h.assert_close(got, ref, jnp.float32)
+
+
+_ISA_SCRIPT = """
+import numpy as np, jax.numpy as jnp, jaxconv, torch
+from jaxconv._src.onednn import library
+print(library.winograd_isa())
+rng = np.random.default_rng(0)
+x = rng.standard_normal((2, 9, 11, 21)).astype(np.float32)
+w = rng.standard_normal((3, 3, 21, 35)).astype(np.float32)
+dy = rng.standard_normal((2, 9, 11, 35)).astype(np.float32)
+a = dict(strides=1, pads_begin=1, pads_end=1)
+xt = torch.tensor(x.transpose(0, 3, 1, 2), dtype=torch.float64, requires_grad=True)
+wt = torch.tensor(w.transpose(3, 2, 0, 1), dtype=torch.float64, requires_grad=True)
+y = torch.nn.functional.conv2d(xt, wt, padding=1)
+y.backward(torch.tensor(dy.transpose(0, 3, 1, 2), dtype=torch.float64))
+refs = (y.detach().numpy().transpose(0, 2, 3, 1), xt.grad.numpy().transpose(0, 2, 3, 1),
+        wt.grad.numpy().transpose(2, 3, 1, 0))
+for m in ("winograd_2x2", "winograd_4x4"):
+    got = (jaxconv.convolution(x, w, lowering=m, **a),
+           jaxconv.convolution_backward_data(dy, w, x.shape, lowering=m, **a),
+           jaxconv.convolution_backprop_filters(x, dy, w.shape, lowering=m, **a))
+    print(max(float(np.abs(np.asarray(g, np.float64) - r).max() / np.abs(r).max())
+              for g, r in zip(got, refs)))
+"""
+
+
+@pytest.mark.parametrize("isa", ["avx2", "plain"])
+def test_every_vector_isa_of_the_passes(isa):
+    """The passes compiled for AVX2 and for no vector ISA, on this machine (JAXCONV_WINOGRAD_ISA
+    narrows the widest), against torch in float64."""
+    env = dict(os.environ, JAXCONV_WINOGRAD_ISA=isa, JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", _ISA_SCRIPT], env=env, capture_output=True,
+                         text=True, check=True, timeout=300).stdout.split()
+    assert out[0] == isa or (isa, out[0]) == ("avx2", "plain")  # plain: a CPU without AVX2
+    for err in out[1:]:
+        assert float(err) <= jaxconv.testing.TOLERANCE["float32"], out
+
+
+@pytest.fixture
+def small_chunks():
+    library.set_winograd_chunk_bytes(200_000)
+    yield
+    library.set_winograd_chunk_bytes(0)
+
+
+@pytest.mark.parametrize("method", list(TILES))
+def test_staged_passes_in_several_chunks(small_chunks, method):
+    """The weight gradient's chunks accumulate; a forward whose transformed filter exceeds the
+    fused limit (4 MiB: 36 x 192 x 192 floats) runs staged, in chunks."""
+    x, w, dy, attrs, refs = _case(np.random.default_rng(1), 2, (10, 9), 192, 192,
+                                  ((1, 1), (1, 1)))
+    for got, ref in zip(_kernels(x, w, dy, attrs, method), refs):
+        h.assert_close(got, ref, jnp.float32)
+
+
+def _problem(channels=64, size=28, batch=8, dtype_format="NXC"):
+    return geometry.convolution_problem(
+        "t", geometry.Names(), x_shape=(batch, size, size, channels), y_shape=None,
+        w_shape=(3, 3, channels, channels), strides=1, pads_begin=1, pads_end=1, dilations=1,
+        auto_pad="explicit", groups=1, data_format=dtype_format, filter_format="XIO")
+
+
+@pytest.mark.parametrize("kernel", list(Kernel))
+def test_auto_takes_winograd_where_it_pays_and_never_with_highest(kernel):
+    f32 = np.dtype("float32")
+    p = _problem()
+    assert policy.plan(kernel, p, method="auto", backend="cpu", dtype=f32).method == "winograd"
+    highest = policy.plan(kernel, p, method="auto", backend="cpu", dtype=f32,
+                          precision=lax.Precision.HIGHEST)
+    assert highest.method == "onednn"
+    forced = policy.plan(kernel, p, method="winograd_4x4", backend="cpu", dtype=f32,
+                         precision=(lax.Precision.DEFAULT, lax.Precision.HIGHEST))
+    assert forced.method == "onednn"
+    assert policy.plan(kernel, p, method="auto", backend="cpu",
+                       dtype=np.dtype(jnp.bfloat16)).method == "onednn"
+    # below its channels or positions, oneDNN's direct kernel; no custom call off CPU or when
+    # exported, and none that runs per device's blocks
+    assert policy.plan(kernel, _problem(channels=16), method="auto", backend="cpu",
+                       dtype=f32).method == "onednn"
+    assert policy.plan(kernel, _problem(size=7), method="auto", backend="cpu",
+                       dtype=f32).method == "onednn"
+    for where in ({"partitioned": True}, {"portable": True}):
+        assert policy.plan(kernel, p, method="auto", backend="cpu", dtype=f32,
+                           **where).method != "winograd"
+    assert policy.plan(kernel, p, method="winograd", backend="gpu", dtype=f32).method not in (
+        "winograd", "winograd_2x2", "winograd_4x4")
+
+
+def test_the_tile_keeps_the_measured_error_within_half_the_bound():
+    assert winograd.tile(Kernel.FORWARD, _problem(channels=128)) == 4
+    assert winograd.tile(Kernel.FORWARD, _problem(channels=256)) == 2
+    assert winograd.tile(Kernel.DATA, _problem(channels=256)) == 2
+    assert winograd.tile(Kernel.WEIGHT, _problem(channels=512)) == 4
+
+
+def test_highest_compiles_no_winograd_call():
+    x, w = jnp.ones((2, 16, 16, 32)), jnp.ones((3, 3, 32, 32))
+
+    def program(precision):
+        return jax.jit(lambda x, w: jaxconv.convolution(
+            x, w, pads_begin=1, pads_end=1, precision=precision)).lower(x, w).as_text()
+    assert "jaxconv_winograd_forward" in program(None)
+    assert "jaxconv_winograd" not in program(lax.Precision.HIGHEST)
+
+
+def test_jit_vmap_and_grad_through_winograd():
+    rng = np.random.default_rng(2)
+    x, w, dy, attrs, refs = _case(rng, 2, (9, 8), 32, 48, ((1, 1), (1, 1)))
+
+    def loss(x, w):
+        return jnp.sum(jaxconv.convolution(x, w, lowering="winograd", **attrs) * dy)
+    gx, gw = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, w)
+    h.assert_close(gx, refs[1], jnp.float32)
+    h.assert_close(gw, refs[2], jnp.float32)
+    # vmap over x folds into the batch; over W into groups, where Winograd does not apply and
+    # the direct convolution computes it
+    ys = jax.vmap(lambda x: jaxconv.convolution(x[None], w, lowering="winograd", **attrs)[0])(x)
+    h.assert_close(ys, refs[0], jnp.float32)
+    ws = jnp.stack([w, 2 * w])
+    yw = jax.vmap(lambda w: jaxconv.convolution(x, w, lowering="winograd", **attrs))(ws)
+    h.assert_close(yw[1], 2 * refs[0], jnp.float32)
+
+
+def test_check_grads_to_order_2():
+    rng = np.random.default_rng(3)
+    x, w = h.random(rng, (1, 6, 5, 8)), h.random(rng, (3, 3, 8, 8))
+    jaxconv.testing.check_grads(lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1,
+                                                               lowering="winograd"),
+                                (x, w), order=2)
