@@ -1,8 +1,9 @@
 """The Winograd lowerings (``"winograd"``, ``"winograd_2x2"``, ``"winograd_4x4"``): their
 matrices against a direct 3x3 correlation, each kernel against PyTorch in float64 over a
-matrix of shapes, pads, layouts and tiles, every vector ISA of the handler's passes, the
-staged passes in several chunks, where ``lowering="auto"`` takes them (and where it must not:
-``Precision.HIGHEST``, other dtypes, partitioned programs), and jit/vmap/grad through them."""
+matrix of shapes, pads, layouts and tiles, bfloat16 operands, every vector ISA of the
+handler's passes, the staged passes in several chunks, where ``lowering="auto"`` takes them
+(and where it must not: ``Precision.HIGHEST``, other dtypes, partitioned programs), and
+jit/vmap/grad through them."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.skipif(not library.status().available,
                                 reason="the onednn extra is not built (its handler computes Winograd)")
 
 TILES = {"winograd_2x2": 2, "winograd_4x4": 4}
+NAMES = ("winograd", *TILES)
 
 
 @pytest.mark.parametrize("m", winograd.TILES)
@@ -86,6 +88,40 @@ def test_each_kernel_against_torch(problem, method):
     x, w, dy, attrs, refs = _case(np.random.default_rng(0), n, size, c, k, pads, df, ff)
     for got, ref in zip(_kernels(x, w, dy, attrs, method), refs):
         h.assert_close(got, ref, jnp.float32)
+
+
+@pytest.mark.parametrize("method", ["winograd", "winograd_2x2"])
+def test_bfloat16_operands_computed_in_float32(method):
+    """Forced on bfloat16 operands it computes in float32 and rounds once: within bfloat16's
+    bound of torch's float64 result on the same rounded inputs, in bfloat16."""
+    rng = np.random.default_rng(4)
+    x, w, dy, attrs, _ = _case(rng, 2, (11, 10), 40, 72, ((1, 1), (1, 1)))
+    xb, wb, dyb = (a.astype(jnp.bfloat16) for a in (x, w, dy))
+    ref = oracles.conv_all(h.data_to_ncx(h.to_f64(xb), "NXC"),
+                           h.conv_filter_to_oix(h.to_f64(wb), "XIO"),
+                           h.data_to_ncx(h.to_f64(dyb), "NXC"), strides=(1, 1), dilations=(1, 1),
+                           pads_begin=(1, 1), pads_end=(1, 1), groups=1)
+    refs = (h.data_from_ncx(ref[0], "NXC"), h.data_from_ncx(ref[1], "NXC"),
+            h.conv_filter_from_oix(ref[2], "XIO"))
+    text = jax.jit(lambda x, w: jaxconv.convolution(x, w, lowering=method, **attrs)).lower(
+        xb, wb).as_text()
+    assert "jaxconv_winograd_forward" in text
+    for got, r in zip(_kernels(xb, wb, dyb, attrs, method), refs):
+        assert got.dtype == jnp.bfloat16
+        h.assert_close(got, r, jnp.bfloat16)
+
+
+def test_other_dtypes_compute_directly():
+    p = _problem()
+    for dtype in (np.float64, np.float16):
+        assert policy.plan(Kernel.FORWARD, p, method="winograd", backend="cpu",
+                           dtype=np.dtype(dtype)).method not in NAMES
+    # operands of two dtypes (dtype None) and a float32 result of bfloat16 operands
+    assert policy.plan(Kernel.FORWARD, p, method="winograd", backend="cpu",
+                       dtype=None).method != "winograd"
+    assert policy.plan(Kernel.FORWARD, p, method="winograd", backend="cpu",
+                       dtype=np.dtype(jnp.bfloat16),
+                       preferred_element_type=np.float32).method != "winograd"
 
 
 _ISA_SCRIPT = """
@@ -159,6 +195,7 @@ def test_auto_takes_winograd_where_it_pays_and_never_with_highest(kernel):
     forced = policy.plan(kernel, p, method="winograd_4x4", backend="cpu", dtype=f32,
                          precision=(lax.Precision.DEFAULT, lax.Precision.HIGHEST))
     assert forced.method == "onednn"
+    # bfloat16: oneDNN's direct kernels were as fast (lowering/winograd.py, AUTO_DTYPES)
     assert policy.plan(kernel, p, method="auto", backend="cpu",
                        dtype=np.dtype(jnp.bfloat16)).method == "onednn"
     # below its channels or positions, oneDNN's direct kernel; no custom call off CPU or when
@@ -170,8 +207,8 @@ def test_auto_takes_winograd_where_it_pays_and_never_with_highest(kernel):
     for where in ({"partitioned": True}, {"portable": True}):
         assert policy.plan(kernel, p, method="auto", backend="cpu", dtype=f32,
                            **where).method != "winograd"
-    assert policy.plan(kernel, p, method="winograd", backend="gpu", dtype=f32).method not in (
-        "winograd", "winograd_2x2", "winograd_4x4")
+    assert policy.plan(kernel, p, method="winograd", backend="gpu",
+                       dtype=f32).method not in NAMES
 
 
 def test_the_tile_keeps_the_measured_error_within_half_the_bound():
@@ -215,3 +252,39 @@ def test_check_grads_to_order_2():
     jaxconv.testing.check_grads(lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1,
                                                                lowering="winograd"),
                                 (x, w), order=2)
+
+
+@pytest.fixture
+def measuring(monkeypatch, tmp_path):
+    """Timing on (the suite runs with JAXCONV_MEASURE=0), a fresh verdict cache."""
+    from jaxconv._src.lowering import measured
+    monkeypatch.setattr(measured, "enabled", lambda: True)
+    monkeypatch.setattr(measured, "_VERDICTS", {})
+    monkeypatch.setattr(measured, "_cache_file", lambda: tmp_path / "measured.json")
+    measured._disk.cache_clear()
+    yield measured
+    measured._disk.cache_clear()
+
+
+@pytest.mark.parametrize("faster", ["winograd", "onednn"])
+def test_auto_times_winograd_against_onednn_on_this_machine(measuring, monkeypatch, faster):
+    timed = []
+
+    def fake(kernel, p, methods, *args):
+        timed.append(methods)
+        return {m: 1.0 if m == faster else 2.0 for m in methods}
+
+    monkeypatch.setattr(measuring, "_median_times", fake)
+    x, w = jnp.ones((2, 16, 16, 32)), jnp.ones((3, 3, 32, 32))
+    text = jax.jit(lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1)).lower(
+        x, w).as_text()
+    assert timed == [("winograd", "onednn")]
+    assert ("jaxconv_winograd_forward" in text) == (faster == "winograd")
+    # past the cap, Winograd without timing
+    monkeypatch.setattr(measuring, "WINOGRAD_MEASURE_MAX_MACS", 10)
+    monkeypatch.setattr(measuring, "_VERDICTS", {})
+    measuring._disk.cache_clear()
+    monkeypatch.setattr(measuring, "_cache_file", lambda: pytest.fail("no verdict to read"))
+    text = jax.jit(lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1) + 1).lower(
+        x, w).as_text()
+    assert "jaxconv_winograd_forward" in text and len(timed) == 1

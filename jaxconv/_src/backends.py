@@ -133,8 +133,9 @@ WINOGRAD_MIN_POSITIONS = 100
 
 
 def _winograd_pays(p: ConvProblem) -> bool:
-    """Whether Winograd pays for ``p`` where it applies (measured on Zen 4 with AVX-512 and
-    with the AVX2 kernels: docs/lowerings.md, "Winograd")."""
+    """Whether Winograd may pay for ``p`` where it applies: measured on Zen 4 with the AVX-512
+    kernels and with the AVX2 ones against oneDNN limited to AVX2 (docs/lowerings.md,
+    "Winograd"); the running machine then times it against oneDNN (``measured.py``)."""
     from jaxconv._src.lowering import winograd
     return (winograd.inapplicable(p) is None
             and min(p.in_channels, p.out_channels) >= WINOGRAD_MIN_CHANNELS

@@ -155,6 +155,11 @@ def measure_max_pool(shape: tuple[int, ...], reps: int) -> dict[str, Any] | None
             "median_ms": {k: statistics.median(v) * 1e3 for k, v in times.items()}}
 
 
+def ratio(median_ms: dict[str, float], a: str, b: str) -> float | None:
+    """a's time over b's, or None where either was not timed (``--contenders``)."""
+    return median_ms[a] / median_ms[b] if a in median_ms and b in median_ms else None
+
+
 def without_max_pool(median_ms: dict[str, float], pool: dict[str, Any] | None) -> float | None:
     """torch/jaxconv with each step's max pool's time (forward and backward) taken from it
     (the jaxconv contender's: ``jaxconv.max_pool``; in results before it had one, flax's)."""
@@ -216,10 +221,9 @@ def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
             "image": image, "batchnorm": batchnorm,
             "dtype": "bfloat16 (float32 parameters)" if bfloat16 else "float32", "median_ms": med,
             "samples_ms": {k: [t * 1e3 for t in v] for k, v in times.items()},
-            "torch_over_jaxconv": med["torch"] / med["jaxconv"] if "torch" in med else None,
-            "lax_over_jaxconv": med["lax"] / med["jaxconv"] if "lax" in med else None,
-            "torch_over_accelerate": (med["torch"] / med["accelerate"]
-                                      if "torch" in med and "accelerate" in med else None),
+            "torch_over_jaxconv": ratio(med, "torch", "jaxconv"),
+            "lax_over_jaxconv": ratio(med, "lax", "jaxconv"),
+            "torch_over_accelerate": ratio(med, "torch", "accelerate"),
             "max_pool": pool,
             "torch_over_jaxconv_without_max_pool": (without_max_pool(med, pool)
                                                     if "jaxconv" in med else None),
@@ -291,12 +295,10 @@ def steps(args: argparse.Namespace) -> list[dict[str, Any]]:
                         "max_pool": pool,
                         "torch_over_jaxconv_without_max_pool": (
                             without_max_pool(med, pool) if "jaxconv" in med else None),
-                        "torch_over_jaxconv": med["torch"] / med["jaxconv"] if "torch" in med else None,
+                        "torch_over_jaxconv": ratio(med, "torch", "jaxconv"),
                         "torch_over_jaxconv_runs": [r["torch_over_jaxconv"] for r in rows],
-                        "lax_over_jaxconv": med["lax"] / med["jaxconv"] if "lax" in med else None,
-                        "torch_over_accelerate": (med["torch"] / med["accelerate"]
-                                                  if "torch" in med and "accelerate" in med
-                                                  else None),
+                        "lax_over_jaxconv": ratio(med, "lax", "jaxconv"),
+                        "torch_over_accelerate": ratio(med, "torch", "accelerate"),
                         "torch_over_accelerate_runs": [r.get("torch_over_accelerate")
                                                        for r in rows],
                         "host_memory": [r["host_memory"] for r in runs],

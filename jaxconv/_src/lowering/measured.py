@@ -12,6 +12,12 @@ version (``~/.cache/jaxconv/measured-*.json``), so that a later process on the s
 compiles the same program without timing again. Larger problems keep the table's method: at
 their size the table's rules were measured on both Intel and AMD CPUs (docs/performance.md).
 
+Winograd (``"winograd"``, which the table picks for 3x3 stride-1 problems of at least 32
+channels and 100 output positions per image) is timed the same way against oneDNN's direct
+kernel (``"onednn"``), up to :data:`WINOGRAD_MEASURE_MAX_MACS`: whether its transforms cost
+less than the products they save depends on the channels, the batch and the machine's caches
+and memory (docs/lowerings.md, "Winograd").
+
 ``JAXCONV_MEASURE=0`` in the environment (read once per process) keeps the table's method
 everywhere (the test suite sets it: its thousands of tiny problems would each be timed).
 """
@@ -43,6 +49,10 @@ XLA_OWN = {Kernel.FORWARD: "conv", Kernel.DATA: "vjp", Kernel.WEIGHT: "vjp"}
 #: the largest problem (multiply-adds) whose choice is timed: about a millisecond on the CPUs of
 #: docs/performance.md, so that both programs are timed in a few milliseconds
 MEASURE_MAX_MACS = 2 ** 25
+
+#: the largest problem whose Winograd is timed against oneDNN (about 20 ms a run on the CPUs
+#: of docs/lowerings.md); larger ones keep Winograd, which won every such problem measured
+WINOGRAD_MEASURE_MAX_MACS = 2 ** 32
 
 #: each program runs at least this many times, and more until both have run this long (s)
 _MIN_ROUNDS, _MAX_ROUNDS, _MIN_SECONDS = 7, 41, 0.02
@@ -102,9 +112,13 @@ def pick(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Pre
          preferred_element_type: DType, *, run: Callable[..., Any], xla_applies: bool) -> str:
     """``method`` (the CPU table's) or XLA's own program for ``kernel`` (where ``xla_applies``),
     whichever ran faster on this machine (timed once per problem: the module docstring);
-    ``run`` is the registry's dispatch (``registry.run``), which compiles each."""
-    xla = XLA_OWN[kernel]
-    if (method == xla or not xla_applies or not enabled() or backends.macs(p) > MEASURE_MAX_MACS):
+    ``"winograd"`` or oneDNN's direct kernel likewise; ``run`` is the registry's dispatch
+    (``registry.run``), which compiles each."""
+    if method == "winograd":  # the table picks it only where oneDNN applies
+        xla, cap, applies = "onednn", WINOGRAD_MEASURE_MAX_MACS, True
+    else:
+        xla, cap, applies = XLA_OWN[kernel], MEASURE_MAX_MACS, xla_applies
+    if method == xla or not applies or not enabled() or backends.macs(p) > cap:
         return method
     key = _key(kernel, p, method, dtype, precision, preferred_element_type)
     with _LOCK:

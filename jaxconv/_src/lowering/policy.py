@@ -76,11 +76,14 @@ def choose(kernel: Kernel, p: ConvProblem, backend: str, *, onednn_ok: bool | No
 def one_device_method(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any,
                       precision: Precision = None, preferred_element_type: DType = None) -> str:
     """What ``lowering="auto"`` runs for ``kernel`` on one device of ``backend``: the table's
-    method, on the CPU checked against XLA's own program by timing where the problem is small."""
+    method, on the CPU checked against XLA's own program by timing where the problem is small
+    (Winograd against oneDNN's direct kernel: ``measured.py``)."""
     ok = backend == "cpu" and onednn.applies(kernel, p, dtype, preferred_element_type) is None
     method = choose(kernel, p, backend, onednn_ok=ok)
     if backend != "cpu":
         return method
+    if method == "winograd" and (not winograd.pays_for(dtype) or _highest(precision)):
+        method = "onednn"  # the dtypes and precisions "auto" leaves to the direct kernel
     xla = measured.XLA_OWN[kernel]
     return measured.pick(kernel, p, method, dtype, precision, preferred_element_type,
                          run=_run_forced, xla_applies=METHODS[xla].why_not(kernel, p) is None)
@@ -108,6 +111,7 @@ def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dt
     """
     ok = (backend == "cpu" and not portable
           and onednn.applies(kernel, p, dtype, preferred_element_type) is None)
+    chosen = method == "auto"
     if method == "auto":
         if backend is None:
             raise ValueError("lowering: method 'auto' needs a backend to choose for")
@@ -135,10 +139,11 @@ def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dt
         method = choose(kernel, p, backend, onednn_ok=False)
     elif method in WINOGRAD_METHODS and (
             winograd.dtype_why(dtype, preferred_element_type) or _highest(precision)
-            or METHODS[method].why_not(kernel, p)):
+            or METHODS[method].why_not(kernel, p) or (chosen and not winograd.pays_for(dtype))):
         # Winograd rounds more than direct arithmetic: Precision.HIGHEST, and operands it does
-        # not take, get the direct convolution (oneDNN's where it applies); so does a problem a
-        # batching rule made grouped (vmap over the filter)
+        # not take (float64, float16, two dtypes), get the direct convolution (oneDNN's where it
+        # applies); so does a problem a batching rule made grouped (vmap over the filter), and
+        # "auto" on operands it computes no faster than oneDNN (bfloat16)
         method = "onednn" if ok else default_leaf(kernel)
     elif method == "onednn" and onednn.applies(kernel, p, dtype, preferred_element_type):
         method = default_leaf(kernel)  # operands the handler does not take

@@ -1,4 +1,5 @@
-"""``"winograd"``: 2D 3x3 stride-1 convolutions by Winograd's minimal filtering (CPU, float32).
+"""``"winograd"``: 2D 3x3 stride-1 convolutions by Winograd's minimal filtering (CPU; float32
+and bfloat16 operands, float32 arithmetic).
 
 F(m x m, 3 x 3) computes a tile of m x m outputs from (m + 2) x (m + 2) inputs with
 (m + 2)^2 multiplications per channel pair instead of 9 m^2 (Lavin and Gray, 2016):
@@ -16,7 +17,7 @@ register-blocked products:
 The rounding error grows with the tile: the transforms' entries (up to 8 for m = 4) scale
 values before the float32 products sum them. docs/precision.md ("Winograd") holds the
 measured error of each tile size against float64 on the benchdnn 3x3 problems. The ops keep
-``Precision.HIGHEST`` and other dtypes than float32 on direct arithmetic (``policy.plan``);
+``Precision.HIGHEST`` and other dtypes on direct arithmetic (``policy.plan``);
 ``lowering="auto"`` takes ``"winograd"`` where it pays (``backends.py``), whose tile keeps the
 measured error within half of float32's bound in ``jaxconv.testing.TOLERANCE``.
 
@@ -71,12 +72,14 @@ def matrices(m: int) -> dict[str, np.ndarray]:
 WINOGRAD_4X4_MAX_CHANNELS = 128
 
 
-def tile(kernel: Kernel, p: ConvProblem) -> int:
+def tile(kernel: Kernel, p: ConvProblem, dtype: DType = np.float32) -> int:
     """The output tile side ``"winograd"`` takes for ``kernel`` of ``p``: 4 where the channels
     each output sums are at most :data:`WINOGRAD_4X4_MAX_CHANNELS` (always for the weight
-    gradient), else 2."""
+    gradient, and for bfloat16 operands, whose result's rounding is 200x the 4x4 tile's float32
+    error), else 2."""
     summed = {Kernel.FORWARD: p.in_channels, Kernel.DATA: p.out_channels}.get(kernel, 0)
-    return 4 if summed <= WINOGRAD_4X4_MAX_CHANNELS else 2
+    wide = np.dtype(dtype) == np.float32 and summed > WINOGRAD_4X4_MAX_CHANNELS
+    return 2 if wide else 4
 
 
 def inapplicable(p: ConvProblem) -> str | None:
@@ -97,13 +100,34 @@ def inapplicable(p: ConvProblem) -> str | None:
     return None
 
 
+#: the operand dtypes the handler takes: it computes in float32 and rounds a bfloat16 result once
+DTYPES = (np.dtype(np.float32), np.dtype(jnp.bfloat16))
+
+
 def dtype_why(dtype: DType | None, preferred_element_type: DType = None) -> str | None:
-    """Why the handler's Winograd does not take operands of ``dtype``, or None."""
-    if dtype is not None and np.dtype(dtype) != np.float32:
-        return f"computes float32, got {np.dtype(dtype)}"
-    if preferred_element_type is not None and np.dtype(preferred_element_type) != np.float32:
-        return f"computes float32, got preferred_element_type {np.dtype(preferred_element_type)}"
+    """Why the handler's Winograd does not take operands of ``dtype`` (None: operands of two
+    dtypes), or None."""
+    if dtype is None:
+        return "needs operands of one dtype"
+    if np.dtype(dtype) not in DTYPES:
+        return f"computes float32 and bfloat16, got {np.dtype(dtype)}"
+    if preferred_element_type is not None and np.dtype(preferred_element_type) != np.dtype(dtype):
+        return (f"returns its operands' dtype, got preferred_element_type "
+                f"{np.dtype(preferred_element_type)} for {np.dtype(dtype)} operands")
     return None
+
+
+#: the dtypes ``lowering="auto"`` takes Winograd for: float32. In bfloat16 oneDNN's direct
+#: kernels run at twice float32's rate on AVX-512 BF16 and were as fast or faster (N8,
+#: fwd / data / weight ms, oneDNN against Winograd: 56x56 64 -> 64 4.6 / 4.7 / 6.0 against
+#: 4.4 / 4.4 / 7.7; 14x14 256 -> 256 4.4 / 4.4 / 5.0 against 6.5 / 6.6 / 6.5; 2-core Zen 4);
+#: forced, Winograd takes bfloat16 operands and computes in float32 (docs/lowerings.md).
+AUTO_DTYPES = (np.dtype(np.float32),)
+
+
+def pays_for(dtype: DType | None) -> bool:
+    """Whether ``lowering="auto"`` takes Winograd for operands of ``dtype``."""
+    return dtype is not None and np.dtype(dtype) in AUTO_DTYPES
 
 
 def _to_nhwc(a: Array, p: ConvProblem) -> Array:
@@ -130,7 +154,7 @@ def _filter_view(p: ConvProblem, transposed: bool = False) -> np.ndarray:
 def _call(kernel: Kernel, a: Array, b: Array, out_shape: tuple[int, ...], p: ConvProblem,
           m: int, pads: tuple[int, int], view: np.ndarray) -> Array:
     call = jax.ffi.ffi_call(library.WINOGRAD_TARGETS[kernel.value],
-                            jax.ShapeDtypeStruct(out_shape, jnp.float32))  # type: ignore[no-untyped-call]
+                            jax.ShapeDtypeStruct(out_shape, a.dtype))  # type: ignore[no-untyped-call]
     return call(a, b, op=p.op, m=np.int64(m), pad_top=np.int64(pads[0]),
                 pad_left=np.int64(pads[1]), filter=view)
 
@@ -138,7 +162,7 @@ def _call(kernel: Kernel, a: Array, b: Array, out_shape: tuple[int, ...], p: Con
 def _kernel(kernel: Kernel, tile_side: int | None) -> object:
     def compute(a: Array, b: Array, p: ConvProblem, precision: Precision,
                 preferred_element_type: DType) -> Array:
-        m = tile(kernel, p) if tile_side is None else tile_side
+        m = tile(kernel, p, a.dtype) if tile_side is None else tile_side
         pt, pl = p.pads_begin  # the end pads follow from the sizes (stride 1)
         n = p.batch
         if kernel is Kernel.FORWARD:  # a = x, b = W
@@ -160,8 +184,9 @@ def _method(name: str, m: int | None, summary: str) -> Method:
 
 
 WINOGRAD = _method("winograd", None, "Winograd's F(4x4, 3x3), or F(2x2, 3x3) where more than "
-                                     "128 channels are summed, for 2D 3x3 stride-1 float32 "
-                                     "problems, through the ``onednn`` extra's handler (CPU)")
+                                     "128 float32 channels are summed, for 2D 3x3 stride-1 "
+                                     "problems, in float32 arithmetic, through the ``onednn`` "
+                                     "extra's handler (CPU)")
 WINOGRAD_2X2 = _method("winograd_2x2", 2, "Winograd's F(2x2, 3x3), fewer roundings than the "
                                           "4x4 tile (CPU)")
 WINOGRAD_4X4 = _method("winograd_4x4", 4, "Winograd's F(4x4, 3x3) (CPU)")

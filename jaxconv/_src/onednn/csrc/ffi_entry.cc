@@ -131,12 +131,17 @@ JAXCONV_ONEDNN_HANDLER(Weight, Kernel::kWeight)
 
 
 // Winograd's F(m x m, 3 x 3) (winograd.h): the forward, y from x and the filter, and the
-// weight gradient, dW from x and dy; float32, x and y NHWC, the filter through its view.
-ffi::Error RunWinograd(bool weight, std::string_view op, ffi::Buffer<ffi::F32> a,
-                       ffi::Buffer<ffi::F32> b, ffi::Result<ffi::Buffer<ffi::F32>> out,
-                       int64_t m, int64_t pad_top, int64_t pad_left,
-                       ffi::Span<const int64_t> filter) {
+// weight gradient, dW from x and dy; float32 or bfloat16, x and y NHWC, the filter through
+// its view.
+ffi::Error RunWinograd(bool weight, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                       ffi::Result<ffi::AnyBuffer> out, int64_t m, int64_t pad_top,
+                       int64_t pad_left, ffi::Span<const int64_t> filter) {
   const std::string prefix = std::string(op) + ": winograd lowering: ";
+  const ffi::DataType t = a.element_type();
+  if ((t != ffi::DataType::F32 && t != ffi::DataType::BF16) || b.element_type() != t ||
+      out->element_type() != t)
+    return ffi::Error::InvalidArgument(prefix + "operands and result must share one dtype "
+                                       "of f32, bf16");
   const auto x = a.dimensions();
   const auto y = weight ? b.dimensions() : out->dimensions();  // N x OH x OW x K
   if (x.size() != 4 || y.size() != 4 || filter.size() != 5)
@@ -146,14 +151,15 @@ ffi::Error RunWinograd(bool weight, std::string_view op, ffi::Buffer<ffi::F32> a
   s.oh = y[1]; s.ow = y[2]; s.k = y[3];
   s.m = static_cast<int>(m);
   s.pad_top = pad_top; s.pad_left = pad_left;
+  s.bf16 = t == ffi::DataType::BF16;
   s.filter = {filter[0], filter[1], filter[2], filter[3], filter[4]};
   s.filter_elements = static_cast<int64_t>(weight ? out->element_count() : b.element_count());
   const std::string bad = y[0] == s.n ? s.Invalid() : "x and y differ in their batch";
   if (!bad.empty()) return ffi::Error::InvalidArgument(prefix + bad);
   try {
     std::lock_guard<std::mutex> one_at_a_time(RunMutex());
-    if (weight) WinogradWeight(s, a.typed_data(), b.typed_data(), out->typed_data());
-    else WinogradForward(s, a.typed_data(), b.typed_data(), out->typed_data());
+    if (weight) WinogradWeight(s, a.untyped_data(), b.untyped_data(), out->untyped_data());
+    else WinogradForward(s, a.untyped_data(), b.untyped_data(), out->untyped_data());
   } catch (const std::bad_alloc&) {
     return ffi::Error(ffi::ErrorCode::kResourceExhausted, prefix + "out of memory");
   } catch (const std::exception& ex) {
@@ -162,15 +168,15 @@ ffi::Error RunWinograd(bool weight, std::string_view op, ffi::Buffer<ffi::F32> a
   return ffi::Error::Success();
 }
 
-ffi::Error WinogradForwardImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> g,
-                               ffi::Result<ffi::Buffer<ffi::F32>> y, std::string_view op,
+ffi::Error WinogradForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer g,
+                               ffi::Result<ffi::AnyBuffer> y, std::string_view op,
                                int64_t m, int64_t pad_top, int64_t pad_left,
                                ffi::Span<const int64_t> filter) {
   return RunWinograd(false, op, x, g, y, m, pad_top, pad_left, filter);
 }
 
-ffi::Error WinogradWeightImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> dy,
-                              ffi::Result<ffi::Buffer<ffi::F32>> dw, std::string_view op,
+ffi::Error WinogradWeightImpl(ffi::AnyBuffer x, ffi::AnyBuffer dy,
+                              ffi::Result<ffi::AnyBuffer> dw, std::string_view op,
                               int64_t m, int64_t pad_top, int64_t pad_left,
                               ffi::Span<const int64_t> filter) {
   return RunWinograd(true, op, x, dy, dw, m, pad_top, pad_left, filter);
@@ -203,9 +209,9 @@ JAXCONV_ONEDNN_BIND(jaxconv_onednn_weight, Weight)
 #define JAXCONV_WINOGRAD_BIND(SYMBOL, NAME)                                            \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(SYMBOL, jaxconv_onednn::NAME##Impl,                     \
                                 ffi::Ffi::Bind()                                        \
-                                    .Arg<ffi::Buffer<ffi::F32>>()                       \
-                                    .Arg<ffi::Buffer<ffi::F32>>()                       \
-                                    .Ret<ffi::Buffer<ffi::F32>>()                       \
+                                    .Arg<ffi::AnyBuffer>()                       \
+                                    .Arg<ffi::AnyBuffer>()                       \
+                                    .Ret<ffi::AnyBuffer>()                       \
                                     .Attr<std::string_view>("op")                       \
                                     .Attr<int64_t>("m")                                 \
                                     .Attr<int64_t>("pad_top")                           \

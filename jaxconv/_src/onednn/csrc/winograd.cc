@@ -40,6 +40,52 @@ constexpr int64_t kBlock = 64;  // channels per transform row (a block stays in 
 
 #define JAXCONV_ROWS _Pragma("GCC ivdep") for (int64_t i = 0; i < n; ++i)
 
+// Elements of the caller's buffers (float32, or bfloat16: the passes compute in float32).
+inline float FromBf16(uint16_t v) {
+  const uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Rounded to the nearest bfloat16, ties to even; a NaN stays a (quiet) NaN.
+inline uint16_t ToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// n elements of buffer `src` from element `at` into floats.
+inline __attribute__((always_inline)) void LoadRow(const void* src, int64_t at, float* dst,
+                                                   int64_t n, bool bf16) {
+  if (!bf16) {
+    std::memcpy(dst, static_cast<const float*>(src) + at, n * sizeof(float));
+    return;
+  }
+  const uint16_t* in = static_cast<const uint16_t*>(src) + at;
+  JAXCONV_ROWS dst[i] = FromBf16(in[i]);
+}
+
+inline __attribute__((always_inline)) void StoreRow(const float* src, void* dst, int64_t at,
+                                                    int64_t n, bool bf16) {
+  if (!bf16) {
+    std::memcpy(static_cast<float*>(dst) + at, src, n * sizeof(float));
+    return;
+  }
+  uint16_t* out = static_cast<uint16_t*>(dst) + at;
+  JAXCONV_ROWS out[i] = ToBf16(src[i]);
+}
+
+inline float Get(const void* src, int64_t at, bool bf16) {
+  return bf16 ? FromBf16(static_cast<const uint16_t*>(src)[at]) : static_cast<const float*>(src)[at];
+}
+
+inline void Put(void* dst, int64_t at, float v, bool bf16) {
+  if (bf16) static_cast<uint16_t*>(dst)[at] = ToBf16(v);
+  else static_cast<float*>(dst)[at] = v;
+}
+
 template <int M>
 struct Tile;
 
@@ -180,7 +226,7 @@ struct Rows {
 // V rows of tiles [p0, p1): (B^T d B)[xi], d the tile's alpha x alpha inputs of x (zeros
 // outside it).
 template <int M>
-inline __attribute__((always_inline)) void InputTiles(const WinogradShape& s, const float* x,
+inline __attribute__((always_inline)) void InputTiles(const WinogradShape& s, const void* x,
                                                       const Rows& v, int64_t p0, int64_t p1) {
   constexpr int A = Tile<M>::kAlpha;
   alignas(64) float d[A * A * kBlock], t[A * A * kBlock];
@@ -196,7 +242,7 @@ inline __attribute__((always_inline)) void InputTiles(const WinogradShape& s, co
           const int64_t ww = at.ox - s.pad_left + j;
           float* dst = d + (i * A + j) * kBlock;
           if (hh >= 0 && hh < s.h && ww >= 0 && ww < s.w)
-            std::memcpy(dst, x + ((at.n * s.h + hh) * s.w + ww) * s.c + c0, nc * sizeof(float));
+            LoadRow(x, ((at.n * s.h + hh) * s.w + ww) * s.c + c0, dst, nc, s.bf16);
           else
             std::memset(dst, 0, nc * sizeof(float));
         }
@@ -219,7 +265,7 @@ inline __attribute__((always_inline)) void InputTiles(const WinogradShape& s, co
 // into y's rows of ldy.
 template <int M>
 inline __attribute__((always_inline)) void OutputTiles(const WinogradShape& s, const Rows& mm,
-                                                       float* y, int64_t ldy, int64_t p0,
+                                                       void* y, int64_t ldy, int64_t p0,
                                                        int64_t p1) {
   constexpr int A = Tile<M>::kAlpha;
   alignas(64) float t[M * A * kBlock], o[M * M * kBlock];
@@ -237,12 +283,17 @@ inline __attribute__((always_inline)) void OutputTiles(const WinogradShape& s, c
       for (int i = 0; i < M; ++i) {  // along each row
         const int64_t yy = at.oy + i;
         for (int nu = 0; nu < A; ++nu) rows[nu] = t + (i * A + nu) * kBlock;
+        // float32 straight into y (where inside it), bfloat16 through o, rounded
         for (int j = 0; j < M; ++j) {
           const int64_t xx = at.ox + j;
-          outs[j] = yy < s.oh && xx < s.ow ? y + ((at.n * s.oh + yy) * s.ow + xx) * ldy + k0
-                                           : o + (i * M + j) * kBlock;
+          outs[j] = yy < s.oh && xx < s.ow && !s.bf16
+                        ? static_cast<float*>(y) + ((at.n * s.oh + yy) * s.ow + xx) * ldy + k0
+                        : o + (i * M + j) * kBlock;
         }
         Tile<M>::Output(rows, outs, nk);
+        if (s.bf16)
+          for (int j = 0; j < M && yy < s.oh && at.ox + j < s.ow; ++j)
+            StoreRow(outs[j], y, ((at.n * s.oh + yy) * s.ow + at.ox + j) * ldy + k0, nk, true);
       }
     }
   }
@@ -251,7 +302,7 @@ inline __attribute__((always_inline)) void OutputTiles(const WinogradShape& s, c
 // dM rows of tiles [p0, p1): (A e A^T)[xi], e the tile's m x m values of dy (zeros outside
 // it and in the padded columns K..ld).
 template <int M>
-inline __attribute__((always_inline)) void GradTiles(const WinogradShape& s, const float* dy,
+inline __attribute__((always_inline)) void GradTiles(const WinogradShape& s, const void* dy,
                                                      const Rows& dm, int64_t p0, int64_t p1) {
   constexpr int A = Tile<M>::kAlpha;
   alignas(64) float e[M * M * kBlock], t[A * M * kBlock];
@@ -267,7 +318,7 @@ inline __attribute__((always_inline)) void GradTiles(const WinogradShape& s, con
           float* dst = e + (i * M + j) * kBlock;
           const bool inside = yy < s.oh && xx < s.ow;
           if (inside)
-            std::memcpy(dst, dy + ((at.n * s.oh + yy) * s.ow + xx) * s.k + k0, valid * sizeof(float));
+            LoadRow(dy, ((at.n * s.oh + yy) * s.ow + xx) * s.k + k0, dst, valid, s.bf16);
           std::memset(dst + (inside ? valid : 0), 0, (nk - (inside ? valid : 0)) * sizeof(float));
         }
       for (int j = 0; j < M; ++j) {  // down each column: t[xi][j] = (A e)[xi][j]
@@ -286,7 +337,7 @@ inline __attribute__((always_inline)) void GradTiles(const WinogradShape& s, con
 
 // U rows of input channels [c0, c1): (G g G^T)[xi] for each, zeros in the padded columns.
 template <int M>
-inline __attribute__((always_inline)) void FilterRows(const WinogradShape& s, const float* g,
+inline __attribute__((always_inline)) void FilterRows(const WinogradShape& s, const void* g,
                                                       float* u, int64_t c0, int64_t c1) {
   constexpr int A = Tile<M>::kAlpha;
   const int64_t kp = s.k_padded();
@@ -298,10 +349,10 @@ inline __attribute__((always_inline)) void FilterRows(const WinogradShape& s, co
     for (int64_t k0 = 0; k0 < kp; k0 += kBlock) {
       const int64_t nk = std::min(kBlock, kp - k0), valid = std::clamp(s.k - k0, int64_t{0}, nk);
       for (int ij = 0; ij < 9; ++ij) {
-        const float* src = g + f.offset + ij / 3 * f.row + ij % 3 * f.col + c * f.in + k0 * f.out;
+        const int64_t src = f.offset + ij / 3 * f.row + ij % 3 * f.col + c * f.in + k0 * f.out;
         float* dst = d + ij * kBlock;
-        if (f.out == 1) std::memcpy(dst, src, valid * sizeof(float));
-        else for (int64_t q = 0; q < valid; ++q) dst[q] = src[q * f.out];
+        if (f.out == 1) LoadRow(g, src, dst, valid, s.bf16);
+        else for (int64_t q = 0; q < valid; ++q) dst[q] = Get(g, src + q * f.out, s.bf16);
         std::memset(dst + valid, 0, (nk - valid) * sizeof(float));
       }
       for (int j = 0; j < 3; ++j) {  // t[xi][j] = (G g)[xi][j]
@@ -320,7 +371,7 @@ inline __attribute__((always_inline)) void FilterRows(const WinogradShape& s, co
 // dW of input channels [c0, c1) from dU: G^T dU G, written through the filter's view.
 template <int M>
 inline __attribute__((always_inline)) void FilterGradRows(const WinogradShape& s,
-                                                          const float* du, float* g,
+                                                          const float* du, void* g,
                                                           int64_t c0, int64_t c1) {
   constexpr int A = Tile<M>::kAlpha;
   const int64_t kp = s.k_padded();
@@ -342,9 +393,9 @@ inline __attribute__((always_inline)) void FilterGradRows(const WinogradShape& s
         Tile<M>::FilterGrad(rows, outs, nk);
       }
       for (int ij = 0; ij < 9; ++ij) {
-        float* dst = g + f.offset + ij / 3 * f.row + ij % 3 * f.col + c * f.in + k0 * f.out;
-        if (f.out == 1) std::memcpy(dst, o + ij * kBlock, nk * sizeof(float));
-        else for (int64_t q = 0; q < nk; ++q) dst[q * f.out] = o[ij * kBlock + q];
+        const int64_t dst = f.offset + ij / 3 * f.row + ij % 3 * f.col + c * f.in + k0 * f.out;
+        if (f.out == 1) StoreRow(o + ij * kBlock, g, dst, nk, s.bf16);
+        else for (int64_t q = 0; q < nk; ++q) Put(g, dst + q * f.out, o[ij * kBlock + q], s.bf16);
       }
     }
 }
@@ -460,21 +511,21 @@ enum class Isa { kAvx512, kAvx2, kPlain };
 #define JAXCONV_WINOGRAD_ISA(SUFFIX, BLOCK, ROWS, TARGET)                                  \
   JAXCONV_WINOGRAD_PRODUCT(Product##SUFFIX, BLOCK, ROWS, TARGET)                          \
   template <int M>                                                                        \
-  TARGET void Input##SUFFIX(const WinogradShape& s, const float* x, const Rows& v,       \
+  TARGET void Input##SUFFIX(const WinogradShape& s, const void* x, const Rows& v,        \
                             int64_t p0, int64_t p1) { InputTiles<M>(s, x, v, p0, p1); }   \
   template <int M>                                                                        \
-  TARGET void Output##SUFFIX(const WinogradShape& s, const Rows& mm, float* y, int64_t ldy, \
+  TARGET void Output##SUFFIX(const WinogradShape& s, const Rows& mm, void* y, int64_t ldy, \
                              int64_t p0, int64_t p1) {                                    \
     OutputTiles<M>(s, mm, y, ldy, p0, p1);                                                \
   }                                                                                       \
   template <int M>                                                                        \
-  TARGET void Grad##SUFFIX(const WinogradShape& s, const float* dy, const Rows& dm,      \
+  TARGET void Grad##SUFFIX(const WinogradShape& s, const void* dy, const Rows& dm,       \
                            int64_t p0, int64_t p1) { GradTiles<M>(s, dy, dm, p0, p1); }   \
   template <int M>                                                                        \
-  TARGET void Filter##SUFFIX(const WinogradShape& s, const float* g, float* u, int64_t c0, \
+  TARGET void Filter##SUFFIX(const WinogradShape& s, const void* g, float* u, int64_t c0, \
                              int64_t c1) { FilterRows<M>(s, g, u, c0, c1); }              \
   template <int M>                                                                        \
-  TARGET void FilterGrad##SUFFIX(const WinogradShape& s, const float* du, float* g,      \
+  TARGET void FilterGrad##SUFFIX(const WinogradShape& s, const float* du, void* g,       \
                                  int64_t c0, int64_t c1) {                                \
     FilterGradRows<M>(s, du, g, c0, c1);                                                  \
   }
@@ -566,7 +617,7 @@ Work& Shared(int which) {
 }
 
 // U = G g G^T (alpha^2 x C x K padded), on the team.
-float* TransformFilter(const WinogradShape& s, const float* g) {
+float* TransformFilter(const WinogradShape& s, const void* g) {
   const int64_t a2 = s.alpha() * s.alpha();
   float* u = Shared(2).Get(a2 * s.c * s.k_padded());
   OnTeam(s.c, [&](int64_t c0, int64_t c1) {
@@ -584,7 +635,7 @@ std::atomic<size_t> chunk_bytes{kWinogradChunkBytes};
 // The forward in three passes over chunks of tiles (V and M of a chunk within
 // kWinogradChunkBytes): V, the products per position and column block (the threads share
 // them), then y.
-void ForwardStaged(const WinogradShape& s, const float* x, const float* u, float* y) {
+void ForwardStaged(const WinogradShape& s, const void* x, const float* u, void* y) {
   const int a2 = s.alpha() * s.alpha();
   const int64_t kp = s.k_padded(), P = s.tiles(), cols = kp / 32;
   const int64_t chunk = std::clamp<int64_t>(
@@ -613,7 +664,7 @@ void ForwardStaged(const WinogradShape& s, const float* x, const float* u, float
 
 // The forward fused per block of tiles: each thread transforms a block into V, multiplies it
 // by all of U, and transforms M into y while the block is in its cache.
-void ForwardFused(const WinogradShape& s, const float* x, const float* u, float* y) {
+void ForwardFused(const WinogradShape& s, const void* x, const float* u, void* y) {
   const int a2 = s.alpha() * s.alpha();
   const int64_t kp = s.k_padded(), rows = RowsPerBlock(), P = s.tiles();
   const int64_t fit = kWinogradBlockBytes / (a2 * (s.c + kp) * sizeof(float));
@@ -644,7 +695,7 @@ void SetWinogradChunkBytes(size_t bytes) {
   chunk_bytes = bytes == 0 ? kWinogradChunkBytes : bytes;
 }
 
-void WinogradForward(const WinogradShape& s, const float* x, const float* g, float* y) {
+void WinogradForward(const WinogradShape& s, const void* x, const void* g, void* y) {
   const float* u = TransformFilter(s, g);
   const size_t u_bytes = s.alpha() * s.alpha() * s.c * s.k_padded() * sizeof(float);
   if (u_bytes <= kWinogradFusedMaxFilterBytes) ForwardFused(s, x, u, y);
@@ -652,7 +703,7 @@ void WinogradForward(const WinogradShape& s, const float* x, const float* g, flo
   for (int i = 0; i < 3; ++i) Shared(i).Trim();
 }
 
-void WinogradWeight(const WinogradShape& s, const float* x, const float* dy, float* dw) {
+void WinogradWeight(const WinogradShape& s, const void* x, const void* dy, void* dw) {
   const int a2 = s.alpha() * s.alpha();
   const int64_t kp = s.k_padded(), P = s.tiles(), rows = RowsPerBlock();
   const int64_t chunk = std::clamp<int64_t>(

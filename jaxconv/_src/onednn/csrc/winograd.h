@@ -1,4 +1,4 @@
-// Winograd's minimal filtering for 2D 3x3 stride-1 convolutions in float32: F(m x m, 3 x 3)
+// Winograd's minimal filtering for 2D 3x3 stride-1 convolutions: F(m x m, 3 x 3)
 // with output tiles of m = 2 or 4 (alpha = m + 2 inputs per tile side), the "winograd"
 // lowering (lowering/winograd.py; docs/lowerings.md, "Winograd").
 //
@@ -16,6 +16,8 @@
 // Rules:
 // - x and dy are N x H x W x C buffers (NHWC; the caller moves other layouts); the filter is
 //   read and dW written in the caller's layout, through FilterView's strides;
+// - the operands are float32 or bfloat16; every transform and product computes in float32,
+//   and a bfloat16 result is rounded once, to nearest even;
 // - the forward is fused per block of tiles: each thread transforms a block of tiles into
 //   V, multiplies, and transforms M into y while the block is in its cache (kWinogradBlockBytes);
 //   where U is larger than kWinogradFusedMaxFilterBytes (each block would read all of it),
@@ -50,6 +52,7 @@ struct WinogradShape {
   int64_t oh = 0, ow = 0;              // y: N x OH x OW x K
   int64_t pad_top = 0, pad_left = 0;   // x's padding before its first row and column
   int m = 4;                           // output tile side: 2 or 4
+  bool bf16 = false;                   // x, y, dy and the filter in bfloat16 (else float32)
   FilterView filter;
   int64_t filter_elements = 0;  // the filter buffer's size
 
@@ -68,8 +71,8 @@ int WinogradIsa();
 void SetWinogradChunkBytes(size_t bytes);
 
 // y (N x OH x OW x K) from x and the filter g.
-void WinogradForward(const WinogradShape& s, const float* x, const float* g, float* y);
+void WinogradForward(const WinogradShape& s, const void* x, const void* g, void* y);
 // dW (the filter's layout) from x and dy (N x OH x OW x K).
-void WinogradWeight(const WinogradShape& s, const float* x, const float* dy, float* dw);
+void WinogradWeight(const WinogradShape& s, const void* x, const void* dy, void* dw);
 
 }  // namespace jaxconv_onednn
