@@ -72,7 +72,7 @@ def matrices(m: int) -> dict[str, np.ndarray]:
 WINOGRAD_4X4_MAX_CHANNELS = 128
 
 
-def tile(kernel: Kernel, p: ConvProblem, dtype: DType = np.float32) -> int:
+def tile(kernel: Kernel, p: ConvProblem, dtype: DType = np.dtype(np.float32)) -> int:
     """The output tile side ``"winograd"`` takes for ``kernel`` of ``p``: 4 where the channels
     each output sums are at most :data:`WINOGRAD_4X4_MAX_CHANNELS` (always for the weight
     gradient, and for bfloat16 operands, whose result's rounding is 200x the 4x4 tile's float32
