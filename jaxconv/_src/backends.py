@@ -12,7 +12,8 @@ The rules are tables over the resolved problem, one per backend:
 
 * ``"cpu"``: ``"winograd"`` (Winograd's minimal filtering through the same handler) for 2D
   3x3 stride-1 float32 problems of at least :data:`WINOGRAD_MIN_CHANNELS` channels and
-  :data:`WINOGRAD_MIN_POSITIONS` output positions per image; ``"onednn"`` (oneDNN's own
+  :data:`WINOGRAD_MIN_POSITIONS` output positions per image (then timed against oneDNN on the
+  running machine); ``"onednn"`` (oneDNN's own
   primitive, with the ``onednn`` extra built) for every other problem it takes except the
   smallest (below :data:`ONEDNN_MIN_MACS`, or :data:`ONEDNN_OVER_XLA_CONV_MIN_MACS` where the
   rest would be XLA's convolution); the rest, and every problem without the extra, by the
@@ -126,20 +127,21 @@ WHOLE_WINDOW_DOT_MIN_MACS = 1e5
 
 #: Winograd (``lowering/winograd.py``) for a 2D 3x3 stride-1 problem it takes from this many
 #: input and output channels (with 16, the padded products lose to oneDNN's direct kernel)
-#: and this many output positions per image (at 7x7 and 5x5 the filter's transform costs more
-#: than the products save); docs/lowerings.md, "Thresholds"
+#: and this many output positions per image, per kernel (a forward or data gradient at 7x7
+#: transforms a 512 x 512 filter for few tiles and lost; the weight gradient, which transforms
+#: only its result, won at 7x7 and lost at 5x5); docs/lowerings.md, "Thresholds"
 WINOGRAD_MIN_CHANNELS = 32
-WINOGRAD_MIN_POSITIONS = 100
+WINOGRAD_MIN_POSITIONS = {Kernel.FORWARD: 100, Kernel.DATA: 100, Kernel.WEIGHT: 49}
 
 
-def _winograd_pays(p: ConvProblem) -> bool:
+def _winograd_pays(p: ConvProblem, kernel: Kernel) -> bool:
     """Whether Winograd may pay for ``p`` where it applies: measured on Zen 4 with the AVX-512
     kernels and with the AVX2 ones against oneDNN limited to AVX2 (docs/lowerings.md,
     "Winograd"); the running machine then times it against oneDNN (``measured.py``)."""
     from jaxconv._src.lowering import winograd
     return (winograd.inapplicable(p) is None
             and min(p.in_channels, p.out_channels) >= WINOGRAD_MIN_CHANNELS
-            and math.prod(p.output_size) >= WINOGRAD_MIN_POSITIONS)
+            and math.prod(p.output_size) >= WINOGRAD_MIN_POSITIONS[kernel])
 
 
 def macs(p: ConvProblem) -> int:
@@ -187,7 +189,7 @@ def forward_method(p: ConvProblem, backend: str, onednn: bool | None = None) -> 
     if backend == "cpu":
         xla = _forward_cpu(p)
         ok = _onednn_ok(Kernel.FORWARD, p, onednn)
-        if ok and _winograd_pays(p):
+        if ok and _winograd_pays(p, Kernel.FORWARD):
             return "winograd"
         return "onednn" if ok and _onednn_pays(p, Kernel.FORWARD, xla) else xla
     return "conv"
@@ -198,7 +200,7 @@ def weight_grad_method(p: ConvProblem, backend: str, onednn: bool | None = None)
     _check_backend(backend)
     if backend == "cpu":
         ok = _onednn_ok(Kernel.WEIGHT, p, onednn)
-        if ok and _winograd_pays(p):
+        if ok and _winograd_pays(p, Kernel.WEIGHT):
             return "winograd"
         return "onednn" if ok and _onednn_pays(p) else _weight_grad_cpu(p)
     if backend == "gpu":
@@ -212,7 +214,7 @@ def data_grad_method(p: ConvProblem, backend: str, onednn: bool | None = None) -
     if backend == "cpu":
         xla = _data_grad_cpu(p)
         ok = _onednn_ok(Kernel.DATA, p, onednn)
-        if ok and _winograd_pays(p):
+        if ok and _winograd_pays(p, Kernel.DATA):
             return "winograd"
         return "onednn" if ok and _onednn_pays(p, Kernel.DATA, xla) else xla
     if backend == "gpu":

@@ -703,14 +703,17 @@ void WinogradForward(const WinogradShape& s, const void* x, const void* g, void*
   for (int i = 0; i < 3; ++i) Shared(i).Trim();
 }
 
-void WinogradWeight(const WinogradShape& s, const void* x, const void* dy, void* dw) {
+namespace {
+
+// dU of the weight gradient over chunks of tiles: transform a chunk (V and dM), then the
+// products per position and row block of C, the chunk's sum over tiles in registers.
+void WeightStaged(const WinogradShape& s, const void* x, const void* dy, float* du) {
   const int a2 = s.alpha() * s.alpha();
   const int64_t kp = s.k_padded(), P = s.tiles(), rows = RowsPerBlock();
   const int64_t chunk = std::clamp<int64_t>(
       chunk_bytes.load() / (a2 * (s.c + kp) * sizeof(float)), 1, P);
   float* v = Shared(0).Get(a2 * chunk * s.c);
   float* dm = Shared(1).Get(a2 * chunk * kp);
-  float* du = Shared(2).Get(a2 * s.c * kp);
   const int64_t blocks = (s.c + rows - 1) / rows;
   for (int64_t first = 0; first < P; first += chunk) {
     const int64_t end = std::min(P, first + chunk);
@@ -719,8 +722,6 @@ void WinogradWeight(const WinogradShape& s, const void* x, const void* dy, void*
       JAXCONV_WINOGRAD_BY_TILE(Input, s.m, s, x, vc, first + p0, first + p1);
       JAXCONV_WINOGRAD_BY_TILE(Grad, s.m, s, dy, dc, first + p0, first + p1);
     });
-    // dU[xi] (+)= V[xi]^T dM[xi]: row blocks of C per position, the chunk's sum over tiles in
-    // registers
     OnTeam(a2 * blocks, [&](int64_t w0, int64_t w1) {
       for (int64_t w = w0; w < w1; ++w) {
         const int xi = static_cast<int>(w / blocks);
@@ -730,6 +731,56 @@ void WinogradWeight(const WinogradShape& s, const void* x, const void* dy, void*
       }
     });
   }
+}
+
+// dU of the weight gradient fused per block of tiles: each thread transforms a block (V and
+// dM within kWinogradBlockBytes) and adds its products into its own dU, kept in its cache;
+// the threads' dU are then summed.
+void WeightFused(const WinogradShape& s, const void* x, const void* dy, float* du) {
+  const int a2 = s.alpha() * s.alpha();
+  const int64_t kp = s.k_padded(), P = s.tiles(), size = a2 * s.c * kp;
+  const int64_t block = std::clamp<int64_t>(
+      kWinogradBlockBytes / (a2 * (s.c + kp) * sizeof(float)), 1, P);
+  const int64_t threads = Omp().teams() ? std::max(1, Omp().get_max_threads()) : 1;
+  float* partial = Shared(0).Get(threads * size);
+  OnTeam(threads, [&](int64_t t0, int64_t t1) {  // one share of the blocks per thread
+    const int64_t blocks = (P + block - 1) / block;
+    for (int64_t t = t0; t < t1; ++t) {
+      float* mine = partial + t * size;
+      std::memset(mine, 0, size * sizeof(float));
+      thread_local Work v_work, m_work;
+      float* v = v_work.Get(a2 * block * s.c);
+      float* dm = m_work.Get(a2 * block * kp);
+      for (int64_t b = blocks * t / threads; b < blocks * (t + 1) / threads; ++b) {
+        const int64_t p = b * block, end = std::min(P, p + block);
+        const Rows vr{v, block, p, s.c}, dr{dm, block, p, kp};
+        JAXCONV_WINOGRAD_BY_TILE(Input, s.m, s, x, vr, p, end);
+        JAXCONV_WINOGRAD_BY_TILE(Grad, s.m, s, dy, dr, p, end);
+        for (int xi = 0; xi < a2; ++xi)
+          Product({vr.at(xi, p), 1, s.c, dr.at(xi, p), kp, mine + xi * s.c * kp, kp}, s.c,
+                  end - p, kp, true);
+      }
+      v_work.Trim();
+      m_work.Trim();
+    }
+  });
+  OnTeam(size / 16 + 1, [&](int64_t e0, int64_t e1) {
+    const int64_t lo = std::min(size, e0 * 16), hi = std::min(size, e1 * 16);
+    for (int64_t e = lo; e < hi; ++e) {
+      float sum = partial[e];
+      for (int64_t t = 1; t < threads; ++t) sum += partial[t * size + e];
+      du[e] = sum;
+    }
+  });
+}
+
+}  // namespace
+
+void WinogradWeight(const WinogradShape& s, const void* x, const void* dy, void* dw) {
+  const size_t du_bytes = s.alpha() * s.alpha() * s.c * s.k_padded() * sizeof(float);
+  float* du = Shared(2).Get(du_bytes / sizeof(float));
+  if (du_bytes <= kWinogradFusedMaxWeightBytes) WeightFused(s, x, dy, du);
+  else WeightStaged(s, x, dy, du);
   OnTeam(s.c, [&](int64_t c0, int64_t c1) {
     JAXCONV_WINOGRAD_BY_TILE(FilterGrad, s.m, s, du, dw, c0, c1);
   });

@@ -20,11 +20,13 @@
 //   and a bfloat16 result is rounded once, to nearest even;
 // - the forward is fused per block of tiles: each thread transforms a block of tiles into
 //   V, multiplies, and transforms M into y while the block is in its cache (kWinogradBlockBytes);
-//   where U is larger than kWinogradFusedMaxFilterBytes (each block would read all of it),
-//   and for the weight gradient, the passes run over chunks of tiles instead: transform a
-//   chunk (V, M or dM within kWinogradChunkBytes), then the products, the threads sharing
-//   positions and column blocks (the weight gradient's sum over tiles in registers); working
-//   memory is kept between calls up to kWinogradKeepBytes;
+//   the weight gradient likewise, each thread adding its blocks' products into a dU of its
+//   own (summed at the end) where dU takes at most kWinogradFusedMaxWeightBytes;
+//   where U is larger than kWinogradFusedMaxFilterBytes (each block would read all of it), or
+//   dU larger than kWinogradFusedMaxWeightBytes, the passes run over chunks of tiles instead:
+//   transform a chunk (V, M or dM within kWinogradChunkBytes), then the products, the threads
+//   sharing positions and column blocks (the weight gradient's sum over tiles in registers);
+//   working memory is kept between calls up to kWinogradKeepBytes;
 // - the products are jaxconv's own register-blocked kernel (AVX-512: 12 rows x 32 columns,
 //   AVX2: 6 x 16); K is padded to a multiple of 32 in U, M and dM;
 // - every pass runs on oneDNN's OpenMP team (openmp.h), split between its threads.
@@ -37,6 +39,7 @@ namespace jaxconv_onednn {
 
 constexpr size_t kWinogradBlockBytes = size_t{384} << 10;
 constexpr size_t kWinogradFusedMaxFilterBytes = size_t{4} << 20;
+constexpr size_t kWinogradFusedMaxWeightBytes = size_t{1} << 20;
 constexpr size_t kWinogradChunkBytes = size_t{64} << 20;
 constexpr size_t kWinogradKeepBytes = size_t{128} << 20;
 
