@@ -61,3 +61,17 @@ def xla_cpu_rules(monkeypatch):
     """The CPU table without the onednn extra: the XLA:CPU rules the tests below pin down."""
     from jaxconv._src import backends
     monkeypatch.setattr(backends, "_onednn_pays", lambda p, kernel=None, xla="": False)
+
+
+@pytest.fixture
+def measuring(monkeypatch, tmp_path):
+    """Timing of the CPU table's choices on (the suite runs with JAXCONV_MEASURE=0:
+    ``lowering/measured.py``), with a fresh verdict cache in the process and on disk; yields
+    the module."""
+    from jaxconv._src.lowering import measured
+    monkeypatch.setattr(measured, "enabled", lambda: True)
+    monkeypatch.setattr(measured, "_VERDICTS", {})
+    monkeypatch.setattr(measured, "_cache_file", lambda: tmp_path / "measured.json")
+    measured._disk.cache_clear()
+    yield measured
+    measured._disk.cache_clear()

@@ -16,17 +16,6 @@ from tests import helpers as h
 DN = ("NHWC", "HWIO", "NHWC")
 
 
-@pytest.fixture
-def measuring(monkeypatch, tmp_path):
-    """Timing on, a fresh verdict cache in the process and on disk."""
-    monkeypatch.setattr(measured, "enabled", lambda: True)
-    monkeypatch.setattr(measured, "_VERDICTS", {})
-    monkeypatch.setattr(measured, "_cache_file", lambda: tmp_path / "measured.json")
-    measured._disk.cache_clear()
-    yield tmp_path / "measured.json"
-    measured._disk.cache_clear()
-
-
 def _conv(x, w):
     return jaxconv.conv_general_dilated(x, w, (1, 1), "SAME", rhs_dilation=(2, 2),
                                         dimension_numbers=DN, precision=lax.Precision.HIGHEST)
@@ -52,7 +41,7 @@ def test_xla_program_is_taken_where_it_ran_faster(measuring, monkeypatch):
     assert timed and timed[0][0] is Kernel.FORWARD and timed[0][1][1] == "conv"
     assert "jaxconv_onednn" not in text and "convolution" in text
     h.assert_close(jax.jit(_conv)(x, w), want, jnp.float32)
-    assert set(measured._disk().values()) == {"conv"} and measuring.exists()
+    assert set(measured._disk().values()) == {"conv"} and measured._cache_file().exists()
 
 
 def test_the_tables_method_stays_where_it_ran_faster_and_verdicts_are_reused(measuring,

@@ -257,18 +257,6 @@ def test_check_grads_to_order_2():
                                 (x, w), order=2)
 
 
-@pytest.fixture
-def measuring(monkeypatch, tmp_path):
-    """Timing on (the suite runs with JAXCONV_MEASURE=0), a fresh verdict cache."""
-    from jaxconv._src.lowering import measured
-    monkeypatch.setattr(measured, "enabled", lambda: True)
-    monkeypatch.setattr(measured, "_VERDICTS", {})
-    monkeypatch.setattr(measured, "_cache_file", lambda: tmp_path / "measured.json")
-    measured._disk.cache_clear()
-    yield measured
-    measured._disk.cache_clear()
-
-
 @pytest.mark.parametrize("faster", ["winograd", "onednn"])
 def test_auto_times_winograd_against_onednn_on_this_machine(measuring, monkeypatch, faster):
     timed = []

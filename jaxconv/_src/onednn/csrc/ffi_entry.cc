@@ -168,19 +168,15 @@ ffi::Error RunWinograd(bool weight, std::string_view op, ffi::AnyBuffer a, ffi::
   return ffi::Error::Success();
 }
 
-ffi::Error WinogradForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer g,
-                               ffi::Result<ffi::AnyBuffer> y, std::string_view op,
-                               int64_t m, int64_t pad_top, int64_t pad_left,
-                               ffi::Span<const int64_t> filter) {
-  return RunWinograd(false, op, x, g, y, m, pad_top, pad_left, filter);
-}
+#define JAXCONV_WINOGRAD_HANDLER(NAME, WEIGHT)                                              \
+  ffi::Error NAME##Impl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> out,  \
+                        std::string_view op, int64_t m, int64_t pad_top, int64_t pad_left,  \
+                        ffi::Span<const int64_t> filter) {                                  \
+    return RunWinograd(WEIGHT, op, a, b, out, m, pad_top, pad_left, filter);                \
+  }
 
-ffi::Error WinogradWeightImpl(ffi::AnyBuffer x, ffi::AnyBuffer dy,
-                              ffi::Result<ffi::AnyBuffer> dw, std::string_view op,
-                              int64_t m, int64_t pad_top, int64_t pad_left,
-                              ffi::Span<const int64_t> filter) {
-  return RunWinograd(true, op, x, dy, dw, m, pad_top, pad_left, filter);
-}
+JAXCONV_WINOGRAD_HANDLER(WinogradForward, false)
+JAXCONV_WINOGRAD_HANDLER(WinogradWeight, true)
 
 }  // namespace
 }  // namespace jaxconv_onednn

@@ -223,6 +223,26 @@ struct Rows {
   float* at(int xi, int64_t p) const { return base + (xi * plane + p - first) * ld; }
 };
 
+// The separable 2D transform of one tile's block of channels: f (NIN rows of channels into
+// NOUT) down each of the NIN columns of src (src(i, j): row i, column j) into t, then along
+// each of t's NOUT rows into dst(r, q).
+template <int NIN, int NOUT, typename F, typename Src, typename Dst>
+inline __attribute__((always_inline)) void Separable(F f, const Src& src, const Dst& dst,
+                                                     float* t, int64_t n) {
+  const float* rows[NIN];
+  float* outs[NOUT];
+  for (int j = 0; j < NIN; ++j) {
+    for (int i = 0; i < NIN; ++i) rows[i] = src(i, j);
+    for (int r = 0; r < NOUT; ++r) outs[r] = t + (r * NIN + j) * kBlock;
+    f(rows, outs, n);
+  }
+  for (int r = 0; r < NOUT; ++r) {
+    for (int j = 0; j < NIN; ++j) rows[j] = t + (r * NIN + j) * kBlock;
+    for (int q = 0; q < NOUT; ++q) outs[q] = dst(r, q);
+    f(rows, outs, n);
+  }
+}
+
 // V rows of tiles [p0, p1): (B^T d B)[xi], d the tile's alpha x alpha inputs of x (zeros
 // outside it).
 template <int M>
@@ -230,8 +250,6 @@ inline __attribute__((always_inline)) void InputTiles(const WinogradShape& s, co
                                                       const Rows& v, int64_t p0, int64_t p1) {
   constexpr int A = Tile<M>::kAlpha;
   alignas(64) float d[A * A * kBlock], t[A * A * kBlock];
-  const float* rows[A];
-  float* outs[A];
   for (int64_t p = p0; p < p1; ++p) {
     const At at = TileAt(s, p);
     for (int64_t c0 = 0; c0 < s.c; c0 += kBlock) {
@@ -247,16 +265,9 @@ inline __attribute__((always_inline)) void InputTiles(const WinogradShape& s, co
             std::memset(dst, 0, nc * sizeof(float));
         }
       }
-      for (int j = 0; j < A; ++j) {  // down each column: t[xi][j] = (B^T d)[xi][j]
-        for (int i = 0; i < A; ++i) rows[i] = d + (i * A + j) * kBlock;
-        for (int i = 0; i < A; ++i) outs[i] = t + (i * A + j) * kBlock;
-        Tile<M>::Input(rows, outs, nc);
-      }
-      for (int xi = 0; xi < A; ++xi) {  // along each row, into V
-        for (int j = 0; j < A; ++j) rows[j] = t + (xi * A + j) * kBlock;
-        for (int j = 0; j < A; ++j) outs[j] = v.at(xi * A + j, p) + c0;
-        Tile<M>::Input(rows, outs, nc);
-      }
+      Separable<A, A>(
+          Tile<M>::Input, [&](int i, int j) { return d + (i * A + j) * kBlock; },
+          [&](int xi, int nu) { return v.at(xi * A + nu, p) + c0; }, t, nc);
     }
   }
 }
@@ -269,32 +280,26 @@ inline __attribute__((always_inline)) void OutputTiles(const WinogradShape& s, c
                                                        int64_t p1) {
   constexpr int A = Tile<M>::kAlpha;
   alignas(64) float t[M * A * kBlock], o[M * M * kBlock];
-  const float* rows[A];
-  float* outs[A];
   for (int64_t p = p0; p < p1; ++p) {
     const At at = TileAt(s, p);
     for (int64_t k0 = 0; k0 < s.k; k0 += kBlock) {
       const int64_t nk = std::min(kBlock, s.k - k0);
-      for (int nu = 0; nu < A; ++nu) {  // down each column: t[i][nu] = (A^T M)[i][nu]
-        for (int xi = 0; xi < A; ++xi) rows[xi] = mm.at(xi * A + nu, p) + k0;
-        for (int i = 0; i < M; ++i) outs[i] = t + (i * A + nu) * kBlock;
-        Tile<M>::Output(rows, outs, nk);
-      }
-      for (int i = 0; i < M; ++i) {  // along each row
-        const int64_t yy = at.oy + i;
-        for (int nu = 0; nu < A; ++nu) rows[nu] = t + (i * A + nu) * kBlock;
-        // float32 straight into y (where inside it), bfloat16 through o, rounded
-        for (int j = 0; j < M; ++j) {
-          const int64_t xx = at.ox + j;
-          outs[j] = yy < s.oh && xx < s.ow && !s.bf16
-                        ? static_cast<float*>(y) + ((at.n * s.oh + yy) * s.ow + xx) * ldy + k0
-                        : o + (i * M + j) * kBlock;
-        }
-        Tile<M>::Output(rows, outs, nk);
-        if (s.bf16)
-          for (int j = 0; j < M && yy < s.oh && at.ox + j < s.ow; ++j)
-            StoreRow(outs[j], y, ((at.n * s.oh + yy) * s.ow + at.ox + j) * ldy + k0, nk, true);
-      }
+      // float32 straight into y (where inside it), bfloat16 through o, rounded
+      const auto inside = [&](int i, int j) { return at.oy + i < s.oh && at.ox + j < s.ow; };
+      const auto out = [&](int i, int j) {
+        return ((at.n * s.oh + at.oy + i) * s.ow + at.ox + j) * ldy + k0;
+      };
+      Separable<A, M>(
+          Tile<M>::Output, [&](int xi, int nu) { return mm.at(xi * A + nu, p) + k0; },
+          [&](int i, int j) {
+            return inside(i, j) && !s.bf16 ? static_cast<float*>(y) + out(i, j)
+                                           : o + (i * M + j) * kBlock;
+          },
+          t, nk);
+      if (s.bf16)
+        for (int i = 0; i < M; ++i)
+          for (int j = 0; j < M; ++j)
+            if (inside(i, j)) StoreRow(o + (i * M + j) * kBlock, y, out(i, j), nk, true);
     }
   }
 }
@@ -306,8 +311,6 @@ inline __attribute__((always_inline)) void GradTiles(const WinogradShape& s, con
                                                      const Rows& dm, int64_t p0, int64_t p1) {
   constexpr int A = Tile<M>::kAlpha;
   alignas(64) float e[M * M * kBlock], t[A * M * kBlock];
-  const float* rows[A];
-  float* outs[A];
   for (int64_t p = p0; p < p1; ++p) {
     const At at = TileAt(s, p);
     for (int64_t k0 = 0; k0 < dm.ld; k0 += kBlock) {
@@ -321,16 +324,9 @@ inline __attribute__((always_inline)) void GradTiles(const WinogradShape& s, con
             LoadRow(dy, ((at.n * s.oh + yy) * s.ow + xx) * s.k + k0, dst, valid, s.bf16);
           std::memset(dst + (inside ? valid : 0), 0, (nk - (inside ? valid : 0)) * sizeof(float));
         }
-      for (int j = 0; j < M; ++j) {  // down each column: t[xi][j] = (A e)[xi][j]
-        for (int i = 0; i < M; ++i) rows[i] = e + (i * M + j) * kBlock;
-        for (int xi = 0; xi < A; ++xi) outs[xi] = t + (xi * M + j) * kBlock;
-        Tile<M>::Grad(rows, outs, nk);
-      }
-      for (int xi = 0; xi < A; ++xi) {  // along each row, into dM
-        for (int j = 0; j < M; ++j) rows[j] = t + (xi * M + j) * kBlock;
-        for (int nu = 0; nu < A; ++nu) outs[nu] = dm.at(xi * A + nu, p) + k0;
-        Tile<M>::Grad(rows, outs, nk);
-      }
+      Separable<M, A>(
+          Tile<M>::Grad, [&](int i, int j) { return e + (i * M + j) * kBlock; },
+          [&](int xi, int nu) { return dm.at(xi * A + nu, p) + k0; }, t, nk);
     }
   }
 }
@@ -343,8 +339,6 @@ inline __attribute__((always_inline)) void FilterRows(const WinogradShape& s, co
   const int64_t kp = s.k_padded();
   const FilterView& f = s.filter;
   alignas(64) float d[9 * kBlock], t[A * 3 * kBlock];
-  const float* rows[A];
-  float* outs[A];
   for (int64_t c = c0; c < c1; ++c)
     for (int64_t k0 = 0; k0 < kp; k0 += kBlock) {
       const int64_t nk = std::min(kBlock, kp - k0), valid = std::clamp(s.k - k0, int64_t{0}, nk);
@@ -355,16 +349,9 @@ inline __attribute__((always_inline)) void FilterRows(const WinogradShape& s, co
         else for (int64_t q = 0; q < valid; ++q) dst[q] = Get(g, src + q * f.out, s.bf16);
         std::memset(dst + valid, 0, (nk - valid) * sizeof(float));
       }
-      for (int j = 0; j < 3; ++j) {  // t[xi][j] = (G g)[xi][j]
-        for (int i = 0; i < 3; ++i) rows[i] = d + (i * 3 + j) * kBlock;
-        for (int xi = 0; xi < A; ++xi) outs[xi] = t + (xi * 3 + j) * kBlock;
-        Tile<M>::Filter(rows, outs, nk);
-      }
-      for (int xi = 0; xi < A; ++xi) {
-        for (int j = 0; j < 3; ++j) rows[j] = t + (xi * 3 + j) * kBlock;
-        for (int nu = 0; nu < A; ++nu) outs[nu] = u + ((xi * A + nu) * s.c + c) * kp + k0;
-        Tile<M>::Filter(rows, outs, nk);
-      }
+      Separable<3, A>(
+          Tile<M>::Filter, [&](int i, int j) { return d + (i * 3 + j) * kBlock; },
+          [&](int xi, int nu) { return u + ((xi * A + nu) * s.c + c) * kp + k0; }, t, nk);
     }
 }
 
@@ -377,21 +364,13 @@ inline __attribute__((always_inline)) void FilterGradRows(const WinogradShape& s
   const int64_t kp = s.k_padded();
   const FilterView& f = s.filter;
   alignas(64) float t[3 * A * kBlock], o[9 * kBlock];
-  const float* rows[A];
-  float* outs[A];
   for (int64_t c = c0; c < c1; ++c)
     for (int64_t k0 = 0; k0 < s.k; k0 += kBlock) {
       const int64_t nk = std::min(kBlock, s.k - k0);
-      for (int nu = 0; nu < A; ++nu) {  // t[i][nu] = (G^T dU)[i][nu]
-        for (int xi = 0; xi < A; ++xi) rows[xi] = du + ((xi * A + nu) * s.c + c) * kp + k0;
-        for (int i = 0; i < 3; ++i) outs[i] = t + (i * A + nu) * kBlock;
-        Tile<M>::FilterGrad(rows, outs, nk);
-      }
-      for (int i = 0; i < 3; ++i) {
-        for (int nu = 0; nu < A; ++nu) rows[nu] = t + (i * A + nu) * kBlock;
-        for (int j = 0; j < 3; ++j) outs[j] = o + (i * 3 + j) * kBlock;
-        Tile<M>::FilterGrad(rows, outs, nk);
-      }
+      Separable<A, 3>(
+          Tile<M>::FilterGrad,
+          [&](int xi, int nu) { return du + ((xi * A + nu) * s.c + c) * kp + k0; },
+          [&](int i, int j) { return o + (i * 3 + j) * kBlock; }, t, nk);
       for (int ij = 0; ij < 9; ++ij) {
         const int64_t dst = f.offset + ij / 3 * f.row + ij % 3 * f.col + c * f.in + k0 * f.out;
         if (f.out == 1) StoreRow(o + ij * kBlock, g, dst, nk, s.bf16);
@@ -611,17 +590,42 @@ class Work {
   size_t size_ = 0;
 };
 
+// The calls' shared buffers: 0 and 1 V and M (or dM) of the staged passes, or the threads'
+// dU of the fused weight gradient; 2 U or dU; 3 a dense copy of the filter.
 Work& Shared(int which) {
-  static Work* w = new Work[3];
+  static Work* w = new Work[4];
   return w[which];
 }
 
-// U = G g G^T (alpha^2 x C x K padded), on the team.
+// U = G g G^T (alpha^2 x C x K padded), on the team. A filter whose output channels are not
+// contiguous (the data gradient's view, the channels swapped) is first copied into a dense
+// float32 3 x 3 x C x K buffer in 16 x 16 blocks of channels, so that the transform reads
+// whole rows (gathered element by element, it took a third of a 14x14 256-channel data
+// gradient).
 float* TransformFilter(const WinogradShape& s, const void* g) {
   const int64_t a2 = s.alpha() * s.alpha();
   float* u = Shared(2).Get(a2 * s.c * s.k_padded());
+  WinogradShape dense = s;
+  const void* from = g;
+  if (s.filter.out != 1) {
+    float* copy = Shared(3).Get(9 * s.c * s.k);
+    const FilterView& f = s.filter;
+    OnTeam(9 * ((s.c + 15) / 16), [&](int64_t w0, int64_t w1) {
+      for (int64_t w = w0; w < w1; ++w) {
+        const int64_t ij = w % 9, c0 = w / 9 * 16, c1 = std::min(s.c, c0 + 16);
+        const int64_t tap = f.offset + ij / 3 * f.row + ij % 3 * f.col;
+        for (int64_t k0 = 0; k0 < s.k; k0 += 16)
+          for (int64_t c = c0; c < c1; ++c)
+            for (int64_t k = k0; k < std::min(s.k, k0 + 16); ++k)
+              copy[(ij * s.c + c) * s.k + k] = Get(g, tap + c * f.in + k * f.out, s.bf16);
+      }
+    });
+    dense.filter = {0, 3 * s.c * s.k, s.c * s.k, s.k, 1};
+    dense.bf16 = false;
+    from = copy;
+  }
   OnTeam(s.c, [&](int64_t c0, int64_t c1) {
-    JAXCONV_WINOGRAD_BY_TILE(Filter, s.m, s, g, u, c0, c1);
+    JAXCONV_WINOGRAD_BY_TILE(Filter, dense.m, dense, from, u, c0, c1);
   });
   return u;
 }
@@ -700,7 +704,7 @@ void WinogradForward(const WinogradShape& s, const void* x, const void* g, void*
   const size_t u_bytes = s.alpha() * s.alpha() * s.c * s.k_padded() * sizeof(float);
   if (u_bytes <= kWinogradFusedMaxFilterBytes) ForwardFused(s, x, u, y);
   else ForwardStaged(s, x, u, y);
-  for (int i = 0; i < 3; ++i) Shared(i).Trim();
+  for (int i = 0; i < 4; ++i) Shared(i).Trim();
 }
 
 namespace {
@@ -784,7 +788,7 @@ void WinogradWeight(const WinogradShape& s, const void* x, const void* dy, void*
   OnTeam(s.c, [&](int64_t c0, int64_t c1) {
     JAXCONV_WINOGRAD_BY_TILE(FilterGrad, s.m, s, du, dw, c0, c1);
   });
-  for (int i = 0; i < 3; ++i) Shared(i).Trim();
+  for (int i = 0; i < 4; ++i) Shared(i).Trim();
 }
 
 }  // namespace jaxconv_onednn
