@@ -279,3 +279,23 @@ def test_auto_times_winograd_against_onednn_on_this_machine(measuring, monkeypat
     text = jax.jit(lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1) + 1).lower(
         x, w).as_text()
     assert "jaxconv_winograd_forward" in text and len(timed) == 1
+
+
+@pytest.mark.parametrize("pads", [(0, 0), (1, 1), (2, 1)])
+def test_conv_transpose_is_the_data_gradient(pads):
+    """A stride-1 3x3 ConvTranspose is the data gradient of the convolution it transposes:
+    against torch's ``conv_transpose2d`` in float64 (NCX, IOX weights)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    x, w = h.random(rng, (2, 40, 9, 11)), h.random(rng, (40, 36, 3, 3))
+    got = jaxconv.conv_transpose(x, w, strides=1, pads_begin=pads[0], pads_end=pads[1],
+                                 data_format="NCX", filter_format="IOX", lowering="winograd")
+    ref = torch.nn.functional.conv_transpose2d(
+        torch.tensor(h.to_f64(x)), torch.tensor(h.to_f64(w)))
+    (b, e) = pads
+    ref = ref[:, :, b:ref.shape[2] - e, b:ref.shape[3] - e].numpy()
+    text = jax.jit(lambda x, w: jaxconv.conv_transpose(
+        x, w, strides=1, pads_begin=pads[0], pads_end=pads[1], data_format="NCX",
+        filter_format="IOX", lowering="winograd")).lower(x, w).as_text()
+    assert "jaxconv_winograd_forward" in text
+    h.assert_close(got, ref, jnp.float32)
