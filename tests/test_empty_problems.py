@@ -118,6 +118,8 @@ def test_every_forced_method_takes_an_empty_problem(kernel):
     for method in registry.methods(kernel):
         if method == "onednn" and not library.status().available:
             continue  # not built here: forcing it is a ValueError (tests/test_onednn.py)
+        if method.startswith("winograd"):
+            continue  # ungrouped 3x3 only: tests/test_winograd.py forces it on empty problems
         if kernel is Kernel.FORWARD:
             got, ref = jaxconv.convolution(x, w, lowering=method, **c.attrs), dy
         elif kernel is Kernel.DATA:

@@ -299,3 +299,20 @@ def test_conv_transpose_is_the_data_gradient(pads):
         filter_format="IOX", lowering="winograd")).lower(x, w).as_text()
     assert "jaxconv_winograd_forward" in text
     h.assert_close(got, ref, jnp.float32)
+
+
+@pytest.mark.parametrize("empty", ["batch", "channels", "output"])
+def test_empty_problems_are_zeros(empty):
+    """Forced on a zero-size problem (no example, no input channel, no output position: a 2x2
+    input unpadded), the dispatch returns zeros before any method runs."""
+    n, c, size, pad = {"batch": (0, 8, (6, 6), 1), "channels": (2, 0, (6, 6), 1),
+                       "output": (2, 8, (2, 2), 0)}[empty]
+    x, w = jnp.ones((n, *size, c)), jnp.ones((3, 3, c, 4))
+    attrs = dict(strides=1, pads_begin=pad, pads_end=pad)
+    y = jaxconv.convolution(x, w, lowering="winograd", **attrs)
+    dy = jnp.ones(y.shape)
+    dx = jaxconv.convolution_backward_data(dy, w, x.shape, lowering="winograd", **attrs)
+    dw = jaxconv.convolution_backprop_filters(x, dy, w.shape, lowering="winograd", **attrs)
+    assert (y.shape, dx.shape, dw.shape) == ((n, size[0] + 2 * pad - 2, size[1] + 2 * pad - 2, 4),
+                                             x.shape, w.shape)
+    assert not np.any(y) and not np.any(dx) and not np.any(dw)
