@@ -25,8 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from jaxconv._src.onednn import library
 
 #: sources compiled with more than -O2: the Winograd transforms' channel loops need -O3's
-#: vectoriser (its loops with run-time alias checks and remainders)
-OPTIMIZE = {"winograd.cc": "-O3"}
+#: vectoriser (its loops with run-time alias checks and remainders), and its products' kernels
+#: the full unrolling of their register blocks
+OPTIMIZE = {"winograd.cc": "-O3", "winograd_product.cc": "-O3"}
 
 
 def _cxx() -> str:

@@ -1,14 +1,8 @@
-// Winograd F(m x m, 3 x 3) on float32 NHWC buffers (winograd.h).
-//
-// The matrices (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016):
-// F(2, 3) interpolates at 0, 1, -1 and infinity, F(4, 3) at 0, 1, -1, 2, -2 and infinity
-// (lowering/winograd.py holds them as matrices; the tests compare). Each transform below is
-// its matrix written out, applied to rows of channels: a loop over a channel block that the
-// compiler vectorises. Every pass is compiled for AVX-512, for AVX2 and for neither, and the
-// CPU's features pick one when the library loads.
+// Winograd F(m x m, 3 x 3) on float32 or bfloat16 NHWC buffers, computed in float32
+// (winograd.h): the passes over tiles (transforms: winograd_tiles.h; products:
+// winograd_product.h), each compiled for AVX-512, for AVX2 and for neither, the CPU's features
+// picking one when the library loads, and the calls that run them on oneDNN's OpenMP team.
 #include "winograd.h"
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +11,8 @@
 
 #include "execute.h"
 #include "openmp.h"
+#include "winograd_product.h"
+#include "winograd_tiles.h"
 
 namespace jaxconv_onednn {
 
@@ -35,213 +31,6 @@ const char* WinogradShape::Invalid() const {
 }
 
 namespace {
-
-constexpr int64_t kBlock = 64;  // channels per transform row (a block stays in L1)
-
-#define JAXCONV_ROWS _Pragma("GCC ivdep") for (int64_t i = 0; i < n; ++i)
-
-// Elements of the caller's buffers (float32, or bfloat16: the passes compute in float32).
-inline float FromBf16(uint16_t v) {
-  const uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-// Rounded to the nearest bfloat16, ties to even; a NaN stays a (quiet) NaN.
-inline uint16_t ToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
-// n elements of buffer `src` from element `at` into floats.
-inline __attribute__((always_inline)) void LoadRow(const void* src, int64_t at, float* dst,
-                                                   int64_t n, bool bf16) {
-  if (!bf16) {
-    std::memcpy(dst, static_cast<const float*>(src) + at, n * sizeof(float));
-    return;
-  }
-  const uint16_t* in = static_cast<const uint16_t*>(src) + at;
-  JAXCONV_ROWS dst[i] = FromBf16(in[i]);
-}
-
-inline __attribute__((always_inline)) void StoreRow(const float* src, void* dst, int64_t at,
-                                                    int64_t n, bool bf16) {
-  if (!bf16) {
-    std::memcpy(static_cast<float*>(dst) + at, src, n * sizeof(float));
-    return;
-  }
-  uint16_t* out = static_cast<uint16_t*>(dst) + at;
-  JAXCONV_ROWS out[i] = ToBf16(src[i]);
-}
-
-inline float Get(const void* src, int64_t at, bool bf16) {
-  return bf16 ? FromBf16(static_cast<const uint16_t*>(src)[at]) : static_cast<const float*>(src)[at];
-}
-
-inline void Put(void* dst, int64_t at, float v, bool bf16) {
-  if (bf16) static_cast<uint16_t*>(dst)[at] = ToBf16(v);
-  else static_cast<float*>(dst)[at] = v;
-}
-
-template <int M>
-struct Tile;
-
-template <>
-struct Tile<2> {
-  static constexpr int kAlpha = 4;
-  // t = B^T d over alpha rows of n channels
-  static inline void Input(const float* const* d, float* const* t, int64_t n) {
-    JAXCONV_ROWS {
-      const float d0 = d[0][i], d1 = d[1][i], d2 = d[2][i], d3 = d[3][i];
-      t[0][i] = d0 - d2;
-      t[1][i] = d1 + d2;
-      t[2][i] = d2 - d1;
-      t[3][i] = d1 - d3;
-    }
-  }
-  // y = A^T s: alpha rows into m
-  static inline void Output(const float* const* s, float* const* y, int64_t n) {
-    JAXCONV_ROWS {
-      const float s1 = s[1][i], s2 = s[2][i];
-      y[0][i] = s[0][i] + s1 + s2;
-      y[1][i] = s1 - s2 - s[3][i];
-    }
-  }
-  // t = A e: m rows of dy into alpha (the adjoint of Output)
-  static inline void Grad(const float* const* e, float* const* t, int64_t n) {
-    JAXCONV_ROWS {
-      const float e0 = e[0][i], e1 = e[1][i];
-      t[0][i] = e0;
-      t[1][i] = e0 + e1;
-      t[2][i] = e0 - e1;
-      t[3][i] = -e1;
-    }
-  }
-  // t = G g: 3 rows of the filter into alpha
-  static inline void Filter(const float* const* g, float* const* t, int64_t n) {
-    JAXCONV_ROWS {
-      const float g0 = g[0][i], g1 = g[1][i], g2 = g[2][i];
-      const float h = 0.5f * (g0 + g2);
-      t[0][i] = g0;
-      t[1][i] = h + 0.5f * g1;
-      t[2][i] = h - 0.5f * g1;
-      t[3][i] = g2;
-    }
-  }
-  // o = G^T d: alpha rows of dU into 3 (the adjoint of Filter)
-  static inline void FilterGrad(const float* const* d, float* const* o, int64_t n) {
-    JAXCONV_ROWS {
-      const float p = 0.5f * (d[1][i] + d[2][i]);
-      o[0][i] = d[0][i] + p;
-      o[1][i] = 0.5f * (d[1][i] - d[2][i]);
-      o[2][i] = p + d[3][i];
-    }
-  }
-};
-
-template <>
-struct Tile<4> {
-  static constexpr int kAlpha = 6;
-  static inline void Input(const float* const* d, float* const* t, int64_t n) {
-    JAXCONV_ROWS {
-      const float d0 = d[0][i], d1 = d[1][i], d2 = d[2][i], d3 = d[3][i], d4 = d[4][i],
-                  d5 = d[5][i];
-      const float a = d4 - 4.0f * d2, b = d3 - 4.0f * d1;  // rows 1, 2
-      const float c = d4 - d2, e = 2.0f * (d3 - d1);       // rows 3, 4
-      t[0][i] = 4.0f * d0 - 5.0f * d2 + d4;
-      t[1][i] = a + b;
-      t[2][i] = a - b;
-      t[3][i] = c + e;
-      t[4][i] = c - e;
-      t[5][i] = 4.0f * d1 - 5.0f * d3 + d5;
-    }
-  }
-  static inline void Output(const float* const* s, float* const* y, int64_t n) {
-    JAXCONV_ROWS {
-      const float p12 = s[1][i] + s[2][i], m12 = s[1][i] - s[2][i];
-      const float p34 = s[3][i] + s[4][i], m34 = s[3][i] - s[4][i];
-      y[0][i] = s[0][i] + p12 + p34;
-      y[1][i] = m12 + 2.0f * m34;
-      y[2][i] = p12 + 4.0f * p34;
-      y[3][i] = m12 + 8.0f * m34 + s[5][i];
-    }
-  }
-  static inline void Grad(const float* const* e, float* const* t, int64_t n) {
-    JAXCONV_ROWS {
-      const float e0 = e[0][i], e1 = e[1][i], e2 = e[2][i], e3 = e[3][i];
-      const float p02 = e0 + e2, p13 = e1 + e3;
-      const float q02 = e0 + 4.0f * e2, q13 = 2.0f * e1 + 8.0f * e3;
-      t[0][i] = e0;
-      t[1][i] = p02 + p13;
-      t[2][i] = p02 - p13;
-      t[3][i] = q02 + q13;
-      t[4][i] = q02 - q13;
-      t[5][i] = e3;
-    }
-  }
-  static inline void Filter(const float* const* g, float* const* t, int64_t n) {
-    JAXCONV_ROWS {
-      const float g0 = g[0][i], g1 = g[1][i], g2 = g[2][i];
-      const float p = g0 + g2, q = g0 * (1.0f / 24) + g2 * (1.0f / 6), r = g1 * (1.0f / 12);
-      t[0][i] = 0.25f * g0;
-      t[1][i] = -(p + g1) * (1.0f / 6);
-      t[2][i] = -(p - g1) * (1.0f / 6);
-      t[3][i] = q + r;
-      t[4][i] = q - r;
-      t[5][i] = g2;
-    }
-  }
-  static inline void FilterGrad(const float* const* d, float* const* o, int64_t n) {
-    JAXCONV_ROWS {
-      const float p12 = d[1][i] + d[2][i], m12 = d[2][i] - d[1][i];
-      const float p34 = d[3][i] + d[4][i], m34 = d[3][i] - d[4][i];
-      o[0][i] = 0.25f * d[0][i] - p12 * (1.0f / 6) + p34 * (1.0f / 24);
-      o[1][i] = m12 * (1.0f / 6) + m34 * (1.0f / 12);
-      o[2][i] = (p34 - p12) * (1.0f / 6) + d[5][i];
-    }
-  }
-};
-
-// The tile p's position: image, first output row and column.
-struct At {
-  int64_t n, oy, ox;
-};
-
-inline At TileAt(const WinogradShape& s, int64_t p) {
-  const int64_t th = s.tiles_h(), tw = s.tiles_w();
-  return {p / (th * tw), (p / tw) % th * s.m, p % tw * s.m};
-}
-
-// Where a pass writes or reads tile p's alpha^2 rows: row (xi * plane + p - first) of `ld`
-// floats each, at base.
-struct Rows {
-  float* base;
-  int64_t plane, first, ld;
-  float* at(int xi, int64_t p) const { return base + (xi * plane + p - first) * ld; }
-};
-
-// The separable 2D transform of one tile's block of channels: f (NIN rows of channels into
-// NOUT) down each of the NIN columns of src (src(i, j): row i, column j) into t, then along
-// each of t's NOUT rows into dst(r, q).
-template <int NIN, int NOUT, typename F, typename Src, typename Dst>
-inline __attribute__((always_inline)) void Separable(F f, const Src& src, const Dst& dst,
-                                                     float* t, int64_t n) {
-  const float* rows[NIN];
-  float* outs[NOUT];
-  for (int j = 0; j < NIN; ++j) {
-    for (int i = 0; i < NIN; ++i) rows[i] = src(i, j);
-    for (int r = 0; r < NOUT; ++r) outs[r] = t + (r * NIN + j) * kBlock;
-    f(rows, outs, n);
-  }
-  for (int r = 0; r < NOUT; ++r) {
-    for (int j = 0; j < NIN; ++j) rows[j] = t + (r * NIN + j) * kBlock;
-    for (int q = 0; q < NOUT; ++q) outs[q] = dst(r, q);
-    f(rows, outs, n);
-  }
-}
 
 // V rows of tiles [p0, p1): (B^T d B)[xi], d the tile's alpha x alpha inputs of x (zeros
 // outside it).
@@ -379,116 +168,9 @@ inline __attribute__((always_inline)) void FilterGradRows(const WinogradShape& s
     }
 }
 
-// ------------------------------------------------------------------------- the products
-//
-// c (rows x cols, row stride ldc) = or += a (rows x inner: element (r, i) at a[r*ar + i*ai])
-// times b (inner x cols, row stride ldb); cols a multiple of 32. Each kernel call keeps a
-// block of rows x 32 columns of c in registers over the whole inner loop: b's two (AVX-512)
-// or four (AVX2) vectors a step, a's element broadcast per row.
-struct Operands {
-  const float* a;
-  int64_t ar, ai;
-  const float* b;
-  int64_t ldb;
-  float* c;
-  int64_t ldc;
-};
-
-template <int R>
-__attribute__((target("avx512f"), always_inline)) inline void Block512(
-    const Operands& o, int64_t inner, bool accumulate) {
-  __m512 s[R][2];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < 2; ++v)
-      s[r][v] = accumulate ? _mm512_loadu_ps(o.c + r * o.ldc + 16 * v) : _mm512_setzero_ps();
-  const float* a = o.a;
-  const float* b = o.b;
-  for (int64_t i = 0; i < inner; ++i, a += o.ai, b += o.ldb) {
-    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-    for (int r = 0; r < R; ++r) {
-      const __m512 x = _mm512_set1_ps(a[r * o.ar]);
-      s[r][0] = _mm512_fmadd_ps(x, b0, s[r][0]);
-      s[r][1] = _mm512_fmadd_ps(x, b1, s[r][1]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < 2; ++v) _mm512_storeu_ps(o.c + r * o.ldc + 16 * v, s[r][v]);
-}
-
-template <int R>
-__attribute__((target("avx2,fma"), always_inline)) inline void Block256(
-    const Operands& o, int64_t inner, bool accumulate) {
-  __m256 s[R][2];
-  for (int half = 0; half < 2; ++half) {  // 32 columns as two blocks of 16
-    for (int r = 0; r < R; ++r)
-      for (int v = 0; v < 2; ++v)
-        s[r][v] = accumulate ? _mm256_loadu_ps(o.c + r * o.ldc + 16 * half + 8 * v)
-                             : _mm256_setzero_ps();
-    const float* a = o.a;
-    const float* b = o.b + 16 * half;
-    for (int64_t i = 0; i < inner; ++i, a += o.ai, b += o.ldb) {
-      const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-      for (int r = 0; r < R; ++r) {
-        const __m256 x = _mm256_broadcast_ss(a + r * o.ar);
-        s[r][0] = _mm256_fmadd_ps(x, b0, s[r][0]);
-        s[r][1] = _mm256_fmadd_ps(x, b1, s[r][1]);
-      }
-    }
-    for (int r = 0; r < R; ++r)
-      for (int v = 0; v < 2; ++v) _mm256_storeu_ps(o.c + r * o.ldc + 16 * half + 8 * v, s[r][v]);
-  }
-}
-
-template <int R>
-inline void BlockPlain(const Operands& o, int64_t inner, bool accumulate) {
-  for (int r = 0; r < R; ++r)
-    for (int q = 0; q < 32; ++q) {
-      float sum = accumulate ? o.c[r * o.ldc + q] : 0.0f;
-      for (int64_t i = 0; i < inner; ++i) sum += o.a[r * o.ar + i * o.ai] * o.b[i * o.ldb + q];
-      o.c[r * o.ldc + q] = sum;
-    }
-}
-
-// rows x cols of c, in blocks of kRows (AVX-512: 12, AVX2: 6) rows x 32 columns.
-#define JAXCONV_WINOGRAD_PRODUCT(NAME, BLOCK, ROWS, TARGET)                               \
-  TARGET void NAME(Operands o, int64_t rows, int64_t inner, int64_t cols, bool accumulate) { \
-    for (int64_t j = 0; j < cols; j += 32) {                                              \
-      Operands q = o;                                                                     \
-      q.b = o.b + j, q.c = o.c + j;                                                       \
-      int64_t r = 0;                                                                      \
-      for (; r + ROWS <= rows; r += ROWS, q.a += ROWS * o.ar, q.c += ROWS * o.ldc)        \
-        BLOCK<ROWS>(q, inner, accumulate);                                                \
-      switch (rows - r) {                                                                 \
-        case 11: BLOCK<11 % ROWS>(q, inner, accumulate); break;                           \
-        case 10: BLOCK<10 % ROWS>(q, inner, accumulate); break;                           \
-        case 9: BLOCK<9 % ROWS>(q, inner, accumulate); break;                             \
-        case 8: BLOCK<8 % ROWS>(q, inner, accumulate); break;                             \
-        case 7: BLOCK<7 % ROWS>(q, inner, accumulate); break;                             \
-        case 6: BLOCK<6 % ROWS>(q, inner, accumulate); break;                             \
-        case 5: BLOCK<5>(q, inner, accumulate); break;                                    \
-        case 4: BLOCK<4>(q, inner, accumulate); break;                                    \
-        case 3: BLOCK<3>(q, inner, accumulate); break;                                    \
-        case 2: BLOCK<2>(q, inner, accumulate); break;                                    \
-        case 1: BLOCK<1>(q, inner, accumulate); break;                                    \
-        default: break;                                                                   \
-      }                                                                                   \
-    }                                                                                     \
-  }
-
-template <>
-inline void Block512<0>(const Operands&, int64_t, bool) {}
-template <>
-inline void Block256<0>(const Operands&, int64_t, bool) {}
-template <>
-inline void BlockPlain<0>(const Operands&, int64_t, bool) {}
-
 // ------------------------------------------------------------------------- the passes
 
-enum class Isa { kAvx512, kAvx2, kPlain };
-
-// Every pass, compiled for one ISA.
-#define JAXCONV_WINOGRAD_ISA(SUFFIX, BLOCK, ROWS, TARGET)                                  \
-  JAXCONV_WINOGRAD_PRODUCT(Product##SUFFIX, BLOCK, ROWS, TARGET)                          \
+#define JAXCONV_WINOGRAD_ISA(SUFFIX, TARGET)                                               \
   template <int M>                                                                        \
   TARGET void Input##SUFFIX(const WinogradShape& s, const void* x, const Rows& v,        \
                             int64_t p0, int64_t p1) { InputTiles<M>(s, x, v, p0, p1); }   \
@@ -509,36 +191,9 @@ enum class Isa { kAvx512, kAvx2, kPlain };
     FilterGradRows<M>(s, du, g, c0, c1);                                                  \
   }
 
-JAXCONV_WINOGRAD_ISA(Avx512, Block512, 12, __attribute__((target("avx512f,avx512vl,fma"))))
-JAXCONV_WINOGRAD_ISA(Avx2, Block256, 6, __attribute__((target("avx2,fma"))))
-JAXCONV_WINOGRAD_ISA(Plain, BlockPlain, 4, )
-
-// The widest ISA this CPU has, or a narrower one named by JAXCONV_WINOGRAD_ISA ("avx2",
-// "plain"; read once): the tests run every path on one machine.
-Isa IsaForCpu() {
-  static const Isa isa = [] {
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    Isa found = __builtin_cpu_supports("avx512f") ? Isa::kAvx512 : avx2 ? Isa::kAvx2 : Isa::kPlain;
-    const char* asked = std::getenv("JAXCONV_WINOGRAD_ISA");
-    if (asked != nullptr && std::strcmp(asked, "plain") == 0) found = Isa::kPlain;
-    if (asked != nullptr && std::strcmp(asked, "avx2") == 0 && found == Isa::kAvx512)
-      found = Isa::kAvx2;
-    return found;
-  }();
-  return isa;
-}
-
-int RowsPerBlock() {
-  return IsaForCpu() == Isa::kAvx512 ? 12 : IsaForCpu() == Isa::kAvx2 ? 6 : 4;
-}
-
-void Product(const Operands& o, int64_t rows, int64_t inner, int64_t cols, bool accumulate) {
-  switch (IsaForCpu()) {
-    case Isa::kAvx512: return ProductAvx512(o, rows, inner, cols, accumulate);
-    case Isa::kAvx2: return ProductAvx2(o, rows, inner, cols, accumulate);
-    default: return ProductPlain(o, rows, inner, cols, accumulate);
-  }
-}
+JAXCONV_WINOGRAD_ISA(Avx512, __attribute__((target("avx512f,avx512vl,fma"))))
+JAXCONV_WINOGRAD_ISA(Avx2, __attribute__((target("avx2,fma"))))
+JAXCONV_WINOGRAD_ISA(Plain, )
 
 #define JAXCONV_WINOGRAD_DISPATCH(PASS, M, ...)                    \
   do {                                                             \

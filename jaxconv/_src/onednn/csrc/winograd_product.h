@@ -1,0 +1,32 @@
+// The products of the Winograd passes (winograd.h): c (rows x cols) = or += a (rows x inner)
+// times b (inner x cols), by jaxconv's register-blocked kernels, and the vector ISA every pass
+// is compiled for.
+#pragma once
+
+#include <cstdint>
+
+namespace jaxconv_onednn {
+
+enum class Isa { kAvx512, kAvx2, kPlain };
+
+// The widest ISA this CPU has, or a narrower one named by JAXCONV_WINOGRAD_ISA ("avx2",
+// "plain"; read once): the tests run every path on one machine.
+Isa IsaForCpu();
+
+// Rows of c each kernel call keeps in registers (AVX-512: 12, AVX2: 6).
+int RowsPerBlock();
+
+// Element (r, i) of a is a[r * ar + i * ai]; b and c are row-major with row strides ldb, ldc.
+struct Operands {
+  const float* a;
+  int64_t ar, ai;
+  const float* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+};
+
+// c (rows x cols) = a . b, or += where `accumulate`; cols a multiple of 32.
+void Product(const Operands& o, int64_t rows, int64_t inner, int64_t cols, bool accumulate);
+
+}  // namespace jaxconv_onednn

@@ -1,0 +1,224 @@
+// The transforms of Winograd's F(m x m, 3 x 3) (winograd.h): each matrix written out and
+// applied to rows of channels (a loop over a channel block that the compiler vectorises), the
+// separable 2D transform of a tile, and the bfloat16 loads and stores of the caller's buffers.
+//
+// The matrices (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016):
+// F(2, 3) interpolates at 0, 1, -1 and infinity, F(4, 3) at 0, 1, -1, 2, -2 and infinity
+// (lowering/winograd.py holds them as matrices; tests/test_winograd.py compares).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "winograd.h"
+
+namespace jaxconv_onednn {
+
+constexpr int64_t kBlock = 64;  // channels per transform row (a block stays in L1)
+
+#define JAXCONV_ROWS _Pragma("GCC ivdep") for (int64_t i = 0; i < n; ++i)
+
+// Elements of the caller's buffers (float32, or bfloat16: the passes compute in float32).
+inline float FromBf16(uint16_t v) {
+  const uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Rounded to the nearest bfloat16, ties to even; a NaN stays a (quiet) NaN.
+inline uint16_t ToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// n elements of buffer `src` from element `at` into floats.
+inline __attribute__((always_inline)) void LoadRow(const void* src, int64_t at, float* dst,
+                                                   int64_t n, bool bf16) {
+  if (!bf16) {
+    std::memcpy(dst, static_cast<const float*>(src) + at, n * sizeof(float));
+    return;
+  }
+  const uint16_t* in = static_cast<const uint16_t*>(src) + at;
+  JAXCONV_ROWS dst[i] = FromBf16(in[i]);
+}
+
+inline __attribute__((always_inline)) void StoreRow(const float* src, void* dst, int64_t at,
+                                                    int64_t n, bool bf16) {
+  if (!bf16) {
+    std::memcpy(static_cast<float*>(dst) + at, src, n * sizeof(float));
+    return;
+  }
+  uint16_t* out = static_cast<uint16_t*>(dst) + at;
+  JAXCONV_ROWS out[i] = ToBf16(src[i]);
+}
+
+inline float Get(const void* src, int64_t at, bool bf16) {
+  return bf16 ? FromBf16(static_cast<const uint16_t*>(src)[at]) : static_cast<const float*>(src)[at];
+}
+
+inline void Put(void* dst, int64_t at, float v, bool bf16) {
+  if (bf16) static_cast<uint16_t*>(dst)[at] = ToBf16(v);
+  else static_cast<float*>(dst)[at] = v;
+}
+
+template <int M>
+struct Tile;
+
+template <>
+struct Tile<2> {
+  static constexpr int kAlpha = 4;
+  // t = B^T d over alpha rows of n channels
+  static inline void Input(const float* const* d, float* const* t, int64_t n) {
+    JAXCONV_ROWS {
+      const float d0 = d[0][i], d1 = d[1][i], d2 = d[2][i], d3 = d[3][i];
+      t[0][i] = d0 - d2;
+      t[1][i] = d1 + d2;
+      t[2][i] = d2 - d1;
+      t[3][i] = d1 - d3;
+    }
+  }
+  // y = A^T s: alpha rows into m
+  static inline void Output(const float* const* s, float* const* y, int64_t n) {
+    JAXCONV_ROWS {
+      const float s1 = s[1][i], s2 = s[2][i];
+      y[0][i] = s[0][i] + s1 + s2;
+      y[1][i] = s1 - s2 - s[3][i];
+    }
+  }
+  // t = A e: m rows of dy into alpha (the adjoint of Output)
+  static inline void Grad(const float* const* e, float* const* t, int64_t n) {
+    JAXCONV_ROWS {
+      const float e0 = e[0][i], e1 = e[1][i];
+      t[0][i] = e0;
+      t[1][i] = e0 + e1;
+      t[2][i] = e0 - e1;
+      t[3][i] = -e1;
+    }
+  }
+  // t = G g: 3 rows of the filter into alpha
+  static inline void Filter(const float* const* g, float* const* t, int64_t n) {
+    JAXCONV_ROWS {
+      const float g0 = g[0][i], g1 = g[1][i], g2 = g[2][i];
+      const float h = 0.5f * (g0 + g2);
+      t[0][i] = g0;
+      t[1][i] = h + 0.5f * g1;
+      t[2][i] = h - 0.5f * g1;
+      t[3][i] = g2;
+    }
+  }
+  // o = G^T d: alpha rows of dU into 3 (the adjoint of Filter)
+  static inline void FilterGrad(const float* const* d, float* const* o, int64_t n) {
+    JAXCONV_ROWS {
+      const float p = 0.5f * (d[1][i] + d[2][i]);
+      o[0][i] = d[0][i] + p;
+      o[1][i] = 0.5f * (d[1][i] - d[2][i]);
+      o[2][i] = p + d[3][i];
+    }
+  }
+};
+
+template <>
+struct Tile<4> {
+  static constexpr int kAlpha = 6;
+  static inline void Input(const float* const* d, float* const* t, int64_t n) {
+    JAXCONV_ROWS {
+      const float d0 = d[0][i], d1 = d[1][i], d2 = d[2][i], d3 = d[3][i], d4 = d[4][i],
+                  d5 = d[5][i];
+      const float a = d4 - 4.0f * d2, b = d3 - 4.0f * d1;  // rows 1, 2
+      const float c = d4 - d2, e = 2.0f * (d3 - d1);       // rows 3, 4
+      t[0][i] = 4.0f * d0 - 5.0f * d2 + d4;
+      t[1][i] = a + b;
+      t[2][i] = a - b;
+      t[3][i] = c + e;
+      t[4][i] = c - e;
+      t[5][i] = 4.0f * d1 - 5.0f * d3 + d5;
+    }
+  }
+  static inline void Output(const float* const* s, float* const* y, int64_t n) {
+    JAXCONV_ROWS {
+      const float p12 = s[1][i] + s[2][i], m12 = s[1][i] - s[2][i];
+      const float p34 = s[3][i] + s[4][i], m34 = s[3][i] - s[4][i];
+      y[0][i] = s[0][i] + p12 + p34;
+      y[1][i] = m12 + 2.0f * m34;
+      y[2][i] = p12 + 4.0f * p34;
+      y[3][i] = m12 + 8.0f * m34 + s[5][i];
+    }
+  }
+  static inline void Grad(const float* const* e, float* const* t, int64_t n) {
+    JAXCONV_ROWS {
+      const float e0 = e[0][i], e1 = e[1][i], e2 = e[2][i], e3 = e[3][i];
+      const float p02 = e0 + e2, p13 = e1 + e3;
+      const float q02 = e0 + 4.0f * e2, q13 = 2.0f * e1 + 8.0f * e3;
+      t[0][i] = e0;
+      t[1][i] = p02 + p13;
+      t[2][i] = p02 - p13;
+      t[3][i] = q02 + q13;
+      t[4][i] = q02 - q13;
+      t[5][i] = e3;
+    }
+  }
+  static inline void Filter(const float* const* g, float* const* t, int64_t n) {
+    JAXCONV_ROWS {
+      const float g0 = g[0][i], g1 = g[1][i], g2 = g[2][i];
+      const float p = g0 + g2, q = g0 * (1.0f / 24) + g2 * (1.0f / 6), r = g1 * (1.0f / 12);
+      t[0][i] = 0.25f * g0;
+      t[1][i] = -(p + g1) * (1.0f / 6);
+      t[2][i] = -(p - g1) * (1.0f / 6);
+      t[3][i] = q + r;
+      t[4][i] = q - r;
+      t[5][i] = g2;
+    }
+  }
+  static inline void FilterGrad(const float* const* d, float* const* o, int64_t n) {
+    JAXCONV_ROWS {
+      const float p12 = d[1][i] + d[2][i], m12 = d[2][i] - d[1][i];
+      const float p34 = d[3][i] + d[4][i], m34 = d[3][i] - d[4][i];
+      o[0][i] = 0.25f * d[0][i] - p12 * (1.0f / 6) + p34 * (1.0f / 24);
+      o[1][i] = m12 * (1.0f / 6) + m34 * (1.0f / 12);
+      o[2][i] = (p34 - p12) * (1.0f / 6) + d[5][i];
+    }
+  }
+};
+
+// The tile p's position: image, first output row and column.
+struct At {
+  int64_t n, oy, ox;
+};
+
+inline At TileAt(const WinogradShape& s, int64_t p) {
+  const int64_t th = s.tiles_h(), tw = s.tiles_w();
+  return {p / (th * tw), (p / tw) % th * s.m, p % tw * s.m};
+}
+
+// Where a pass writes or reads tile p's alpha^2 rows: row (xi * plane + p - first) of `ld`
+// floats each, at base.
+struct Rows {
+  float* base;
+  int64_t plane, first, ld;
+  float* at(int xi, int64_t p) const { return base + (xi * plane + p - first) * ld; }
+};
+
+// The separable 2D transform of one tile's block of channels: f (NIN rows of channels into
+// NOUT) down each of the NIN columns of src (src(i, j): row i, column j) into t, then along
+// each of t's NOUT rows into dst(r, q).
+template <int NIN, int NOUT, typename F, typename Src, typename Dst>
+inline __attribute__((always_inline)) void Separable(F f, const Src& src, const Dst& dst,
+                                                     float* t, int64_t n) {
+  const float* rows[NIN];
+  float* outs[NOUT];
+  for (int j = 0; j < NIN; ++j) {
+    for (int i = 0; i < NIN; ++i) rows[i] = src(i, j);
+    for (int r = 0; r < NOUT; ++r) outs[r] = t + (r * NIN + j) * kBlock;
+    f(rows, outs, n);
+  }
+  for (int r = 0; r < NOUT; ++r) {
+    for (int j = 0; j < NIN; ++j) rows[j] = t + (r * NIN + j) * kBlock;
+    for (int q = 0; q < NOUT; ++q) outs[q] = dst(r, q);
+    f(rows, outs, n);
+  }
+}
+
+}  // namespace jaxconv_onednn
