@@ -44,6 +44,22 @@ memory::data_type DataType(ffi::DataType t) {
   }
 }
 
+// Runs `body` and turns what it throws into an ffi::Error whose message starts with `prefix`.
+template <typename Body>
+ffi::Error Guarded(const std::string& prefix, const Body& body) {
+  try {
+    body();
+  } catch (const dnnl::error& ex) {
+    return ffi::Error::Internal(prefix + ex.what() + " (status " +
+                                std::to_string(static_cast<int>(ex.status)) + ")");
+  } catch (const std::bad_alloc&) {
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted, prefix + "out of memory");
+  } catch (const std::exception& ex) {
+    return ffi::Error::Internal(prefix + ex.what());
+  }
+  return ffi::Error::Success();
+}
+
 // Runs kernel `k` with operands (a, b) -> out; which of x, y, w each is depends on k.
 ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b,
                ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> data_axes,
@@ -88,7 +104,7 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
     if (p.data_axes[i] < 0 || p.data_axes[i] >= static_cast<int64_t>(rank) ||
         p.filter_axes[i] < 0 || p.filter_axes[i] >= static_cast<int64_t>(rank))
       return ffi::Error::InvalidArgument(prefix + "axis out of range");
-  try {
+  return Guarded(prefix, [&] {
     // threads 1: one device's shard of a program split across several devices of this
     // process, each running its own call at the same time: whole, on the calling thread
     const int64_t chunks = threads == 1 ? 1 : Chunks(p, pool.num_threads(), Omp().ok());
@@ -102,15 +118,7 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
       std::lock_guard<std::mutex> one_at_a_time(RunMutex());
       Execute(*e, k, x, y, w);
     }
-  } catch (const dnnl::error& ex) {
-    return ffi::Error::Internal(prefix + ex.what() + " (status " +
-                                std::to_string(static_cast<int>(ex.status)) + ")");
-  } catch (const std::bad_alloc&) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted, prefix + "out of memory");
-  } catch (const std::exception& ex) {
-    return ffi::Error::Internal(prefix + ex.what());
-  }
-  return ffi::Error::Success();
+  });
 }
 
 #define JAXCONV_ONEDNN_HANDLER(NAME, KERNEL)                                                \
@@ -156,16 +164,11 @@ ffi::Error RunWinograd(bool weight, std::string_view op, ffi::AnyBuffer a, ffi::
   s.filter_elements = static_cast<int64_t>(weight ? out->element_count() : b.element_count());
   const std::string bad = y[0] == s.n ? s.Invalid() : "x and y differ in their batch";
   if (!bad.empty()) return ffi::Error::InvalidArgument(prefix + bad);
-  try {
+  return Guarded(prefix, [&] {
     std::lock_guard<std::mutex> one_at_a_time(RunMutex());
     if (weight) WinogradWeight(s, a.untyped_data(), b.untyped_data(), out->untyped_data());
     else WinogradForward(s, a.untyped_data(), b.untyped_data(), out->untyped_data());
-  } catch (const std::bad_alloc&) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted, prefix + "out of memory");
-  } catch (const std::exception& ex) {
-    return ffi::Error::Internal(prefix + ex.what());
-  }
-  return ffi::Error::Success();
+  });
 }
 
 #define JAXCONV_WINOGRAD_HANDLER(NAME, WEIGHT)                                              \
