@@ -207,9 +207,10 @@ def test_auto_takes_winograd_where_it_pays_and_never_with_highest(kernel):
     at_7x7 = "winograd" if kernel is Kernel.WEIGHT else "onednn"
     assert policy.plan(kernel, _problem(size=7), method="auto", backend="cpu",
                        dtype=f32).method == at_7x7
-    for where in ({"partitioned": True}, {"portable": True}):
-        assert policy.plan(kernel, p, method="auto", backend="cpu", dtype=f32,
-                           **where).method != "winograd"
+    sharded = policy.plan(kernel, p, method="auto", backend="cpu", dtype=f32, partitioned=True)
+    assert (sharded.method, sharded.per_shard) == ("onednn", True)  # oneDNN's, per shard
+    assert policy.plan(kernel, p, method="auto", backend="cpu", dtype=f32,
+                       portable=True).method not in NAMES
     assert policy.plan(kernel, p, method="winograd", backend="gpu",
                        dtype=f32).method not in NAMES
 

@@ -12,8 +12,9 @@ version (``~/.cache/jaxconv/measured-*.json``), so that a later process on the s
 compiles the same program without timing again. Larger problems keep the table's method: at
 their size the table's rules were measured on both Intel and AMD CPUs (docs/performance.md).
 
-Winograd (``"winograd"``, which the table picks for 3x3 stride-1 problems of at least 32
-channels and 100 output positions per image) is timed the same way against oneDNN's direct
+Winograd (``"winograd"``, which the table picks for 3x3 stride-1 problems from
+``backends.WINOGRAD_MIN_CHANNELS`` channels and ``WINOGRAD_MIN_POSITIONS`` output positions per
+image) is timed the same way against oneDNN's direct
 kernel (``"onednn"``), up to :data:`WINOGRAD_MEASURE_MAX_MACS`: whether its transforms cost
 less than the products they save depends on the channels, the batch and the machine's caches
 and memory (docs/lowerings.md, "Winograd").
@@ -50,8 +51,9 @@ XLA_OWN = {Kernel.FORWARD: "conv", Kernel.DATA: "vjp", Kernel.WEIGHT: "vjp"}
 #: docs/performance.md, so that both programs are timed in a few milliseconds
 MEASURE_MAX_MACS = 2 ** 25
 
-#: the largest problem whose Winograd is timed against oneDNN (about 20 ms a run on the CPUs
+#: the largest problem whose Winograd is timed against oneDNN (about 20 ms a run on the Zen 4
 #: of docs/lowerings.md); larger ones keep Winograd, which won every such problem measured
+#: there (not measured on Intel CPUs)
 WINOGRAD_MEASURE_MAX_MACS = 2 ** 32
 
 #: each program runs at least this many times, and more until both have run this long (s)

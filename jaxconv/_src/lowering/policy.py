@@ -111,7 +111,6 @@ def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dt
     """
     ok = (backend == "cpu" and not portable
           and onednn.applies(kernel, p, dtype, preferred_element_type) is None)
-    chosen = method == "auto"
     if method == "auto":
         if backend is None:
             raise ValueError("lowering: method 'auto' needs a backend to choose for")
@@ -119,6 +118,8 @@ def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dt
             method = choose(kernel, p, backend, onednn_ok=False)
             if partitioned and not portable:
                 one_device = choose(kernel, p, backend, onednn_ok=ok)
+                if one_device in WINOGRAD_METHODS:  # no per-shard form: oneDNN's per shard
+                    one_device = "onednn"
                 if METHODS[one_device].per_shard:  # the one-device choice, per batch shard
                     method = one_device
                 elif (kernel is Kernel.WEIGHT and ok and any(s > 1 for s in p.strides)
@@ -139,11 +140,11 @@ def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dt
         method = choose(kernel, p, backend, onednn_ok=False)
     elif method in WINOGRAD_METHODS and (
             winograd.dtype_why(dtype, preferred_element_type) or _highest(precision)
-            or METHODS[method].why_not(kernel, p) or (chosen and not winograd.pays_for(dtype))):
+            or METHODS[method].why_not(kernel, p)):
         # Winograd rounds more than direct arithmetic: Precision.HIGHEST, and operands it does
         # not take (float64, float16, two dtypes), get the direct convolution (oneDNN's where it
-        # applies); so does a problem a batching rule made grouped (vmap over the filter), and
-        # "auto" on operands it computes no faster than oneDNN (bfloat16)
+        # applies); so does a problem a batching rule made grouped (vmap over the filter).
+        # ("auto" leaves bfloat16 to oneDNN in one_device_method.)
         method = "onednn" if ok else default_leaf(kernel)
     elif method == "onednn" and onednn.applies(kernel, p, dtype, preferred_element_type):
         method = default_leaf(kernel)  # operands the handler does not take
