@@ -167,14 +167,44 @@ def small_chunks():
     library.set_winograd_chunk_bytes(0)
 
 
-@pytest.mark.parametrize("method", list(TILES))
-def test_staged_passes_in_several_chunks(small_chunks, method):
-    """The weight gradient's chunks accumulate; a forward whose transformed filter exceeds the
-    fused limit (4 MiB: 36 x 192 x 192 floats) runs staged, in chunks."""
-    x, w, dy, attrs, refs = _case(np.random.default_rng(1), 2, (10, 9), 192, 192,
-                                  ((1, 1), (1, 1)))
-    for got, ref in zip(_kernels(x, w, dy, attrs, method), refs):
-        h.assert_close(got, ref, jnp.float32)
+# Staged passes (a transformed filter U over the fused limit, 4 MiB): (method, chunked,
+# batch, spatial, in and out channels, filter format). Chunked (200 kB), each chunk has a few
+# tiles, and the forward transforms U block by block from the filter, read in runs of output
+# channels (XIO), of input channels (the data gradient's swapped view of XIO), or through a
+# dense copy (OIX); 200 x 184 channels leave partial blocks. Unchunked with more than 64
+# tiles, U is transformed whole. The 2x2 weight gradient's chunks accumulate.
+STAGED = {
+    "blocks-xio": ("winograd_4x4", True, 2, (10, 9), 192, 192, "XIO"),
+    "blocks-oix-tails": ("winograd_4x4", True, 2, (9, 10), 200, 184, "OIX"),
+    "blocks-2x2": ("winograd_2x2", True, 2, (10, 9), 300, 296, "XIO"),
+    "whole-u": ("winograd_4x4", False, 2, (34, 35), 192, 192, "XIO"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STAGED))
+def test_staged_passes(case):
+    method, chunked, n, size, c, k, ff = STAGED[case]
+    library.set_winograd_chunk_bytes(200_000 if chunked else 0)
+    try:
+        x, w, dy, attrs, refs = _case(np.random.default_rng(1), n, size, c, k,
+                                      ((1, 1), (1, 1)), filter_format=ff)
+        for got, ref in zip(_kernels(x, w, dy, attrs, method), refs):
+            h.assert_close(got, ref, jnp.float32)
+    finally:
+        library.set_winograd_chunk_bytes(0)
+
+
+def test_staged_bfloat16_blocks(small_chunks):
+    """U's blocks from a bfloat16 filter, in both views (forward and data gradient)."""
+    x, w, dy, attrs, _ = _case(np.random.default_rng(5), 2, (9, 9), 192, 192, ((1, 1), (1, 1)))
+    xb, wb, dyb = (a.astype(jnp.bfloat16) for a in (x, w, dy))
+    ref = oracles.conv_all(h.data_to_ncx(h.to_f64(xb), "NXC"),
+                           h.conv_filter_to_oix(h.to_f64(wb), "XIO"),
+                           h.data_to_ncx(h.to_f64(dyb), "NXC"), strides=(1, 1), dilations=(1, 1),
+                           pads_begin=(1, 1), pads_end=(1, 1), groups=1)
+    refs = (h.data_from_ncx(ref[0], "NXC"), h.data_from_ncx(ref[1], "NXC"))
+    for got, r in zip(_kernels(xb, wb, dyb, attrs, "winograd_4x4")[:2], refs):
+        h.assert_close(got, r, jnp.bfloat16)
 
 
 def _problem(channels=64, size=28, batch=8, dtype_format="NXC"):
@@ -204,9 +234,8 @@ def test_auto_takes_winograd_where_it_pays_and_never_with_highest(kernel):
                        dtype=f32).method == "onednn"
     assert policy.plan(kernel, _problem(size=5), method="auto", backend="cpu",
                        dtype=f32).method == "onednn"
-    at_7x7 = "winograd" if kernel is Kernel.WEIGHT else "onednn"
     assert policy.plan(kernel, _problem(size=7), method="auto", backend="cpu",
-                       dtype=f32).method == at_7x7
+                       dtype=f32).method == "winograd"
     sharded = policy.plan(kernel, p, method="auto", backend="cpu", dtype=f32, partitioned=True)
     assert (sharded.method, sharded.per_shard) == ("onednn", True)  # oneDNN's, per shard
     assert policy.plan(kernel, p, method="auto", backend="cpu", dtype=f32,
@@ -216,10 +245,10 @@ def test_auto_takes_winograd_where_it_pays_and_never_with_highest(kernel):
 
 
 def test_the_tile_keeps_the_measured_error_within_half_the_bound():
-    assert winograd.tile(Kernel.FORWARD, _problem(channels=128)) == 4
-    assert winograd.tile(Kernel.FORWARD, _problem(channels=256)) == 2
-    assert winograd.tile(Kernel.DATA, _problem(channels=256)) == 2
-    assert winograd.tile(Kernel.WEIGHT, _problem(channels=512)) == 4
+    assert winograd.tile(Kernel.FORWARD, _problem(channels=512)) == 4
+    assert winograd.tile(Kernel.FORWARD, _problem(channels=1024)) == 2
+    assert winograd.tile(Kernel.DATA, _problem(channels=1024)) == 2
+    assert winograd.tile(Kernel.WEIGHT, _problem(channels=1024)) == 4
 
 
 def test_highest_compiles_no_winograd_call():

@@ -127,11 +127,10 @@ WHOLE_WINDOW_DOT_MIN_MACS = 1e5
 
 #: Winograd (``lowering/winograd.py``) for a 2D 3x3 stride-1 problem it takes from this many
 #: input and output channels (with 16, the padded products lose to oneDNN's direct kernel)
-#: and this many output positions per image, per kernel (a forward or data gradient at 7x7
-#: transforms a 512 x 512 filter for few tiles and lost; the weight gradient, which transforms
-#: only its result, won at 7x7 and lost at 5x5); docs/lowerings.md, "Thresholds"
+#: and this many output positions per image (each kernel won at 7x7 and lost at 5x5, where the
+#: 4x4 tiles compute 8x8 outputs for 5x5); docs/lowerings.md, "Thresholds"
 WINOGRAD_MIN_CHANNELS = 32
-WINOGRAD_MIN_POSITIONS = {Kernel.FORWARD: 100, Kernel.DATA: 100, Kernel.WEIGHT: 49}
+WINOGRAD_MIN_POSITIONS = {Kernel.FORWARD: 49, Kernel.DATA: 49, Kernel.WEIGHT: 49}
 
 
 def _winograd_pays(p: ConvProblem, kernel: Kernel) -> bool:

@@ -39,11 +39,14 @@ from jaxconv._src.onednn import library
 #: the output tile sides the handler implements
 TILES = (2, 4)
 
-# G (alpha x 3) of F(m, 3): the filter transform, U = G g G^T (Lavin and Gray's matrices)
+# G (alpha x 3) of F(m, 3): the filter transform, U = G g G^T. Toom-Cook's matrices for the
+# interpolation points 0, 1, -1 (and 2, -1/2 for m = 4) and infinity: F(4, 3)'s points are
+# those whose float32 error measured smallest among sets of small rationals, 2.5x below the
+# usual 0, +-1, +-2 (docs/precision.md, "Winograd").
 _G = {
     2: np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]),
-    4: np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
-                 [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]]),
+    4: np.array([[1, 0, 0], [-1 / 3, -1 / 3, -1 / 3], [1 / 3, -1 / 3, 1 / 3],
+                 [1 / 15, 2 / 15, 4 / 15], [-16 / 15, 8 / 15, -4 / 15], [0, 0, 1]]),
 }
 
 
@@ -54,10 +57,10 @@ def matrices(m: int) -> dict[str, np.ndarray]:
         bt = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]
         at = [[1, 1, 1, 0], [0, 1, -1, -1]]
     elif m == 4:
-        bt = [[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
-              [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]]
-        at = [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
-              [0, 1, -1, 8, -8, 1]]
+        bt = [[1, 1.5, -2, -1.5, 1, 0], [0, -1, -2.5, -0.5, 1, 0], [0, 1, 0.5, -2.5, 1, 0],
+              [0, -0.5, -1, 0.5, 1, 0], [0, 2, -1, -2, 1, 0], [0, 1, 1.5, -2, -1.5, 1]]
+        at = [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -0.5, 0], [0, 1, 1, 4, 0.25, 0],
+              [0, 1, -1, 8, -0.125, 1]]
     else:
         raise ValueError(f"winograd: the tile must be one of {TILES}, got {m}")
     return {"BT": np.array(bt, np.float64), "G": _G[m], "AT": np.array(at, np.float64)}
@@ -65,11 +68,11 @@ def matrices(m: int) -> dict[str, np.ndarray]:
 
 #: The most channels a forward or data gradient sums per output for which ``"winograd"``
 #: takes the 4x4 tile; above, 2x2. Its error grows with them: against float64 on the benchdnn
-#: 3x3 problems (docs/precision.md, "Winograd") the 4x4 forward measured 6.8e-6 at 64
-#: channels, 9.4e-6 at 128, 1.5e-5 at 256 and 1.7e-5 at 512; the bound is 2e-5 and the
-#: rule keeps to half of it. The 2x2 tile stays below 1e-6 at 512, and a weight gradient's
-#: error (a sum over the batch's positions) at 1e-5 with either tile.
-WINOGRAD_4X4_MAX_CHANNELS = 128
+#: 3x3 problems (docs/precision.md, "Winograd") the 4x4 forward measured 2.4e-6 at 64
+#: channels, 2.7e-6 at 128, 4.3e-6 at 256 and 6.2e-6 at 512, the largest measured; the bound
+#: is 2e-5 and the rule keeps to half of it. The 2x2 tile stays below 1e-6 at 512, and a weight
+#: gradient's error (a sum over the batch's positions) at 2.5e-6 with either tile.
+WINOGRAD_4X4_MAX_CHANNELS = 512
 
 
 def tile(kernel: Kernel, p: ConvProblem, dtype: DType = np.dtype(np.float32)) -> int:

@@ -120,28 +120,59 @@ inline __attribute__((always_inline)) void GradTiles(const WinogradShape& s, con
   }
 }
 
-// U rows of input channels [c0, c1): (G g G^T)[xi] for each, zeros in the padded columns.
+// U of input channels [c0, c1) and output channels [k0, k1): (G g G^T)[xi] for each, zeros in
+// the padded columns (k >= K); element (xi, c, k) at u[(xi * plane + c - c0) * ld + k - k0].
+// A filter whose input channels are contiguous and output channels not (the data gradient's
+// view, the channels swapped) is read in runs of input channels into `scratch`
+// (kWinogradFilterScratch floats; c1 - c0 <= kWinogradFilterBlock) and transposed there.
 template <int M>
 inline __attribute__((always_inline)) void FilterRows(const WinogradShape& s, const void* g,
-                                                      float* u, int64_t c0, int64_t c1) {
+                                                      float* u, int64_t plane, int64_t ld,
+                                                      int64_t c0, int64_t c1, int64_t k0,
+                                                      int64_t k1, float* scratch) {
   constexpr int A = Tile<M>::kAlpha;
-  const int64_t kp = s.k_padded();
   const FilterView& f = s.filter;
+  const bool runs_of_c = f.out != 1 && f.in == 1 && scratch != nullptr;
+  const int64_t nc = c1 - c0;
+  float* runs = scratch;                            // [ij][q][c - c0]
+  float* cols = scratch + 9 * kBlock * nc;          // [c - c0][ij][q]
   alignas(64) float d[9 * kBlock], t[A * 3 * kBlock];
-  for (int64_t c = c0; c < c1; ++c)
-    for (int64_t k0 = 0; k0 < kp; k0 += kBlock) {
-      const int64_t nk = std::min(kBlock, kp - k0), valid = std::clamp(s.k - k0, int64_t{0}, nk);
+  for (int64_t kb = k0; kb < k1; kb += kBlock) {
+    const int64_t nk = std::min(kBlock, k1 - kb), valid = std::clamp(s.k - kb, int64_t{0}, nk);
+    if (runs_of_c) {  // tap ij of (c, kb + q) read in runs of c, transposed in 16 x 16 blocks
+      for (int ij = 0; ij < 9; ++ij)
+        for (int64_t q = 0; q < valid; ++q) {
+          const int64_t src = f.offset + ij / 3 * f.row + ij % 3 * f.col + c0 + (kb + q) * f.out;
+          if (q + kPrefetch < valid) Prefetch(g, src + kPrefetch * f.out, nc, s.bf16);
+          LoadRow(g, src, runs + (ij * kBlock + q) * nc, nc, s.bf16);
+        }
+      for (int ij = 0; ij < 9; ++ij)
+        for (int64_t q0 = 0; q0 < valid; q0 += 16)
+          for (int64_t b0 = 0; b0 < nc; b0 += 16)
+            for (int64_t q = q0; q < std::min(valid, q0 + 16); ++q)
+              for (int64_t b = b0; b < std::min(nc, b0 + 16); ++b)
+                cols[(b * 9 + ij) * kBlock + q] = runs[(ij * kBlock + q) * nc + b];
+    }
+    for (int64_t c = c0; c < c1; ++c) {
+      float* rows = runs_of_c ? cols + (c - c0) * 9 * kBlock : d;
       for (int ij = 0; ij < 9; ++ij) {
-        const int64_t src = f.offset + ij / 3 * f.row + ij % 3 * f.col + c * f.in + k0 * f.out;
-        float* dst = d + ij * kBlock;
-        if (f.out == 1) LoadRow(g, src, dst, valid, s.bf16);
-        else for (int64_t q = 0; q < valid; ++q) dst[q] = Get(g, src + q * f.out, s.bf16);
+        const int64_t src = f.offset + ij / 3 * f.row + ij % 3 * f.col + c * f.in + kb * f.out;
+        float* dst = rows + ij * kBlock;
+        if (runs_of_c) {
+        } else if (f.out == 1) {
+          if (c + kPrefetch < c1) Prefetch(g, src + kPrefetch * f.in, valid, s.bf16);
+          LoadRow(g, src, dst, valid, s.bf16);
+        } else {
+          for (int64_t q = 0; q < valid; ++q) dst[q] = Get(g, src + q * f.out, s.bf16);
+        }
         std::memset(dst + valid, 0, (nk - valid) * sizeof(float));
       }
       Separable<3, A>(
-          Tile<M>::Filter, [&](int i, int j) { return d + (i * 3 + j) * kBlock; },
-          [&](int xi, int nu) { return u + ((xi * A + nu) * s.c + c) * kp + k0; }, t, nk);
+          Tile<M>::Filter, [&](int i, int j) { return rows + (i * 3 + j) * kBlock; },
+          [&](int xi, int nu) { return u + ((xi * A + nu) * plane + c - c0) * ld + kb - k0; },
+          t, nk);
     }
+  }
 }
 
 // dW of input channels [c0, c1) from dU: G^T dU G, written through the filter's view.
@@ -183,8 +214,11 @@ inline __attribute__((always_inline)) void FilterGradRows(const WinogradShape& s
   TARGET void Grad##SUFFIX(const WinogradShape& s, const void* dy, const Rows& dm,       \
                            int64_t p0, int64_t p1) { GradTiles<M>(s, dy, dm, p0, p1); }   \
   template <int M>                                                                        \
-  TARGET void Filter##SUFFIX(const WinogradShape& s, const void* g, float* u, int64_t c0, \
-                             int64_t c1) { FilterRows<M>(s, g, u, c0, c1); }              \
+  TARGET void Filter##SUFFIX(const WinogradShape& s, const void* g, float* u, int64_t plane, \
+                             int64_t ld, int64_t c0, int64_t c1, int64_t k0, int64_t k1,  \
+                             float* scratch) {                                            \
+    FilterRows<M>(s, g, u, plane, ld, c0, c1, k0, k1, scratch);                           \
+  }                                                                                       \
   template <int M>                                                                        \
   TARGET void FilterGrad##SUFFIX(const WinogradShape& s, const float* du, void* g,       \
                                  int64_t c0, int64_t c1) {                                \
@@ -252,35 +286,42 @@ Work& Shared(int which) {
   return w[which];
 }
 
-// U = G g G^T (alpha^2 x C x K padded), on the team. A filter whose output channels are not
-// contiguous (the data gradient's view, the channels swapped) is first copied into a dense
-// float32 3 x 3 x C x K buffer in 16 x 16 blocks of channels, so that the transform reads
-// whole rows (gathered element by element, it took a third of a 14x14 256-channel data
-// gradient).
-float* TransformFilter(const WinogradShape& s, const void* g) {
-  const int64_t a2 = s.alpha() * s.alpha();
-  float* u = Shared(2).Get(a2 * s.c * s.k_padded());
+// The filter as the transforms read it: the caller's where its output channels are contiguous,
+// else (the data gradient's view, the channels swapped) a dense float32 3 x 3 x C x K copy
+// made in 16 x 16 blocks of channels, so that the transform reads whole rows (gathered element
+// by element, it took a third of a 14x14 256-channel data gradient). Returns the shape that
+// reads it.
+WinogradShape DenseFilter(const WinogradShape& s, const void* g, const void** from) {
+  *from = g;
+  if (s.filter.out == 1) return s;
+  float* copy = Shared(3).Get(9 * s.c * s.k);
+  const FilterView& f = s.filter;
+  OnTeam(9 * ((s.c + 15) / 16), [&](int64_t w0, int64_t w1) {
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t ij = w % 9, c0 = w / 9 * 16, c1 = std::min(s.c, c0 + 16);
+      const int64_t tap = f.offset + ij / 3 * f.row + ij % 3 * f.col;
+      for (int64_t k0 = 0; k0 < s.k; k0 += 16)
+        for (int64_t c = c0; c < c1; ++c)
+          for (int64_t k = k0; k < std::min(s.k, k0 + 16); ++k)
+            copy[(ij * s.c + c) * s.k + k] = Get(g, tap + c * f.in + k * f.out, s.bf16);
+    }
+  });
   WinogradShape dense = s;
-  const void* from = g;
-  if (s.filter.out != 1) {
-    float* copy = Shared(3).Get(9 * s.c * s.k);
-    const FilterView& f = s.filter;
-    OnTeam(9 * ((s.c + 15) / 16), [&](int64_t w0, int64_t w1) {
-      for (int64_t w = w0; w < w1; ++w) {
-        const int64_t ij = w % 9, c0 = w / 9 * 16, c1 = std::min(s.c, c0 + 16);
-        const int64_t tap = f.offset + ij / 3 * f.row + ij % 3 * f.col;
-        for (int64_t k0 = 0; k0 < s.k; k0 += 16)
-          for (int64_t c = c0; c < c1; ++c)
-            for (int64_t k = k0; k < std::min(s.k, k0 + 16); ++k)
-              copy[(ij * s.c + c) * s.k + k] = Get(g, tap + c * f.in + k * f.out, s.bf16);
-      }
-    });
-    dense.filter = {0, 3 * s.c * s.k, s.c * s.k, s.k, 1};
-    dense.bf16 = false;
-    from = copy;
-  }
+  dense.filter = {0, 3 * s.c * s.k, s.c * s.k, s.k, 1};
+  dense.bf16 = false;
+  *from = copy;
+  return dense;
+}
+
+// U = G g G^T (alpha^2 x C x K padded), on the team.
+float* TransformFilter(const WinogradShape& s, const void* g) {
+  const int64_t a2 = s.alpha() * s.alpha(), kp = s.k_padded();
+  float* u = Shared(2).Get(a2 * s.c * kp);
+  const void* from;
+  const WinogradShape dense = DenseFilter(s, g, &from);
   OnTeam(s.c, [&](int64_t c0, int64_t c1) {
-    JAXCONV_WINOGRAD_BY_TILE(Filter, dense.m, dense, from, u, c0, c1);
+    JAXCONV_WINOGRAD_BY_TILE(Filter, s.m, dense, from, u + c0 * kp, s.c, kp, c0, c1, 0, kp,
+                             nullptr);
   });
   return u;
 }
@@ -292,30 +333,65 @@ namespace {
 std::atomic<size_t> chunk_bytes{kWinogradChunkBytes};
 
 // The forward in three passes over chunks of tiles (V and M of a chunk within
-// kWinogradChunkBytes): V, the products per position and column block (the threads share
-// them), then y.
-void ForwardStaged(const WinogradShape& s, const void* x, const float* u, void* y) {
+// kWinogradChunkBytes): V; the products per block of 32 output channels (and of rows, where
+// the blocks are fewer than twice the threads), each transforming its block of U from the
+// filter kWinogradFilterBlock input channels at a time into its cache (U itself is larger than
+// a cache: written and read back from memory it cost more than the products at 7x7); then y.
+void ForwardStaged(const WinogradShape& s, const void* x, const void* g, void* y) {
   const int a2 = s.alpha() * s.alpha();
-  const int64_t kp = s.k_padded(), P = s.tiles(), cols = kp / 32;
+  const int64_t kp = s.k_padded(), P = s.tiles(), rows = RowsPerBlock();
   const int64_t chunk = std::clamp<int64_t>(
       chunk_bytes.load() / (a2 * (s.c + kp) * sizeof(float)), 1, P);
+  const int64_t threads = Omp().teams() ? std::max(1, Omp().get_max_threads()) : 1;
+  const int64_t groups = (kp + kWinogradFilterColumns - 1) / kWinogradFilterColumns;
+  const int64_t splits = std::max<int64_t>(1, (2 * threads + groups - 1) / groups);
   const Rows v{Shared(0).Get(a2 * chunk * s.c), chunk, 0, s.c};
   const Rows mm{Shared(1).Get(a2 * chunk * kp), chunk, 0, kp};
+  const bool blocked = std::min(chunk, P) <= kWinogradBlockedMaxTiles;
+  const float* u = blocked ? nullptr : TransformFilter(s, g);
+  // U's blocks read the filter in runs of output or of input channels (FilterRows), else a
+  // dense copy
+  const void* from = g;
+  const WinogradShape fs =
+      blocked && s.filter.in != 1 ? DenseFilter(s, g, &from) : s;
+  const int64_t cols = kp / 32;
   for (int64_t first = 0; first < P; first += chunk) {
-    const int64_t end = std::min(P, first + chunk);
+    const int64_t end = std::min(P, first + chunk), n = end - first;
     const Rows vc{v.base, chunk, first, s.c}, mc{mm.base, chunk, first, kp};
-    OnTeam(end - first, [&](int64_t p0, int64_t p1) {
+    OnTeam(n, [&](int64_t p0, int64_t p1) {
       JAXCONV_WINOGRAD_BY_TILE(Input, s.m, s, x, vc, first + p0, first + p1);
     });
-    OnTeam(a2 * cols, [&](int64_t w0, int64_t w1) {
+    if (!blocked) OnTeam(a2 * cols, [&](int64_t w0, int64_t w1) {
       for (int64_t w = w0; w < w1; ++w) {
         const int xi = static_cast<int>(w / cols);
         const int64_t k0 = w % cols * 32;
         Product({vc.at(xi, first), s.c, 1, u + xi * s.c * kp + k0, kp, mc.at(xi, first) + k0,
-                 kp}, end - first, s.c, 32, false);
+                 kp}, n, s.c, 32, false);
       }
     });
-    OnTeam(end - first, [&](int64_t p0, int64_t p1) {
+    else OnTeam(groups * splits, [&](int64_t w0, int64_t w1) {
+      thread_local Work u_work;
+      float* ub = u_work.Get(a2 * kWinogradFilterBlock * kWinogradFilterColumns +
+                             kWinogradFilterScratch);
+      float* scratch = ub + a2 * kWinogradFilterBlock * kWinogradFilterColumns;
+      for (int64_t w = w0; w < w1; ++w) {
+        const int64_t k0 = w / splits * kWinogradFilterColumns, part = w % splits;
+        const int64_t nk = std::min(kWinogradFilterColumns, kp - k0);
+        const int64_t r0 = first + (n * part / splits) / rows * rows;
+        const int64_t r1 = part + 1 == splits ? end : first + (n * (part + 1) / splits) / rows * rows;
+        if (r0 >= r1) continue;
+        for (int64_t c0 = 0; c0 < s.c; c0 += kWinogradFilterBlock) {
+          const int64_t c1 = std::min(s.c, c0 + kWinogradFilterBlock);
+          JAXCONV_WINOGRAD_BY_TILE(Filter, s.m, fs, from, ub, kWinogradFilterBlock, nk, c0,
+                                   c1, k0, k0 + nk, scratch);
+          for (int xi = 0; xi < a2; ++xi)
+            Product({vc.at(xi, r0) + c0, s.c, 1, ub + xi * kWinogradFilterBlock * nk, nk,
+                     mc.at(xi, r0) + k0, kp}, r1 - r0, c1 - c0, nk, c0 > 0);
+        }
+      }
+      u_work.Trim();
+    });
+    OnTeam(n, [&](int64_t p0, int64_t p1) {
       JAXCONV_WINOGRAD_BY_TILE(Output, s.m, s, mc, y, s.k, first + p0, first + p1);
     });
   }
@@ -355,10 +431,9 @@ void SetWinogradChunkBytes(size_t bytes) {
 }
 
 void WinogradForward(const WinogradShape& s, const void* x, const void* g, void* y) {
-  const float* u = TransformFilter(s, g);
   const size_t u_bytes = s.alpha() * s.alpha() * s.c * s.k_padded() * sizeof(float);
-  if (u_bytes <= kWinogradFusedMaxFilterBytes) ForwardFused(s, x, u, y);
-  else ForwardStaged(s, x, u, y);
+  if (u_bytes <= kWinogradFusedMaxFilterBytes) ForwardFused(s, x, TransformFilter(s, g), y);
+  else ForwardStaged(s, x, g, y);
   for (int i = 0; i < 4; ++i) Shared(i).Trim();
 }
 

@@ -42,6 +42,10 @@ constexpr size_t kWinogradFusedMaxFilterBytes = size_t{4} << 20;
 constexpr size_t kWinogradFusedMaxWeightBytes = size_t{1} << 20;
 constexpr size_t kWinogradChunkBytes = size_t{64} << 20;
 constexpr size_t kWinogradKeepBytes = size_t{128} << 20;
+constexpr int64_t kWinogradFilterBlock = 64;
+constexpr int64_t kWinogradFilterColumns = 64;
+constexpr int64_t kWinogradBlockedMaxTiles = 64;
+constexpr int64_t kWinogradFilterScratch = 2 * 9 * 64 * kWinogradFilterBlock;
 
 // A 3 x 3 x C x K filter in the caller's buffer: element (i, j, c, k) is at
 // offset + i * row + j * col + c * in + k * out (strides may be negative: a flipped filter).

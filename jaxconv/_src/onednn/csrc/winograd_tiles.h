@@ -2,9 +2,13 @@
 // applied to rows of channels (a loop over a channel block that the compiler vectorises), the
 // separable 2D transform of a tile, and the bfloat16 loads and stores of the caller's buffers.
 //
-// The matrices (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016):
-// F(2, 3) interpolates at 0, 1, -1 and infinity, F(4, 3) at 0, 1, -1, 2, -2 and infinity
-// (lowering/winograd.py holds them as matrices; tests/test_winograd.py compares).
+// The matrices are Toom-Cook's (Lavin and Gray, "Fast Algorithms for Convolutional Neural
+// Networks", 2016): F(2, 3) interpolates at 0, 1, -1 and infinity, F(4, 3) at 0, 1, -1, 2,
+// -1/2 and infinity: among sets of small rationals, the one whose float32 error measured
+// smallest (2.5x below 0, +-1, +-2; the method of Barabasz et al., "Error Analysis and
+// Improving the Accuracy of Winograd Convolution for Deep Neural Networks", 2020;
+// docs/precision.md, "Winograd"). lowering/winograd.py holds them as matrices;
+// tests/test_winograd.py compares.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +57,16 @@ inline __attribute__((always_inline)) void StoreRow(const float* src, void* dst,
   }
   uint16_t* out = static_cast<uint16_t*>(dst) + at;
   JAXCONV_ROWS out[i] = ToBf16(src[i]);
+}
+
+// Asks for the cache lines of n elements of `src` from element `at`, kPrefetch rows ahead of
+// a loop over rows that the hardware's prefetcher does not follow (runs of a few lines, far
+// apart: the filter's taps).
+constexpr int64_t kPrefetch = 4;
+inline __attribute__((always_inline)) void Prefetch(const void* src, int64_t at, int64_t n,
+                                                    bool bf16) {
+  const char* p = static_cast<const char*>(src) + at * (bf16 ? 2 : 4);
+  for (int64_t b = 0; b < n * (bf16 ? 2 : 4); b += 64) __builtin_prefetch(p + b);
 }
 
 inline float Get(const void* src, int64_t at, bool bf16) {
@@ -127,58 +141,56 @@ struct Tile<4> {
     JAXCONV_ROWS {
       const float d0 = d[0][i], d1 = d[1][i], d2 = d[2][i], d3 = d[3][i], d4 = d[4][i],
                   d5 = d[5][i];
-      const float a = d4 - 4.0f * d2, b = d3 - 4.0f * d1;  // rows 1, 2
-      const float c = d4 - d2, e = 2.0f * (d3 - d1);       // rows 3, 4
-      t[0][i] = 4.0f * d0 - 5.0f * d2 + d4;
-      t[1][i] = a + b;
-      t[2][i] = a - b;
-      t[3][i] = c + e;
-      t[4][i] = c - e;
-      t[5][i] = 4.0f * d1 - 5.0f * d3 + d5;
+      const float c = d4 - d2, e = d1 - d3;  // rows 3, 4
+      t[0][i] = d0 + d4 + 1.5f * e - 2.0f * d2;
+      t[1][i] = d4 - d1 - 2.5f * d2 - 0.5f * d3;
+      t[2][i] = d4 + d1 + 0.5f * d2 - 2.5f * d3;
+      t[3][i] = c - 0.5f * e;
+      t[4][i] = c + 2.0f * e;
+      t[5][i] = d5 + d1 + 1.5f * (d2 - d4) - 2.0f * d3;
     }
   }
   static inline void Output(const float* const* s, float* const* y, int64_t n) {
     JAXCONV_ROWS {
+      const float s3 = s[3][i], s4 = s[4][i];
       const float p12 = s[1][i] + s[2][i], m12 = s[1][i] - s[2][i];
-      const float p34 = s[3][i] + s[4][i], m34 = s[3][i] - s[4][i];
-      y[0][i] = s[0][i] + p12 + p34;
-      y[1][i] = m12 + 2.0f * m34;
-      y[2][i] = p12 + 4.0f * p34;
-      y[3][i] = m12 + 8.0f * m34 + s[5][i];
+      y[0][i] = s[0][i] + p12 + s3 + s4;
+      y[1][i] = m12 + 2.0f * s3 - 0.5f * s4;
+      y[2][i] = p12 + 4.0f * s3 + 0.25f * s4;
+      y[3][i] = m12 + 8.0f * s3 - 0.125f * s4 + s[5][i];
     }
   }
   static inline void Grad(const float* const* e, float* const* t, int64_t n) {
     JAXCONV_ROWS {
       const float e0 = e[0][i], e1 = e[1][i], e2 = e[2][i], e3 = e[3][i];
       const float p02 = e0 + e2, p13 = e1 + e3;
-      const float q02 = e0 + 4.0f * e2, q13 = 2.0f * e1 + 8.0f * e3;
       t[0][i] = e0;
       t[1][i] = p02 + p13;
       t[2][i] = p02 - p13;
-      t[3][i] = q02 + q13;
-      t[4][i] = q02 - q13;
+      t[3][i] = e0 + 2.0f * e1 + 4.0f * e2 + 8.0f * e3;
+      t[4][i] = e0 - 0.5f * e1 + 0.25f * e2 - 0.125f * e3;
       t[5][i] = e3;
     }
   }
   static inline void Filter(const float* const* g, float* const* t, int64_t n) {
     JAXCONV_ROWS {
       const float g0 = g[0][i], g1 = g[1][i], g2 = g[2][i];
-      const float p = g0 + g2, q = g0 * (1.0f / 24) + g2 * (1.0f / 6), r = g1 * (1.0f / 12);
-      t[0][i] = 0.25f * g0;
-      t[1][i] = -(p + g1) * (1.0f / 6);
-      t[2][i] = -(p - g1) * (1.0f / 6);
-      t[3][i] = q + r;
-      t[4][i] = q - r;
+      const float p = g0 + g2;
+      t[0][i] = g0;
+      t[1][i] = -(p + g1) * (1.0f / 3);
+      t[2][i] = (p - g1) * (1.0f / 3);
+      t[3][i] = (g0 + 2.0f * g1 + 4.0f * g2) * (1.0f / 15);
+      t[4][i] = (8.0f * g1 - 16.0f * g0 - 4.0f * g2) * (1.0f / 15);
       t[5][i] = g2;
     }
   }
   static inline void FilterGrad(const float* const* d, float* const* o, int64_t n) {
     JAXCONV_ROWS {
-      const float p12 = d[1][i] + d[2][i], m12 = d[2][i] - d[1][i];
-      const float p34 = d[3][i] + d[4][i], m34 = d[3][i] - d[4][i];
-      o[0][i] = 0.25f * d[0][i] - p12 * (1.0f / 6) + p34 * (1.0f / 24);
-      o[1][i] = m12 * (1.0f / 6) + m34 * (1.0f / 12);
-      o[2][i] = (p34 - p12) * (1.0f / 6) + d[5][i];
+      const float d1 = d[1][i], d2 = d[2][i], d3 = d[3][i], d4 = d[4][i];
+      const float m21 = (d2 - d1) * (1.0f / 3);
+      o[0][i] = d[0][i] + m21 + (d3 - 16.0f * d4) * (1.0f / 15);
+      o[1][i] = -(d1 + d2) * (1.0f / 3) + (2.0f * d3 + 8.0f * d4) * (1.0f / 15);
+      o[2][i] = m21 + (4.0f * d3 - 4.0f * d4) * (1.0f / 15) + d[5][i];
     }
   }
 };
