@@ -287,8 +287,8 @@ def test_check_grads_to_order_2():
                                 (x, w), order=2)
 
 
-@pytest.mark.parametrize("faster", ["winograd", "onednn"])
-def test_auto_times_winograd_against_onednn_on_this_machine(measuring, monkeypatch, faster):
+@pytest.mark.parametrize("faster", ["winograd_4x4", "winograd_2x2", "onednn"])
+def test_auto_times_each_tile_against_onednn_on_this_machine(measuring, monkeypatch, faster):
     timed = []
 
     def fake(kernel, p, methods, *args):
@@ -299,8 +299,20 @@ def test_auto_times_winograd_against_onednn_on_this_machine(measuring, monkeypat
     x, w = jnp.ones((2, 16, 16, 32)), jnp.ones((3, 3, 32, 32))
     text = jax.jit(lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1)).lower(
         x, w).as_text()
-    assert timed == [("winograd", "onednn")]
-    assert ("jaxconv_winograd_forward" in text) == (faster == "winograd")
+    assert timed == [("winograd_4x4", "winograd_2x2", "onednn")]
+    tiles = {"winograd_4x4": "m = 4", "winograd_2x2": "m = 2"}
+    assert ("jaxconv_winograd_forward" in text) == (faster in tiles)
+    if faster in tiles:
+        assert tiles[faster] in text
+    # where the accuracy rule allows only 2x2 (more than 512 summed channels), 4x4 is not timed
+    timed.clear()
+    wide = geometry.convolution_problem(
+        "t", geometry.Names(), x_shape=(1, 10, 10, 1024), y_shape=None, w_shape=(3, 3, 1024, 32),
+        strides=1, pads_begin=1, pads_end=1, dilations=1, auto_pad="explicit", groups=1,
+        data_format="NXC", filter_format="XIO")
+    measuring.pick(Kernel.FORWARD, wide, "winograd", np.dtype("float32"), None, None,
+                   run=None, xla_applies=True)
+    assert timed == [("winograd_2x2", "onednn")]
     # past the cap, Winograd without timing
     monkeypatch.setattr(measuring, "WINOGRAD_MEASURE_MAX_MACS", 10)
     monkeypatch.setattr(measuring, "_VERDICTS", {})

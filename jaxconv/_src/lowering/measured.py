@@ -14,10 +14,11 @@ their size the table's rules were measured on both Intel and AMD CPUs (docs/perf
 
 Winograd (``"winograd"``, which the table picks for 3x3 stride-1 problems from
 ``backends.WINOGRAD_MIN_CHANNELS`` channels and ``WINOGRAD_MIN_POSITIONS`` output positions per
-image) is timed the same way against oneDNN's direct
-kernel (``"onednn"``), up to :data:`WINOGRAD_MEASURE_MAX_MACS`: whether its transforms cost
-less than the products they save depends on the channels, the batch and the machine's caches
-and memory (docs/lowerings.md, "Winograd").
+image) is timed the same way, each tile that its accuracy rule allows (``winograd.tile``:
+``"winograd_4x4"``, ``"winograd_2x2"``) against oneDNN's direct kernel (``"onednn"``), up to
+:data:`WINOGRAD_MEASURE_MAX_MACS`: whether the transforms cost less than the products they
+save, and which tile wastes less at the output's edges, depend on the channels, the batch, the
+output size and the machine's caches and memory (docs/lowerings.md, "Winograd").
 
 ``JAXCONV_MEASURE=0`` in the environment (read once per process) keeps the table's method
 everywhere (the test suite sets it: its thousands of tiny problems would each be timed).
@@ -119,22 +120,29 @@ def pick(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Pre
          preferred_element_type: DType, *, run: Callable[..., Any], xla_applies: bool) -> str:
     """``method`` (the CPU table's) or XLA's own program for ``kernel`` (where ``xla_applies``),
     whichever ran faster on this machine (timed once per problem: the module docstring);
-    ``"winograd"`` or oneDNN's direct kernel likewise; ``run`` is the registry's dispatch
+    for ``"winograd"``, the fastest of its tiles that the accuracy rule allows
+    (``winograd.tile``) and oneDNN's direct kernel; ``run`` is the registry's dispatch
     (``registry.run``), which compiles each."""
     if method == "winograd":  # the table picks it only where oneDNN applies
-        xla, cap, applies = "onednn", WINOGRAD_MEASURE_MAX_MACS, True
+        from jaxconv._src.lowering import winograd
+        widest = winograd.tile(kernel, p, dtype)
+        candidates = (*(f"winograd_{m}x{m}" for m in sorted(winograd.TILES, reverse=True)
+                        if m <= widest), "onednn")
+        cap = WINOGRAD_MEASURE_MAX_MACS
     else:
-        xla, cap, applies = XLA_OWN[kernel], MEASURE_MAX_MACS, xla_applies
-    if method == xla or not applies or not enabled() or backends.macs(p) > cap:
+        if not xla_applies or method == XLA_OWN[kernel]:
+            return method
+        candidates, cap = (method, XLA_OWN[kernel]), MEASURE_MAX_MACS
+    if not enabled() or backends.macs(p) > cap:
         return method
     key = _key(kernel, p, method, dtype, precision, preferred_element_type)
     with _LOCK:
         if key not in _VERDICTS:
             verdict = _disk().get(key)
-            if verdict not in (method, xla):
-                times = _median_times(kernel, p, (method, xla), dtype, precision,
+            if verdict not in candidates:
+                times = _median_times(kernel, p, candidates, dtype, precision,
                                       preferred_element_type, run)
-                verdict = xla if times[xla] < times[method] else method
+                verdict = min(candidates, key=lambda m: times[m])  # a tie: the first
                 _store(key, verdict)
             _VERDICTS[key] = verdict
         return _VERDICTS[key]
