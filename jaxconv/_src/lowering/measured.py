@@ -57,8 +57,10 @@ MEASURE_MAX_MACS = 2 ** 25
 #: there (not measured on Intel CPUs)
 WINOGRAD_MEASURE_MAX_MACS = 2 ** 32
 
-#: each program runs at least this many times, and more until both have run this long (s)
-_MIN_ROUNDS, _MAX_ROUNDS, _MIN_SECONDS = 7, 41, 0.02
+#: each program runs at least this many times, and more until both have run this long (s);
+#: Winograd's candidates (milliseconds each) until they have run _WINOGRAD_SECONDS: over a
+#: tenth of a second, a noisy machine's pauses once took the median of 7 rounds to oneDNN
+_MIN_ROUNDS, _MAX_ROUNDS, _MIN_SECONDS, _WINOGRAD_SECONDS = 7, 41, 0.02, 0.3
 
 _LOCK = threading.RLock()  # a combinator's timing lowers (and may time) its sub-problems
 _VERDICTS: dict[str, str] = {}
@@ -141,7 +143,9 @@ def pick(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Pre
             verdict = _disk().get(key)
             if verdict not in candidates:
                 times = _median_times(kernel, p, candidates, dtype, precision,
-                                      preferred_element_type, run)
+                                      preferred_element_type, run,
+                                      _WINOGRAD_SECONDS if method == "winograd" else
+                                      2 * _MIN_SECONDS)
                 verdict = min(candidates, key=lambda m: times[m])  # a tie: the first
                 _store(key, verdict)
             _VERDICTS[key] = verdict
@@ -150,8 +154,9 @@ def pick(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Pre
 
 def _median_times(kernel: Kernel, p: ConvProblem, methods: tuple[str, ...], dtype: Any,
                   precision: Precision, preferred_element_type: DType,
-                  run: Callable[..., Any]) -> dict[str, float]:
-    """Each method's median time (s) for ``kernel`` on ``p``, compiled alone and interleaved."""
+                  run: Callable[..., Any], seconds: float) -> dict[str, float]:
+    """Each method's median time (s) for ``kernel`` on ``p``, compiled alone and interleaved,
+    over at least _MIN_ROUNDS rounds and ``seconds``."""
     shapes = {Kernel.FORWARD: (p.x_shape, p.filter_shape), Kernel.DATA: (p.y_shape, p.filter_shape),
               Kernel.WEIGHT: (p.x_shape, p.y_shape)}[kernel]
     rng = np.random.default_rng(0)
@@ -173,6 +178,6 @@ def _median_times(kernel: Kernel, p: ConvProblem, methods: tuple[str, ...], dtyp
                 t = time.perf_counter()
                 jax.block_until_ready(calls[m](a, b))  # type: ignore[no-untyped-call]
                 samples[m].append(time.perf_counter() - t)
-            if r + 1 >= _MIN_ROUNDS and time.perf_counter() - start >= 2 * _MIN_SECONDS:
+            if r + 1 >= _MIN_ROUNDS and time.perf_counter() - start >= seconds:
                 break
     return {m: statistics.median(v) for m, v in samples.items()}
