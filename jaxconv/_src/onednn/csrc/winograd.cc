@@ -313,15 +313,26 @@ WinogradShape DenseFilter(const WinogradShape& s, const void* g, const void** fr
   return dense;
 }
 
-// U = G g G^T (alpha^2 x C x K padded), on the team.
+// U = G g G^T (alpha^2 x C x K padded), on the team, in blocks of input channels; a filter
+// whose input channels are contiguous and output channels not (the data gradient's view) read
+// in runs of input channels (FilterRows), another through a dense copy (DenseFilter).
 float* TransformFilter(const WinogradShape& s, const void* g) {
   const int64_t a2 = s.alpha() * s.alpha(), kp = s.k_padded();
   float* u = Shared(2).Get(a2 * s.c * kp);
-  const void* from;
-  const WinogradShape dense = DenseFilter(s, g, &from);
-  OnTeam(s.c, [&](int64_t c0, int64_t c1) {
-    JAXCONV_WINOGRAD_BY_TILE(Filter, s.m, dense, from, u + c0 * kp, s.c, kp, c0, c1, 0, kp,
-                             nullptr);
+  const bool runs = s.filter.out != 1 && s.filter.in == 1;
+  const void* from = g;
+  const WinogradShape fs = runs ? s : DenseFilter(s, g, &from);
+  const int64_t threads = Omp().teams() ? std::max(1, Omp().get_max_threads()) : 1;
+  const int64_t cb = std::clamp<int64_t>((s.c + 4 * threads - 1) / (4 * threads), 16,
+                                         kWinogradFilterBlock);
+  OnTeam((s.c + cb - 1) / cb, [&](int64_t b0, int64_t b1) {
+    thread_local Work scratch_work;
+    float* scratch = runs ? scratch_work.Get(kWinogradFilterScratch) : nullptr;
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t c0 = b * cb, c1 = std::min(s.c, c0 + cb);
+      JAXCONV_WINOGRAD_BY_TILE(Filter, s.m, fs, from, u + c0 * kp, s.c, kp, c0, c1, 0, kp,
+                               scratch);
+    }
   });
   return u;
 }
