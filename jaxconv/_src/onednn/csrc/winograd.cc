@@ -139,7 +139,7 @@ inline __attribute__((always_inline)) void FilterRows(const WinogradShape& s, co
   alignas(64) float d[9 * kBlock], t[A * 3 * kBlock];
   for (int64_t kb = k0; kb < k1; kb += kBlock) {
     const int64_t nk = std::min(kBlock, k1 - kb), valid = std::clamp(s.k - kb, int64_t{0}, nk);
-    if (runs_of_c) {  // tap ij of (c, kb + q) read in runs of c, transposed in 16 x 16 blocks
+    if (runs_of_c) {  // tap ij of (c, kb + q) read in runs of c, transposed in 8 x 8 blocks
       for (int ij = 0; ij < 9; ++ij)
         for (int64_t q = 0; q < valid; ++q) {
           const int64_t src = f.offset + ij / 3 * f.row + ij % 3 * f.col + c0 + (kb + q) * f.out;
@@ -147,11 +147,17 @@ inline __attribute__((always_inline)) void FilterRows(const WinogradShape& s, co
           LoadRow(g, src, runs + (ij * kBlock + q) * nc, nc, s.bf16);
         }
       for (int ij = 0; ij < 9; ++ij)
-        for (int64_t q0 = 0; q0 < valid; q0 += 16)
-          for (int64_t b0 = 0; b0 < nc; b0 += 16)
-            for (int64_t q = q0; q < std::min(valid, q0 + 16); ++q)
-              for (int64_t b = b0; b < std::min(nc, b0 + 16); ++b)
+        for (int64_t q0 = 0; q0 < valid; q0 += 8)
+          for (int64_t b0 = 0; b0 < nc; b0 += 8) {
+            if (q0 + 8 <= valid && b0 + 8 <= nc) {
+              Transpose8(runs + (ij * kBlock + q0) * nc + b0, nc,
+                         cols + (b0 * 9 + ij) * kBlock + q0, 9 * kBlock);
+              continue;
+            }
+            for (int64_t q = q0; q < std::min(valid, q0 + 8); ++q)
+              for (int64_t b = b0; b < std::min(nc, b0 + 8); ++b)
                 cols[(b * 9 + ij) * kBlock + q] = runs[(ij * kBlock + q) * nc + b];
+          }
     }
     for (int64_t c = c0; c < c1; ++c) {
       float* rows = runs_of_c ? cols + (c - c0) * 9 * kBlock : d;

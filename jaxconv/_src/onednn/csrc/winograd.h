@@ -24,8 +24,16 @@
 //   own (summed at the end) where dU takes at most kWinogradFusedMaxWeightBytes;
 //   where U is larger than kWinogradFusedMaxFilterBytes (each block would read all of it), or
 //   dU larger than kWinogradFusedMaxWeightBytes, the passes run over chunks of tiles instead:
-//   transform a chunk (V, M or dM within kWinogradChunkBytes), then the products, the threads
-//   sharing positions and column blocks (the weight gradient's sum over tiles in registers);
+//   transform a chunk (V, M or dM within kWinogradChunkBytes), then the products, then y;
+//   a forward's chunk of more than kWinogradBlockedMaxTiles tiles is multiplied by the whole U
+//   (transformed first; the threads share positions and column blocks), a smaller one block
+//   by block, each thread transforming kWinogradFilterBlock input x kWinogradFilterColumns
+//   output channels of U from the filter into its cache as it goes (writing all of U and
+//   reading it back cost more than a 7x7 layer's products); the weight gradient's sum over
+//   tiles stays in registers;
+// - U reads the filter in runs of output channels, or of input channels transposed in the
+//   cache (the data gradient's swapped view), or else through a dense copy, its taps
+//   prefetched (docs/lowerings.md, "Winograd");
 //   working memory is kept between calls up to kWinogradKeepBytes;
 // - the products are jaxconv's own register-blocked kernel (AVX-512: 12 rows x 32 columns,
 //   AVX2: 6 x 16); K is padded to a multiple of 32 in U, M and dM;
@@ -42,9 +50,10 @@ constexpr size_t kWinogradFusedMaxFilterBytes = size_t{4} << 20;
 constexpr size_t kWinogradFusedMaxWeightBytes = size_t{1} << 20;
 constexpr size_t kWinogradChunkBytes = size_t{64} << 20;
 constexpr size_t kWinogradKeepBytes = size_t{128} << 20;
-constexpr int64_t kWinogradFilterBlock = 64;
-constexpr int64_t kWinogradFilterColumns = 64;
-constexpr int64_t kWinogradBlockedMaxTiles = 64;
+constexpr int64_t kWinogradBlockedMaxTiles = 64;  // tiles: at 128, the whole U was as fast
+constexpr int64_t kWinogradFilterBlock = 64;      // input channels of U's block
+constexpr int64_t kWinogradFilterColumns = 64;    // output channels of U's block (of 32)
+// floats a thread's transform of U needs to transpose a block (FilterRows)
 constexpr int64_t kWinogradFilterScratch = 2 * 9 * 64 * kWinogradFilterBlock;
 
 // A 3 x 3 x C x K filter in the caller's buffer: element (i, j, c, k) is at

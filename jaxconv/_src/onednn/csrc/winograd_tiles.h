@@ -59,6 +59,34 @@ inline __attribute__((always_inline)) void StoreRow(const float* src, void* dst,
   JAXCONV_ROWS out[i] = ToBf16(src[i]);
 }
 
+// dst (8 x 8, row stride ldd) = the transpose of src (row stride lds), in vectors of 8 floats:
+// interleave pairs of rows, then pairs of pairs, then the halves (GCC's vector extension: the
+// shuffles of the ISA the caller is compiled for).
+inline __attribute__((always_inline)) void Transpose8(const float* src, int64_t lds, float* dst,
+                                                      int64_t ldd) {
+  typedef float V __attribute__((vector_size(32)));
+  typedef int I __attribute__((vector_size(32)));
+  V r[8], t[8];
+  for (int i = 0; i < 8; ++i) std::memcpy(&r[i], src + i * lds, sizeof(V));
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = __builtin_shuffle(r[i], r[i + 1], I{0, 8, 1, 9, 4, 12, 5, 13});
+    t[i + 1] = __builtin_shuffle(r[i], r[i + 1], I{2, 10, 3, 11, 6, 14, 7, 15});
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int h = 0; h < 2; ++h) {
+      r[i + h] = __builtin_shuffle(t[i + h], t[i + h + 2], I{0, 1, 8, 9, 4, 5, 12, 13});
+      r[i + h + 2] = __builtin_shuffle(t[i + h], t[i + h + 2], I{2, 3, 10, 11, 6, 7, 14, 15});
+    }
+  // r[0..3]: columns (0, 4), (2, 6), (1, 5), (3, 7) of rows 0-3, likewise r[4..7] of rows 4-7
+  constexpr int kColumn[4] = {0, 2, 1, 3};
+  for (int j = 0; j < 4; ++j) {
+    const V lo = __builtin_shuffle(r[j], r[j + 4], I{0, 1, 2, 3, 8, 9, 10, 11});
+    const V hi = __builtin_shuffle(r[j], r[j + 4], I{4, 5, 6, 7, 12, 13, 14, 15});
+    std::memcpy(dst + kColumn[j] * ldd, &lo, sizeof(V));
+    std::memcpy(dst + (kColumn[j] + 4) * ldd, &hi, sizeof(V));
+  }
+}
+
 // Asks for the cache lines of n elements of `src` from element `at`, kPrefetch rows ahead of
 // a loop over rows that the hardware's prefetcher does not follow (runs of a few lines, far
 // apart: the filter's taps).
@@ -215,10 +243,11 @@ struct Rows {
 
 // The separable 2D transform of one tile's block of channels: f (NIN rows of channels into
 // NOUT) down each of the NIN columns of src (src(i, j): row i, column j) into t, then along
-// each of t's NOUT rows into dst(r, q).
+// each of t's NOUT rows into dst(r, q). A whole block (n == kBlock) is compiled with its
+// length known: the rows' loops unrolled, no remainder.
 template <int NIN, int NOUT, typename F, typename Src, typename Dst>
-inline __attribute__((always_inline)) void Separable(F f, const Src& src, const Dst& dst,
-                                                     float* t, int64_t n) {
+inline __attribute__((always_inline)) void SeparableOf(F f, const Src& src, const Dst& dst,
+                                                       float* t, int64_t n) {
   const float* rows[NIN];
   float* outs[NOUT];
   for (int j = 0; j < NIN; ++j) {
@@ -231,6 +260,13 @@ inline __attribute__((always_inline)) void Separable(F f, const Src& src, const 
     for (int q = 0; q < NOUT; ++q) outs[q] = dst(r, q);
     f(rows, outs, n);
   }
+}
+
+template <int NIN, int NOUT, typename F, typename Src, typename Dst>
+inline __attribute__((always_inline)) void Separable(F f, const Src& src, const Dst& dst,
+                                                     float* t, int64_t n) {
+  if (n == kBlock) SeparableOf<NIN, NOUT>(f, src, dst, t, kBlock);
+  else SeparableOf<NIN, NOUT>(f, src, dst, t, n);
 }
 
 }  // namespace jaxconv_onednn
