@@ -12,8 +12,8 @@ The rules are tables over the resolved problem, one per backend:
 
 * ``"cpu"``: ``"winograd"`` (Winograd's minimal filtering through the same handler) for 2D
   3x3 stride-1 float32 problems of at least :data:`WINOGRAD_MIN_CHANNELS` channels and
-  :data:`WINOGRAD_MIN_POSITIONS` output positions per image (then timed against oneDNN on the
-  running machine); ``"onednn"`` (oneDNN's own
+  :data:`WINOGRAD_MIN_POSITIONS` output positions per image (then each of its tiles timed
+  against oneDNN on the running machine); ``"onednn"`` (oneDNN's own
   primitive, with the ``onednn`` extra built) for every other problem it takes except the
   smallest (below :data:`ONEDNN_MIN_MACS`, or :data:`ONEDNN_OVER_XLA_CONV_MIN_MACS` where the
   rest would be XLA's convolution); the rest, and every problem without the extra, by the

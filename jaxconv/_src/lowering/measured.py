@@ -85,8 +85,8 @@ def _cache_file() -> pathlib.Path:
         handler = library.artefact().name
     except OSError:
         handler = ""
-    tag = hashlib.sha256(f"{cpu}|{jax.__version__}|{os.cpu_count()}|{handler}".encode())
-    tag = tag.hexdigest()[:16]
+    key = f"{cpu}|{jax.__version__}|{os.cpu_count()}|{handler}"
+    tag = hashlib.sha256(key.encode()).hexdigest()[:16]
     return library.cache_dir() / f"measured-{tag}.json"
 
 

@@ -18,8 +18,9 @@ The rounding error grows with the tile: the transforms' entries (up to 8 for m =
 values before the float32 products sum them. docs/precision.md ("Winograd") holds the
 measured error of each tile size against float64 on the benchdnn 3x3 problems. The ops keep
 ``Precision.HIGHEST`` and other dtypes on direct arithmetic (``policy.plan``);
-``lowering="auto"`` takes ``"winograd"`` where it pays (``backends.py``), whose tile keeps the
-measured error within half of float32's bound in ``jaxconv.testing.TOLERANCE``.
+``lowering="auto"`` takes Winograd where it pays (``backends.py``): the fastest on the running
+machine of oneDNN and the tiles whose measured error stays within half of float32's bound in
+``jaxconv.testing.TOLERANCE`` (:func:`tile`; ``measured.py``).
 
 The handler takes NHWC activations (those of another layout are transposed by XLA around the
 call) and reads the filter, and writes the weight gradient, in the caller's layout.
@@ -53,6 +54,8 @@ _G = {
 def matrices(m: int) -> dict[str, np.ndarray]:
     """B^T, G and A^T of F(m x m, 3 x 3) in float64 (the handler's transforms are these,
     written out; tests/test_winograd.py checks them against direct convolution)."""
+    bt: list[list[float]]
+    at: list[list[float]]
     if m == 2:
         bt = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]
         at = [[1, 1, 1, 0], [0, 1, -1, -1]]
