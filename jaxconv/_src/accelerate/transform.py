@@ -61,6 +61,10 @@ def _window_sum(eqn: Any, x: Any) -> Any:
     return patterns.window_sum_pattern(eqn.params, x)
 
 
+def _sum(eqn: Any, x: Any) -> Any:
+    return patterns.narrow_sum_pattern(eqn.params, x)
+
+
 #: the rewritten primitives, by name: each rule returns the result, or a string (why the
 #: equation runs as written)
 RULES: dict[str, Callable[..., Any]] = {
@@ -69,16 +73,24 @@ RULES: dict[str, Callable[..., Any]] = {
     "select_and_scatter_add": _scatter,
     "select_and_gather_add": _gather,
     "reduce_window_sum": _window_sum,
+    "reduce_sum": _sum,
 }
 
 #: nested-jaxpr primitives that are inlined (their jaxpr param, a ClosedJaxpr)
 _INLINED = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr"}
 
 
+def _targets(eqn: Any) -> bool:
+    """Whether :data:`RULES` may rewrite ``eqn`` (a ``reduce_sum`` only of a 16-bit float)."""
+    if eqn.primitive.name == "reduce_sum":
+        return eqn.invars[0].aval.dtype in patterns.NARROW_FLOATS
+    return eqn.primitive.name in RULES
+
+
 def _holds_target(jaxpr: Jaxpr) -> bool:
     """Whether ``jaxpr`` or a jaxpr nested in it has an equation :data:`RULES` rewrites."""
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name in RULES:
+        if _targets(eqn):
             return True
         if any(_holds_target(sub) for sub in _subjaxprs(eqn.params)):
             return True
@@ -216,7 +228,9 @@ def accelerate(fun: F) -> F:
     weight-gradient kernels, and each ``lax.reduce_window`` max pool (``flax.linen.max_pool``,
     ``equinox.nn.MaxPool2d``) and its gradient by :func:`jaxconv.max_pool`'s; each
     ``lax.reduce_window`` sum (``flax.linen.avg_pool`` and its transpose) runs as the sum of its
-    taps, in float32 for 16-bit floats. The model's code does not change. An equation jaxconv
+    taps, in float32 for 16-bit floats, and each ``reduce_sum`` of a 16-bit float (the
+    gradients of biases and BatchNorm's scale and offset) in float32, rounded once. The model's
+    code does not change. An equation jaxconv
     has no kernel for runs exactly as before (:func:`jaxconv.explain` lists them, with the
     reason). The values are the unmodified
     function's, within the per-dtype tolerances of docs/precision.md (a max pool's gradient
