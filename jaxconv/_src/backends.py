@@ -130,17 +130,17 @@ WHOLE_WINDOW_DOT_MIN_MACS = 1e5
 #: and this many output positions per image (each kernel won at 7x7 and lost at 5x5, where the
 #: 4x4 tiles compute 8x8 outputs for 5x5); docs/lowerings.md, "Thresholds"
 WINOGRAD_MIN_CHANNELS = 32
-WINOGRAD_MIN_POSITIONS = {Kernel.FORWARD: 49, Kernel.DATA: 49, Kernel.WEIGHT: 49}
+WINOGRAD_MIN_POSITIONS = 49
 
 
-def _winograd_pays(p: ConvProblem, kernel: Kernel) -> bool:
+def _winograd_pays(p: ConvProblem) -> bool:
     """Whether Winograd may pay for ``p`` where it applies: measured on Zen 4 with the AVX-512
     kernels and with the AVX2 ones against oneDNN limited to AVX2 (docs/lowerings.md,
     "Winograd"); the running machine then times it against oneDNN (``measured.py``)."""
     from jaxconv._src.lowering import winograd
     return (winograd.inapplicable(p) is None
             and min(p.in_channels, p.out_channels) >= WINOGRAD_MIN_CHANNELS
-            and math.prod(p.output_size) >= WINOGRAD_MIN_POSITIONS[kernel])
+            and math.prod(p.output_size) >= WINOGRAD_MIN_POSITIONS)
 
 
 def macs(p: ConvProblem) -> int:
@@ -188,7 +188,7 @@ def forward_method(p: ConvProblem, backend: str, onednn: bool | None = None) -> 
     if backend == "cpu":
         xla = _forward_cpu(p)
         ok = _onednn_ok(Kernel.FORWARD, p, onednn)
-        if ok and _winograd_pays(p, Kernel.FORWARD):
+        if ok and _winograd_pays(p):
             return "winograd"
         return "onednn" if ok and _onednn_pays(p, Kernel.FORWARD, xla) else xla
     return "conv"
@@ -199,7 +199,7 @@ def weight_grad_method(p: ConvProblem, backend: str, onednn: bool | None = None)
     _check_backend(backend)
     if backend == "cpu":
         ok = _onednn_ok(Kernel.WEIGHT, p, onednn)
-        if ok and _winograd_pays(p, Kernel.WEIGHT):
+        if ok and _winograd_pays(p):
             return "winograd"
         return "onednn" if ok and _onednn_pays(p) else _weight_grad_cpu(p)
     if backend == "gpu":
@@ -213,7 +213,7 @@ def data_grad_method(p: ConvProblem, backend: str, onednn: bool | None = None) -
     if backend == "cpu":
         xla = _data_grad_cpu(p)
         ok = _onednn_ok(Kernel.DATA, p, onednn)
-        if ok and _winograd_pays(p, Kernel.DATA):
+        if ok and _winograd_pays(p):
             return "winograd"
         return "onednn" if ok and _onednn_pays(p, Kernel.DATA, xla) else xla
     if backend == "gpu":

@@ -7,10 +7,11 @@ multiply-adds), the first lowering of a kernel for the CPU times the table's met
 own program for that kernel (:data:`XLA_OWN`: the forward as one ``lax.conv_general_dilated``,
 the gradients as the program ``jax.vjp`` emits), each compiled alone on random operands of the
 problem's shapes and dtype, interleaved (:func:`_median_times`), and takes XLA's where its
-median is lower. The verdict is cached in the process and on disk, per CPU model, jax
-version and handler build (``~/.cache/jaxconv/measured-*.json``), so that a later process on
-the same machine compiles the same program without timing again. Larger problems keep the table's method: at
-their size the table's rules were measured on both Intel and AMD CPUs (docs/performance.md).
+median is lower. The verdict is cached in the process and on disk, per CPU model, jax version
+and handler build (``~/.cache/jaxconv/measured-*.json``), so that a later process on the same
+machine compiles the same program without timing again. Larger problems keep the table's
+method: at their size the table's rules were measured on both Intel and AMD CPUs
+(docs/performance.md).
 
 Winograd (``"winograd"``, which the table picks for 3x3 stride-1 problems from
 ``backends.WINOGRAD_MIN_CHANNELS`` channels and ``WINOGRAD_MIN_POSITIONS`` output positions per

@@ -122,9 +122,10 @@ inline __attribute__((always_inline)) void GradTiles(const WinogradShape& s, con
 
 // U of input channels [c0, c1) and output channels [k0, k1): (G g G^T)[xi] for each, zeros in
 // the padded columns (k >= K); element (xi, c, k) at u[(xi * plane + c - c0) * ld + k - k0].
-// A filter whose input channels are contiguous and output channels not (the data gradient's
-// view, the channels swapped) is read in runs of input channels into `scratch`
-// (kWinogradFilterScratch floats; c1 - c0 <= kWinogradFilterBlock) and transposed there.
+// The filter's output channels are contiguous, or else its input channels are (the data
+// gradient's view, the channels swapped: ReadableFilter); those are read in runs of input
+// channels into `scratch` (kWinogradFilterScratch floats; c1 - c0 <= kWinogradFilterBlock) and
+// transposed there.
 template <int M>
 inline __attribute__((always_inline)) void FilterRows(const WinogradShape& s, const void* g,
                                                       float* u, int64_t plane, int64_t ld,
@@ -132,7 +133,7 @@ inline __attribute__((always_inline)) void FilterRows(const WinogradShape& s, co
                                                       int64_t k1, float* scratch) {
   constexpr int A = Tile<M>::kAlpha;
   const FilterView& f = s.filter;
-  const bool runs_of_c = f.out != 1 && f.in == 1 && scratch != nullptr;
+  const bool runs_of_c = f.out != 1;
   const int64_t nc = c1 - c0;
   float* runs = scratch;                            // [ij][q][c - c0]
   float* cols = scratch + 9 * kBlock * nc;          // [c - c0][ij][q]
@@ -162,14 +163,11 @@ inline __attribute__((always_inline)) void FilterRows(const WinogradShape& s, co
     for (int64_t c = c0; c < c1; ++c) {
       float* rows = runs_of_c ? cols + (c - c0) * 9 * kBlock : d;
       for (int ij = 0; ij < 9; ++ij) {
-        const int64_t src = f.offset + ij / 3 * f.row + ij % 3 * f.col + c * f.in + kb * f.out;
         float* dst = rows + ij * kBlock;
-        if (runs_of_c) {
-        } else if (f.out == 1) {
+        if (!runs_of_c) {
+          const int64_t src = f.offset + ij / 3 * f.row + ij % 3 * f.col + c * f.in + kb;
           if (c + kPrefetch < c1) Prefetch(g, src + kPrefetch * f.in, valid, s.bf16);
           LoadRow(g, src, dst, valid, s.bf16);
-        } else {
-          for (int64_t q = 0; q < valid; ++q) dst[q] = Get(g, src + q * f.out, s.bf16);
         }
         std::memset(dst + valid, 0, (nk - valid) * sizeof(float));
       }
@@ -292,14 +290,14 @@ Work& Shared(int which) {
   return w[which];
 }
 
-// The filter as the transforms read it: the caller's where its output channels are contiguous,
-// else (the data gradient's view, the channels swapped) a dense float32 3 x 3 x C x K copy
-// made in 16 x 16 blocks of channels, so that the transform reads whole rows (gathered element
-// by element, it took a third of a 14x14 256-channel data gradient). Returns the shape that
-// reads it.
-WinogradShape DenseFilter(const WinogradShape& s, const void* g, const void** from) {
+// The filter as the transforms read it (FilterRows): the caller's where its output or its input
+// channels are contiguous (the forward's, the data gradient's swapped view), else a dense
+// float32 3 x 3 x C x K copy made in 16 x 16 blocks of channels, so that the transform reads
+// whole rows (gathered element by element, it took a third of a 14x14 256-channel data
+// gradient). Returns the shape that reads it.
+WinogradShape ReadableFilter(const WinogradShape& s, const void* g, const void** from) {
   *from = g;
-  if (s.filter.out == 1) return s;
+  if (s.filter.out == 1 || s.filter.in == 1) return s;
   float* copy = Shared(3).Get(9 * s.c * s.k);
   const FilterView& f = s.filter;
   OnTeam(9 * ((s.c + 15) / 16), [&](int64_t w0, int64_t w1) {
@@ -319,15 +317,13 @@ WinogradShape DenseFilter(const WinogradShape& s, const void* g, const void** fr
   return dense;
 }
 
-// U = G g G^T (alpha^2 x C x K padded), on the team, in blocks of input channels; a filter
-// whose input channels are contiguous and output channels not (the data gradient's view) read
-// in runs of input channels (FilterRows), another through a dense copy (DenseFilter).
+// U = G g G^T (alpha^2 x C x K padded), on the team, in blocks of input channels.
 float* TransformFilter(const WinogradShape& s, const void* g) {
   const int64_t a2 = s.alpha() * s.alpha(), kp = s.k_padded();
   float* u = Shared(2).Get(a2 * s.c * kp);
-  const bool runs = s.filter.out != 1 && s.filter.in == 1;
-  const void* from = g;
-  const WinogradShape fs = runs ? s : DenseFilter(s, g, &from);
+  const void* from;
+  const WinogradShape fs = ReadableFilter(s, g, &from);
+  const bool runs = fs.filter.out != 1;  // FilterRows transposes runs of input channels
   const int64_t threads = Omp().teams() ? std::max(1, Omp().get_max_threads()) : 1;
   const int64_t cb = std::clamp<int64_t>((s.c + 4 * threads - 1) / (4 * threads), 16,
                                          kWinogradFilterBlock);
@@ -350,10 +346,12 @@ namespace {
 std::atomic<size_t> chunk_bytes{kWinogradChunkBytes};
 
 // The forward in three passes over chunks of tiles (V and M of a chunk within
-// kWinogradChunkBytes): V; the products per block of 32 output channels (and of rows, where
-// the blocks are fewer than twice the threads), each transforming its block of U from the
-// filter kWinogradFilterBlock input channels at a time into its cache (U itself is larger than
-// a cache: written and read back from memory it cost more than the products at 7x7); then y.
+// kWinogradChunkBytes): V; the products; then y. A chunk of more than kWinogradBlockedMaxTiles
+// tiles is multiplied by the whole U, the threads sharing positions and blocks of 32 output
+// channels; a smaller one per block of kWinogradFilterColumns output channels (and of rows,
+// where the blocks are fewer than twice the threads), each transforming its block of U from
+// the filter kWinogradFilterBlock input channels at a time into its cache (written and read
+// back from memory, the whole U cost more than the products at 7x7).
 void ForwardStaged(const WinogradShape& s, const void* x, const void* g, void* y) {
   const int a2 = s.alpha() * s.alpha();
   const int64_t kp = s.k_padded(), P = s.tiles(), rows = RowsPerBlock();
@@ -366,11 +364,8 @@ void ForwardStaged(const WinogradShape& s, const void* x, const void* g, void* y
   const Rows mm{Shared(1).Get(a2 * chunk * kp), chunk, 0, kp};
   const bool blocked = std::min(chunk, P) <= kWinogradBlockedMaxTiles;
   const float* u = blocked ? nullptr : TransformFilter(s, g);
-  // U's blocks read the filter in runs of output or of input channels (FilterRows), else a
-  // dense copy
   const void* from = g;
-  const WinogradShape fs =
-      blocked && s.filter.in != 1 ? DenseFilter(s, g, &from) : s;
+  const WinogradShape fs = blocked ? ReadableFilter(s, g, &from) : s;
   const int64_t cols = kp / 32;
   for (int64_t first = 0; first < P; first += chunk) {
     const int64_t end = std::min(P, first + chunk), n = end - first;
