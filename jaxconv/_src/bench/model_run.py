@@ -109,10 +109,10 @@ def _print(result: dict[str, Any]) -> None:
               f"  loss gap {r['loss_gap']:.1e} param gap {r['param_gap']:.1e}")
         if r.get("max_pool"):
             t = r["max_pool"]["median_ms"]
+            without = r.get("torch_over_jaxconv_without_max_pool") or math.nan
             print(f"{'':12s} its max pool, forward and backward: flax's (XLA) {t['xla']:.1f} ms, "
                   f"jaxconv's {t.get('jaxconv', math.nan):.1f}, torch {t['torch']:.1f}; the steps "
-                  f"without it: torch/jaxconv "
-                  f"{r['torch_over_jaxconv_without_max_pool']:.2f}")
+                  f"without it: torch/jaxconv {without:.2f}")
     for lay in result.get("layers", []):
         g = lay["conv_gflops"]
         top = peak_bf16 if lay["dtype"] == "bfloat16" and peak_bf16 else peak

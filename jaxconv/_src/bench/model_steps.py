@@ -163,7 +163,7 @@ def ratio(median_ms: dict[str, float], a: str, b: str) -> float | None:
 def without_max_pool(median_ms: dict[str, float], pool: dict[str, Any] | None) -> float | None:
     """torch/jaxconv with each step's max pool's time (forward and backward) taken from it
     (the jaxconv contender's: ``jaxconv.max_pool``; in results before it had one, flax's)."""
-    if pool is None or "torch" not in median_ms:
+    if pool is None or "torch" not in median_ms or "jaxconv" not in median_ms:
         return None
     t = pool["median_ms"]
     return (median_ms["torch"] - t["torch"]) / (median_ms["jaxconv"] - t.get("jaxconv", t["xla"]))
