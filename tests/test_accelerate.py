@@ -8,6 +8,7 @@ tests/distributed/sharded_ops.py.
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import jax
@@ -249,6 +250,39 @@ def test_export_of_an_accelerated_step_runs_without_jaxconvs_handler(wx):
 def test_not_callable_raises_type_error():
     with pytest.raises(TypeError, match=r"^accelerate: fun must be callable, got int"):
         jaxconv.accelerate(3)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("dn", [("NHWC", "HWIO", "NHWC"), ("NCHW", "OIHW", "NCHW")])
+def test_stride_1_data_gradients_run_as_data_gradients_of_the_filter(dn, dtype):
+    """Autodiff writes a stride-1 convolution's data gradient as a forward convolution of the
+    ``rev`` of the filter with its roles swapped: it runs as jaxconv's data-gradient kernel of
+    the filter before the ``rev`` (no reversal, no transposed copy of the filter left in the
+    program), with lax's values; ``explain`` says so."""
+    rng = np.random.default_rng(11)
+    x = h.random(rng, (2, 10, 9, 6) if dn[0] == "NHWC" else (2, 6, 10, 9), dtype)
+    w = h.random(rng, (3, 3, 6, 5) if dn[1] == "HWIO" else (5, 6, 3, 3))
+
+    def loss(x, w):
+        y = lax.conv_general_dilated(x, w.astype(dtype), (1, 1), ((1, 1), (0, 2)),
+                                     dimension_numbers=dn)
+        return jnp.sum(jnp.sin(y.astype(jnp.float32)))
+
+    grads = jax.grad(loss, (0, 1))
+    for got, want in zip(jax.jit(jaxconv.accelerate(grads))(x, w), grads(x, w)):
+        h.assert_close(got, want, dtype)
+    jaxpr = jax.make_jaxpr(jaxconv.accelerate(grads))(x, w).jaxpr
+    made = {v: e for e in jaxpr.eqns for v in e.outvars}
+    convs = {str(e.params["kernel"]): e for e in jaxpr.eqns if e.primitive.name == "jaxconv_conv"}
+    assert sorted(convs) == ["data", "forward", "weight"]
+    filt, path = convs["data"].invars[1], []  # what the data gradient's filter is made by
+    while filt in made:
+        path.append(made[filt].primitive.name)
+        filt = made[filt].invars[0]
+    assert filt is jaxpr.invars[1] and "rev" not in path
+    if dn[1] == "HWIO":  # the handler's layout: the filter read as it is
+        assert set(path) <= {"convert_element_type"}
+    assert re.search(r"convolution +data +lax", str(jaxconv.explain(grads, x, w)))
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])

@@ -225,9 +225,11 @@ def test_auto_takes_winograd_where_it_pays_and_never_with_highest(kernel):
     forced = policy.plan(kernel, p, method="winograd_4x4", backend="cpu", dtype=f32,
                          precision=(lax.Precision.DEFAULT, lax.Precision.HIGHEST))
     assert forced.method == "onednn"
-    # bfloat16: oneDNN's direct kernels were as fast (lowering/winograd.py, AUTO_DTYPES)
+    # bfloat16 too (computed in float32: lowering/winograd.py, AUTO_DTYPES); float16 not
     assert policy.plan(kernel, p, method="auto", backend="cpu",
-                       dtype=np.dtype(jnp.bfloat16)).method == "onednn"
+                       dtype=np.dtype(jnp.bfloat16)).method == "winograd"
+    assert policy.plan(kernel, p, method="auto", backend="cpu",
+                       dtype=np.dtype(jnp.float16)).method != "winograd"
     # below its channels or positions, oneDNN's direct kernel; no custom call off CPU or when
     # exported, and none that runs per device's blocks
     assert policy.plan(kernel, _problem(channels=16), method="auto", backend="cpu",

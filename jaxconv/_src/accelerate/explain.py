@@ -86,10 +86,12 @@ class Explanation:
         return "<pre>" + html.escape(str(self)) + "</pre>"
 
 
-def _walk(jaxpr: Any) -> list[Any]:
+def _walk(jaxpr: Any) -> list[tuple[Any, dict[Any, Any]]]:
+    """Every equation, nested ones included, with its jaxpr's reversed filters."""
     eqns = []
+    reversed_filters = patterns.reversed_filters(jaxpr.eqns)
     for eqn in jaxpr.eqns:
-        eqns.append(eqn)
+        eqns.append((eqn, reversed_filters))
         for sub in transform._subjaxprs(eqn.params):
             eqns.extend(_walk(sub))
     return eqns
@@ -99,7 +101,7 @@ def _fmt(*avals: Any) -> str:
     return " x ".join(f"{a.dtype}{list(a.shape)}" for a in avals)
 
 
-def _conv_row(eqn: Any, backend: str) -> Row:
+def _conv_row(eqn: Any, backend: str, reversed_filter: bool = False) -> Row:
     lhs, rhs = (v.aval for v in eqn.invars)
     out = eqn.outvars[0].aval
     shapes = f"{_fmt(lhs, rhs)} -> {list(out.shape)}"
@@ -112,7 +114,7 @@ def _conv_row(eqn: Any, backend: str) -> Row:
                                                 eqn.params["preferred_element_type"])
         return Row("convolution", str(kernel), "jaxconv", shapes, method,
                    _bind=_binder(eqn), _avals=(lhs, rhs))
-    kind = patterns.conv_kind(eqn.params, lhs, rhs, out.shape)
+    kind = patterns.conv_kind(eqn.params, lhs, rhs, out.shape, reversed_filter)
     why = (f"accelerate runs jaxconv's {kind.label} kernel" if isinstance(kind, Kernel)
            else kind)
     return Row("convolution", str(kind) if isinstance(kind, Kernel) else "", "lax", shapes,
@@ -141,10 +143,11 @@ def _key(r: Row) -> tuple[Any, ...]:
 
 def _rows(jaxpr: Any, backend: str) -> list[Row]:
     rows: dict[tuple[Any, ...], Row] = {}
-    for eqn in _walk(jaxpr):
+    for eqn, reversed_filters in _walk(jaxpr):
         name = eqn.primitive.name
         if name in ("jaxconv_conv", "conv_general_dilated"):
-            row = _conv_row(eqn, backend)
+            row = _conv_row(eqn, backend,
+                           patterns.filter_before_rev(eqn, reversed_filters) is not None)
         elif name in _POOLS:
             row = _pool_row(eqn)
         else:

@@ -25,7 +25,12 @@ read back into the forward problem ``y = conv(x, W)`` (stride ``S``, dilation ``
   to lax what it hands to lax).
 
 A stride-1 convolution's data gradient has no input dilation: it is a forward convolution
-of the reversed filter, and runs as one.
+of the reversed, role-swapped filter. Where the equation's filter is a ``rev`` over its
+spatial axes (as autodiff writes it: :func:`reversed_filters`) and it has one group, it runs
+as the data gradient of the filter before the ``rev``: the two reversals cancel and the
+handler reads the filter as it is, where a forward kernel needs a transposed copy (XLA:CPU
+took 3.5 ms to copy a reversed 3 x 3 x 512 x 512 bfloat16 filter with its roles swapped, a
+third of the data gradient's time). Otherwise it runs as a forward convolution.
 
 ``reduce_window_max`` and its two derivatives (``select_and_gather_add``: the JVP's tangent
 at each window's maximum; ``select_and_scatter_add``: its transpose) are
@@ -44,6 +49,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.extend.core import Literal
 from jax.sharding import AxisType
 
 from jaxconv._src import geometry, lax_conv, options, pooling, primitive
@@ -141,8 +147,29 @@ def _common(params: dict[str, Any], lhs: Any, rhs: Any, out_shape: Sequence[int]
     return None
 
 
-def conv_kind(params: dict[str, Any], lhs: Any, rhs: Any, out_shape: Sequence[int]) -> Kernel | str:
-    """Which kernel a ``conv_general_dilated`` equation is (module docstring), or why none."""
+def reversed_filters(eqns: Sequence[Any]) -> dict[Any, tuple[Any, tuple[int, ...]]]:
+    """The variables that ``rev`` equations among ``eqns`` define: their operand and axes."""
+    return {e.outvars[0]: (e.invars[0], tuple(e.params["dimensions"])) for e in eqns
+            if e.primitive.name == "rev"}
+
+
+def filter_before_rev(eqn: Any, reversed_filters: dict[Any, tuple[Any, tuple[int, ...]]]
+                      ) -> Any | None:
+    """The variable whose ``rev`` over its spatial axes is the filter of the convolution
+    ``eqn`` (autodiff's data gradient), or None."""
+    if eqn.primitive.name != "conv_general_dilated":
+        return None
+    rhs, rhs_spec = eqn.invars[1], eqn.params["dimension_numbers"][1]
+    if isinstance(rhs, Literal) or rhs not in reversed_filters:
+        return None
+    operand, axes = reversed_filters[rhs]
+    return operand if sorted(axes) == sorted(rhs_spec[2:]) else None
+
+
+def conv_kind(params: dict[str, Any], lhs: Any, rhs: Any, out_shape: Sequence[int],
+              reversed_filter: bool = False) -> Kernel | str:
+    """Which kernel a ``conv_general_dilated`` equation is (module docstring), or why none;
+    ``reversed_filter``: its filter is a ``rev`` over its spatial axes (:func:`filter_before_rev`)."""
     why = _common(params, lhs, rhs, out_shape)
     if why is not None:
         return why
@@ -159,6 +186,9 @@ def conv_kind(params: dict[str, Any], lhs: Any, rhs: Any, out_shape: Sequence[in
         return Kernel.WEIGHT
     if any(lo < 0 or hi < 0 for lo, hi in params["padding"]):  # a gradient's crop is its own
         return _why("negative pad")
+    if (reversed_filter and params["feature_group_count"] == 1
+            and all(s == 1 for s in params["window_strides"])):
+        return Kernel.DATA  # autodiff's stride-1 data gradient (module docstring)
     return Kernel.FORWARD
 
 
@@ -175,9 +205,12 @@ def _problem(layout: str, x_shape: tuple[int, ...], y_shape: tuple[int, ...] | N
         auto_pad="explicit", groups=groups, data_format=layout, filter_format="XIO")
 
 
-def data_pattern(params: dict[str, Any], dy: Array, rhs: Array,
-                 out_shape: Sequence[int]) -> Array | str:
-    """A data gradient (module docstring): dx from dy and the reversed, role-swapped filter."""
+def data_pattern(params: dict[str, Any], dy: Array, rhs: Array, out_shape: Sequence[int],
+                 unreversed: Array | None = None) -> Array | str:
+    """A data gradient (module docstring): dx from dy and the reversed, role-swapped filter
+    ``rhs``; ``unreversed``: ``rhs`` before autodiff's ``rev``, where known (reversing ``rhs``
+    back is then no operation at all: XLA:CPU does not cancel two reversals of a bfloat16 array,
+    which it reverses in float32)."""
     lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
     strides, dil = params["lhs_dilation"], params["rhs_dilation"]
     groups = params["feature_group_count"]
@@ -189,11 +222,13 @@ def data_pattern(params: dict[str, Any], dy: Array, rhs: Array,
         return _why("pad range")
     in_channels, out_per_group = rhs.shape[rhs_spec[0]], rhs.shape[rhs_spec[1]]
     # W[k, i, g O/G + o] = rev(rhs)[g I/G + i, o, k]: the roles swapped back per group
-    w = _to(lax.rev(rhs, tuple(rhs_spec[2:])), (*rhs_spec[2:], rhs_spec[0], rhs_spec[1]))
+    w = unreversed if unreversed is not None else lax.rev(rhs, tuple(rhs_spec[2:]))
+    w = _to(w, (*rhs_spec[2:], rhs_spec[0], rhs_spec[1]))
     n = len(kernel)
-    w = w.reshape(*kernel, groups, in_channels // groups, out_per_group)
-    w = w.transpose((*range(n), n + 1, n, n + 2)).reshape(*kernel, in_channels // groups,
-                                                           groups * out_per_group)
+    if groups > 1:
+        w = w.reshape(*kernel, groups, in_channels // groups, out_per_group)
+        w = w.transpose((*range(n), n + 1, n, n + 2)).reshape(*kernel, in_channels // groups,
+                                                               groups * out_per_group)
     layout = _data_layout(lhs_spec, out_spec)
     dys = _to(dy, _nxc_axes(lhs_spec, layout))
     batch = dy.shape[lhs_spec[0]]
@@ -237,14 +272,17 @@ def forward_pattern(params: dict[str, Any], lhs: Array, rhs: Array) -> Array:
         params["batch_group_count"], params["precision"], params["preferred_element_type"])
 
 
-def conv_pattern(params: dict[str, Any], lhs: Array, rhs: Array,
-                 out_shape: Sequence[int]) -> Array | str:
-    """The equation through jaxconv's kernel, or why it runs as lax wrote it."""
-    kind = conv_kind(params, lhs, rhs, out_shape)
+def conv_pattern(params: dict[str, Any], lhs: Array, rhs: Array, out_shape: Sequence[int],
+                 unreversed: Array | None = None) -> Array | str:
+    """The equation through jaxconv's kernel, or why it runs as lax wrote it; ``unreversed``:
+    the filter before autodiff's ``rev`` (:func:`filter_before_rev`), where it is one."""
+    kind = conv_kind(params, lhs, rhs, out_shape, unreversed is not None)
     if not isinstance(kind, Kernel):  # a reason (Kernel is a str enum: test it first)
         return kind
     if kind is Kernel.DATA:
-        return data_pattern(params, lhs, rhs, out_shape)
+        out = data_pattern(params, lhs, rhs, out_shape, unreversed)
+        if not isinstance(out, str) or any(d > 1 for d in params["lhs_dilation"]):
+            return out
     if kind is Kernel.WEIGHT:
         out = weight_pattern(params, lhs, rhs, out_shape)
         if not isinstance(out, str) or params["batch_group_count"] > 1:
@@ -344,21 +382,4 @@ def window_sum_pattern(params: dict[str, Any], x: Array) -> Array | str:
         acc = piece if acc is None else acc + piece
     assert acc is not None
     return acc.astype(x.dtype)
-
-
-#: the 16-bit floats whose ``reduce_sum`` :func:`narrow_sum_pattern` sums in float32
-NARROW_FLOATS = (jnp.bfloat16, jnp.float16)
-
-
-def narrow_sum_pattern(params: dict[str, Any], x: Array) -> Array | str:
-    """``reduce_sum`` of a 16-bit float: summed in float32, rounded once at the end. Autodiff
-    writes one for each broadcast it transposes (a bias's gradient, BatchNorm's scale and
-    offset), on the 16-bit cotangent, and XLA:CPU sums it in 16 bits: a bfloat16 128 x 28 x 28
-    x 32 summed over all but its channels took 9.3 ms against 0.40 in float32, with an error of
-    171 against float32's 0.92 (docs/performance.md, "bfloat16 (mixed precision)"; other
-    backends run the same program, not timed). Other dtypes run as written."""
-    if x.dtype not in NARROW_FLOATS:
-        return "a sum jaxconv leaves as written (not a 16-bit float)"
-    wide: Array = lax.reduce_sum_p.bind(x.astype(jnp.float32), **params)
-    return wide.astype(x.dtype)
 

@@ -37,12 +37,12 @@ from jax._src.interpreters import partial_eval as pe  # tracing a nested jaxpr a
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
 from jaxconv._src import host_memory
-from jaxconv._src.accelerate import patterns
+from jaxconv._src.accelerate import patterns, widening
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-def _conv(eqn: Any, lhs: Any, rhs: Any) -> Any:
-    return patterns.conv_pattern(eqn.params, lhs, rhs, eqn.outvars[0].aval.shape)
+def _conv(eqn: Any, lhs: Any, rhs: Any, unreversed: Any = None) -> Any:
+    return patterns.conv_pattern(eqn.params, lhs, rhs, eqn.outvars[0].aval.shape, unreversed)
 
 
 def _pool(eqn: Any, x: Any) -> Any:
@@ -61,10 +61,6 @@ def _window_sum(eqn: Any, x: Any) -> Any:
     return patterns.window_sum_pattern(eqn.params, x)
 
 
-def _sum(eqn: Any, x: Any) -> Any:
-    return patterns.narrow_sum_pattern(eqn.params, x)
-
-
 #: the rewritten primitives, by name: each rule returns the result, or a string (why the
 #: equation runs as written)
 RULES: dict[str, Callable[..., Any]] = {
@@ -73,18 +69,20 @@ RULES: dict[str, Callable[..., Any]] = {
     "select_and_scatter_add": _scatter,
     "select_and_gather_add": _gather,
     "reduce_window_sum": _window_sum,
-    "reduce_sum": _sum,
 }
+
+#: the pooling rules, which run on float32 where their operands are 16-bit (widening.pool_dtype)
+_POOLS = frozenset({"reduce_window_max", "select_and_scatter_add", "select_and_gather_add",
+                    "reduce_window_sum"})
 
 #: nested-jaxpr primitives that are inlined (their jaxpr param, a ClosedJaxpr)
 _INLINED = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr"}
 
 
 def _targets(eqn: Any) -> bool:
-    """Whether :data:`RULES` may rewrite ``eqn`` (a ``reduce_sum`` only of a 16-bit float)."""
-    if eqn.primitive.name == "reduce_sum":
-        return eqn.invars[0].aval.dtype in patterns.NARROW_FLOATS
-    return eqn.primitive.name in RULES
+    """Whether ``eqn`` may run otherwise: :data:`RULES` may rewrite it, or it is 16-bit
+    arithmetic (:func:`widening.targets`)."""
+    return eqn.primitive.name in RULES or widening.targets(eqn)
 
 
 def _holds_target(jaxpr: Jaxpr) -> bool:
@@ -108,8 +106,11 @@ def _subjaxprs(params: dict[str, Any]) -> list[Jaxpr]:
     return out
 
 
-def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
-    """``jax.core.eval_jaxpr`` with jaxconv's kernels for the equations :data:`RULES` match."""
+def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
+             wide_results: bool = False) -> list[Any]:
+    """``jax.core.eval_jaxpr`` with jaxconv's kernels for the equations :data:`RULES` match,
+    and 16-bit arithmetic in float32 (:mod:`widening`). The results are the 16-bit values, or
+    with ``wide_results`` (an inlined ``jit``'s, read by the caller's equations) as they are."""
     env: dict[Any, Any] = {}
 
     def read(v: Any) -> Any:
@@ -119,17 +120,23 @@ def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any]) -> list[A
         env[var] = value
     for var, value in zip(jaxpr.invars, args):
         env[var] = value
+    reversed_filters = patterns.reversed_filters(jaxpr.eqns)
     for eqn in jaxpr.eqns:
         invals = [read(v) for v in eqn.invars]
+        if widening.targets(eqn):  # each 16-bit operand converted to float32 once
+            invals = [widening.widened(x) for x in invals]
+            env.update((v, x) for v, x in zip(eqn.invars, invals) if not isinstance(v, Literal))
         name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
         with (source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack),
               eqn.ctx.manager):
-            outs = _equation(eqn, invals)
+            before = patterns.filter_before_rev(eqn, reversed_filters)
+            outs = _equation(eqn, invals, None if before is None else read(before))
         if not eqn.primitive.multiple_results:
             outs = [outs]
         for var, value in zip(eqn.outvars, outs):
             env[var] = value
-    return [read(v) for v in jaxpr.outvars]
+    results = [read(v) for v in jaxpr.outvars]
+    return results if wide_results else [widening.narrow(v) for v in results]
 
 
 def _bind(eqn: Any, invals: Sequence[Any], params: dict[str, Any] | None = None) -> Any:
@@ -137,20 +144,33 @@ def _bind(eqn: Any, invals: Sequence[Any], params: dict[str, Any] | None = None)
     return eqn.primitive.bind(*invals, **bind_params)
 
 
-def _equation(eqn: Any, invals: list[Any]) -> Any:
+def _equation(eqn: Any, wide_invals: list[Any], unreversed: Any = None) -> Any:
+    """``eqn`` on ``wide_invals`` (its operands, 16-bit ones maybe :class:`widening.Wide`);
+    ``unreversed``: a convolution's filter before autodiff's ``rev``, where it is one."""
     name = eqn.primitive.name
+    dtype = widening.narrow_dtype(eqn, wide_invals)
+    if dtype is not None:
+        outs = widening.run(eqn, wide_invals, dtype, _bind)
+        return outs if eqn.primitive.multiple_results else outs[0]
+    subs = _subjaxprs(eqn.params)
+    if name in _INLINED and subs and any(_holds_target(s) for s in subs):
+        closed = eqn.params[_INLINED[name]]
+        return evaluate(closed.jaxpr, closed.consts, wide_invals, wide_results=True)
+    invals = [widening.narrow(v) for v in wide_invals]
     rule = RULES.get(name)
+    pooled = widening.pool_dtype(eqn, wide_invals) if name in _POOLS else None
+    if rule is not None and pooled is not None:
+        out = rule(eqn, *map(widening.float32, wide_invals))
+        if not isinstance(out, str):
+            return widening.Wide(out, pooled)
     if rule is not None:
-        out = rule(eqn, *invals)
+        out = (_conv(eqn, invals[0], invals[1], widening.narrow(unreversed)) if rule is _conv
+               else rule(eqn, *invals))
         if not isinstance(out, str):
             return out
         return _bind(eqn, invals)
-    subs = _subjaxprs(eqn.params)
     if not subs or not any(_holds_target(s) for s in subs):
         return _bind(eqn, invals)
-    if name in _INLINED:
-        closed = eqn.params[_INLINED[name]]
-        return evaluate(closed.jaxpr, closed.consts, invals)
     try:
         params = _rewritten_params(eqn)
     except Exception:  # noqa: BLE001 - a body that only traces in its own context runs as it was
@@ -228,13 +248,14 @@ def accelerate(fun: F) -> F:
     weight-gradient kernels, and each ``lax.reduce_window`` max pool (``flax.linen.max_pool``,
     ``equinox.nn.MaxPool2d``) and its gradient by :func:`jaxconv.max_pool`'s; each
     ``lax.reduce_window`` sum (``flax.linen.avg_pool`` and its transpose) runs as the sum of its
-    taps, in float32 for 16-bit floats, and each ``reduce_sum`` of a 16-bit float (the
-    gradients of biases and BatchNorm's scale and offset) in float32, rounded once. The model's
-    code does not change. An equation jaxconv
+    taps. Arithmetic on bfloat16 and float16 (element-wise chains, sums, pools: a mixed-precision
+    model's BatchNorm, activations and bias gradients) runs in float32 and rounds once, where a
+    value leaves it for a convolution, a matrix product or a result (XLA:CPU rounds after every
+    operation, and sums in 16 bits). The model's code does not change. An equation jaxconv
     has no kernel for runs exactly as before (:func:`jaxconv.explain` lists them, with the
     reason). The values are the unmodified
     function's, within the per-dtype tolerances of docs/precision.md (a max pool's gradient
-    goes to the same first maximum).
+    goes to the same first maximum; 16-bit results are at least as accurate as written).
 
     It composes with ``jit``, ``grad``, ``vmap``, ``jax.checkpoint``, sharded ``jit`` and
     ``shard_map`` (inside the mapped function) in any order; ``jax.export`` of an accelerated

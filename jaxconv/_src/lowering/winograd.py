@@ -123,12 +123,14 @@ def dtype_why(dtype: DType | None, preferred_element_type: DType = None) -> str 
     return None
 
 
-#: the dtypes ``lowering="auto"`` takes Winograd for: float32. In bfloat16 oneDNN's direct
-#: kernels run at twice float32's rate on AVX-512 BF16 and were as fast or faster (N8,
-#: fwd / data / weight ms, oneDNN against Winograd: 56x56 64 -> 64 4.6 / 4.7 / 6.0 against
-#: 4.4 / 4.4 / 7.7; 14x14 256 -> 256 4.4 / 4.4 / 5.0 against 6.5 / 6.6 / 6.5; 2-core Zen 4);
-#: forced, Winograd takes bfloat16 operands and computes in float32 (docs/lowerings.md).
-AUTO_DTYPES = (np.dtype(np.float32),)
+#: the dtypes ``lowering="auto"`` takes Winograd for, where it times faster than oneDNN's
+#: direct kernel (measured.py): float32, and bfloat16 (computed in float32, the result rounded
+#: once). In bfloat16 oneDNN's direct kernels run at twice float32's rate on AVX-512 BF16, and
+#: the two are close: N8, forward / data / weight gradient, best of 20, ms, oneDNN against the
+#: 4x4 tile: 56x56 64 -> 64 4.35 / 4.24 / 4.93 against 3.60 / 3.53 / 3.65; 28x28 128 -> 128
+#: 4.05 / 4.98 / 4.33 against 3.08 / 3.01 / 3.80; 14x14 256 -> 256 3.97 / 3.90 / 4.25 against
+#: 4.71 / 4.65 / 4.53 (2-core Zen 4; docs/lowerings.md, "Winograd").
+AUTO_DTYPES = (np.dtype(np.float32), np.dtype(jnp.bfloat16))
 
 
 def pays_for(dtype: DType | None) -> bool:

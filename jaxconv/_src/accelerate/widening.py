@@ -1,0 +1,168 @@
+"""16-bit float arithmetic in float32 under :func:`jaxconv.accelerate`: element-wise chains on
+bfloat16 or float16 run in float32 and round once, where a value leaves them.
+
+XLA:CPU computes each element-wise operation of a 16-bit float in float32 and rounds its
+result back to 16 bits before the next one reads it (every ``convert`` pair stays: on the CPU
+XLA does not remove them, ``--xla_allow_excess_precision`` or not). The rounding is most of the
+work: ``relu(a * 1.5 + b)`` on two bfloat16 8 x 56 x 56 x 64 arrays took 0.52 ms against 0.22
+with the chain written in float32 and rounded once (0.10 in float32 throughout; 2-core Zen 4,
+docs/performance.md, "bfloat16 (mixed precision)").
+
+The rule, the excess precision XLA's GPU compiler allows itself: an element-wise equation
+whose floating operands are of one 16-bit dtype (:data:`ELEMENTWISE`) computes in float32 and
+keeps its float32 result (a :class:`Wide` value) beside the 16-bit one; the next element-wise
+equation reads the float32 value, and so does a ``convert_element_type`` to float32 (a
+flax BatchNorm's statistics) and a sum (``reduce_sum``, summed in float32). A ``convert_element_type``
+from float32 to the 16-bit dtype keeps its operand as the float32 value. Every other reader (a
+convolution, a matrix product, a result of the program) reads the 16-bit value: the float32 one
+rounded once. So the values are at least as accurate as written, and differ from them by at
+most the 16-bit rounding of each chain's result. Max pools and their gradients on 16-bit
+operands run on the float32 values too (:func:`pool_dtype`): a maximum and the values it selects
+round back exactly. (ResNet's stem ReLU and max pool on bfloat16, 8 x 112 x 112 x 64, forward
+and backward: 57 ms, where XLA:CPU fused the pool's gradient and the ReLU's into one loop that
+rounded inside; 12.6 ms on the float32 values, 11.9 in float32.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+#: the 16-bit floats whose arithmetic runs in float32
+NARROW_FLOATS = (np.dtype(jnp.bfloat16), np.dtype(jnp.float16))
+
+#: element-wise primitives computed in float32 where their floating operands are 16-bit
+ELEMENTWISE = frozenset({
+    "add", "add_any", "sub", "mul", "div", "neg", "max", "min", "abs", "sign", "square",
+    "integer_pow", "pow", "sqrt", "rsqrt", "cbrt", "exp", "exp2", "log", "log1p", "expm1",
+    "tanh", "logistic", "erf", "erfc", "sin", "cos", "select_n", "clamp", "copy", "copy_p",
+    "eq", "ne", "lt", "le", "gt", "ge", "is_finite", "convert_element_type",
+})
+
+#: reductions computed in float32 where their operand is 16-bit: XLA:CPU sums a 16-bit float
+#: in 16 bits (autodiff writes a ``reduce_sum`` for each broadcast it transposes: a bias's
+#: gradient, BatchNorm's scale and offset): a bfloat16 128 x 28 x 28 x 32 summed over all but
+#: its channels took 9.3 ms against 0.40 in float32, with an error of 171 against float32's
+#: 0.92 (docs/performance.md, "bfloat16 (mixed precision)"); a maximum or minimum rounds to the
+#: same value either way (rounding is monotonic)
+REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min"})
+
+#: primitives that move a float32 value without arithmetic (fused into their readers): they
+#: keep it float32 where their operand is already
+_MOVES = frozenset({"broadcast_in_dim", "reshape", "squeeze", "expand_dims"})
+
+
+class Wide:
+    """A 16-bit value held as the float32 value it rounds from: each converted where first
+    read (once)."""
+
+    __slots__ = ("_wide", "dtype", "_narrow")
+
+    def __init__(self, wide: Any, dtype: np.dtype, narrow: Any = None) -> None:
+        self._wide, self.dtype, self._narrow = wide, dtype, narrow
+
+    @classmethod
+    def of(cls, narrow: Any) -> Wide:
+        """A 16-bit array as a Wide value (its float32 value exact)."""
+        return cls(None, np.dtype(narrow.dtype), narrow)
+
+    @property
+    def wide(self) -> Any:
+        """The float32 value."""
+        if self._wide is None:
+            self._wide = lax.convert_element_type(self._narrow, np.float32)
+        return self._wide
+
+    @property
+    def narrow(self) -> Any:
+        """The 16-bit value: the float32 one rounded."""
+        if self._narrow is None:
+            self._narrow = lax.convert_element_type(self._wide, self.dtype)
+        return self._narrow
+
+
+def narrow(value: Any) -> Any:
+    """``value`` as the program wrote it (a :class:`Wide` value's 16-bit value)."""
+    return value.narrow if isinstance(value, Wide) else value
+
+
+def widened(value: Any) -> Any:
+    """``value`` as a :class:`Wide` value where it is a 16-bit float array, else as it is (the
+    caller keeps it, so that each array is converted to float32 once)."""
+    if not isinstance(value, Wide) and _dtype(value) in NARROW_FLOATS:
+        return Wide.of(value)
+    return value
+
+
+def float32(value: Any) -> Any:
+    """``value`` in float32 where it is a 16-bit float (a :class:`Wide` value's float32 one),
+    else as it is."""
+    value = widened(value)
+    return value.wide if isinstance(value, Wide) else value
+
+
+def _dtype(value: Any) -> np.dtype | None:
+    if isinstance(value, Wide):
+        return value.dtype
+    dtype = getattr(value, "dtype", None)
+    return None if dtype is None else np.dtype(dtype)
+
+
+def narrow_dtype(eqn: Any, invals: Sequence[Any]) -> np.dtype | None:
+    """The 16-bit dtype ``eqn`` computes in float32 instead, or None where it runs as written."""
+    name = eqn.primitive.name
+    if name in _MOVES:
+        return invals[0].dtype if isinstance(invals[0], Wide) else None
+    if name not in ELEMENTWISE and name not in REDUCTIONS:
+        return None
+    if name == "convert_element_type":
+        src = _dtype(invals[0])
+        dst: np.dtype = np.dtype(eqn.params["new_dtype"])
+        if src in NARROW_FLOATS and dst in (np.float32, src):  # to float32, or a weak type's
+            return src if isinstance(invals[0], Wide) else None
+        if src == np.float32 and dst in NARROW_FLOATS:
+            return dst
+        return None
+    floats = {d for d in map(_dtype, invals)
+              if d is not None and jnp.issubdtype(d, jnp.floating)}
+    if len(floats) != 1 or not floats <= set(NARROW_FLOATS):
+        return None
+    (dtype,) = floats
+    outs = {np.dtype(v.aval.dtype) for v in eqn.outvars}
+    return dtype if outs <= {dtype, np.dtype(np.bool_)} else None
+
+
+def targets(eqn: Any) -> bool:
+    """Whether ``eqn`` is arithmetic that may read a 16-bit float (:func:`narrow_dtype` decides
+    on the values)."""
+    name = eqn.primitive.name
+    return ((name in ELEMENTWISE or name in REDUCTIONS)
+            and any(getattr(v.aval, "dtype", None) in NARROW_FLOATS for v in eqn.invars))
+
+
+def run(eqn: Any, invals: Sequence[Any], dtype: np.dtype, bind: Any) -> list[Any]:
+    """``eqn`` computed in float32 on ``invals`` (its 16-bit floats read as float32): its
+    16-bit results as :class:`Wide` values. ``bind(eqn, values, params)`` binds it."""
+    if eqn.primitive.name == "convert_element_type":
+        src, dst = invals[0], np.dtype(eqn.params["new_dtype"])
+        if isinstance(src, Wide):  # to float32: the value it rounds from; to its own dtype: it
+            return [src.wide if dst == np.float32 else src]
+        return [Wide(src, dtype)]  # float32 to 16 bits: kept as it is
+    outs = bind(eqn, [float32(v) for v in invals])
+    outs = outs if eqn.primitive.multiple_results else [outs]
+    return [Wide(o, dtype) if np.dtype(v.aval.dtype) == dtype else o
+            for o, v in zip(outs, eqn.outvars)]
+
+
+def pool_dtype(eqn: Any, invals: Sequence[Any]) -> np.dtype | None:
+    """The 16-bit dtype of a pool's operands, which it computes on in float32 (a maximum and
+    the values it selects are exact in either; a sum rounds once), or None."""
+    dtypes = {_dtype(v) for v in invals}
+    if len(dtypes) != 1:
+        return None
+    (dtype,) = dtypes
+    return dtype if dtype in NARROW_FLOATS else None
