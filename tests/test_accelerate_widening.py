@@ -117,3 +117,20 @@ def test_max_pools_of_bfloat16_run_on_float32():
     after = str(jax.make_jaxpr(jaxconv.accelerate(grad))(x))
     assert re.search(r"f32\[[^\]]*\] = jaxconv_max_pool_scatter", after)
     assert not re.search(r"bf16\[[^\]]*\] = jaxconv_max_pool", after)
+
+
+def test_a_comparison_reads_the_value_its_neighbours_took():
+    """Where a reader has taken a chain's 16-bit value (``jax.nn.relu``, a ``custom_jvp`` whose
+    input is rounded), a comparison of the same value (the ReLU's mask in its gradient) reads
+    that value too, as written: the program keeps one width of it."""
+    x = jnp.ones((4, 8), jnp.bfloat16)
+
+    def loss(x):
+        return jnp.sum(jax.nn.relu(x * 2 + 1).astype(jnp.float32))
+
+    jaxpr = jax.make_jaxpr(jaxconv.accelerate(jax.grad(loss)))(x).jaxpr
+    made = {v: e for e in jaxpr.eqns for v in e.outvars}
+    (gt,) = [e for e in jaxpr.eqns if e.primitive.name == "gt"]
+    widen = made[gt.invars[0]]  # the mask reads the rounded value, widened again
+    assert widen.primitive.name == "convert_element_type"
+    assert widen.invars[0].aval.dtype == jnp.bfloat16

@@ -72,8 +72,7 @@ RULES: dict[str, Callable[..., Any]] = {
 }
 
 #: the pooling rules, which run on float32 where their operands are 16-bit (widening.pool_dtype)
-_POOLS = frozenset({"reduce_window_max", "select_and_scatter_add", "select_and_gather_add",
-                    "reduce_window_sum"})
+_POOLS = frozenset({"reduce_window_max", "select_and_scatter_add", "select_and_gather_add"})
 
 #: nested-jaxpr primitives that are inlined (their jaxpr param, a ClosedJaxpr)
 _INLINED = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr"}
