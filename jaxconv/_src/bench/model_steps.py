@@ -70,7 +70,9 @@ def _training_loop(step: Callable, params: Any, stats: Any, opt: Any, x: jax.Arr
     def run() -> Any:
         new_params, new_stats, new_opt, loss = step(*state, x, labels)
         state[:] = [new_params, new_stats, new_opt]
-        return new_params, new_opt, loss
+        # the loss, and the state the loop holds now: a timed batch of calls waits for the last
+        # call's state (this call's is donated to the next, and waiting on it then fails)
+        return loss, state
     return run
 
 
