@@ -205,8 +205,8 @@ def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
         step, tx = _jax_step(model, batchnorm, donate=True, accelerate=k == "accelerate")
         xj, lj = jnp.asarray(x), jnp.asarray(labels)
         steps[k] = _training_loop(step, params, stats, tx.init(params), xj, lj)
-        new, _, loss = steps[k]()  # the first step, from params: the agreement check
-        first[k] = (float(loss), torch_models.flat_params(jax.device_get(new)))
+        loss, state = steps[k]()  # the first step, from params: the agreement check
+        first[k] = (float(loss), torch_models.flat_params(jax.device_get(state[0])))
     ref_loss, ref = first[next(iter(first))]
     scale = max(float(np.max(np.abs(v))) for v in ref.values())
     # each contender against the first: the loss, the largest parameter difference and where
