@@ -169,7 +169,8 @@ def filter_before_rev(eqn: Any, reversed_filters: dict[Any, tuple[Any, tuple[int
 def conv_kind(params: dict[str, Any], lhs: Any, rhs: Any, out_shape: Sequence[int],
               reversed_filter: bool = False) -> Kernel | str:
     """Which kernel a ``conv_general_dilated`` equation is (module docstring), or why none;
-    ``reversed_filter``: its filter is a ``rev`` over its spatial axes (:func:`filter_before_rev`)."""
+    ``reversed_filter``: its filter is a ``rev`` over its spatial axes
+    (:func:`filter_before_rev`)."""
     why = _common(params, lhs, rhs, out_shape)
     if why is not None:
         return why

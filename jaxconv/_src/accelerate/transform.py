@@ -157,17 +157,14 @@ def _equation(eqn: Any, wide_invals: list[Any], unreversed: Any = None) -> Any:
         return evaluate(closed.jaxpr, closed.consts, wide_invals, wide_results=True)
     invals = [widening.narrow(v) for v in wide_invals]
     rule = RULES.get(name)
-    pooled = widening.pool_dtype(eqn, wide_invals) if name in _POOLS else None
-    if rule is not None and pooled is not None:
-        out = rule(eqn, *map(widening.float32, wide_invals))
-        if not isinstance(out, str):
-            return widening.Wide(out, pooled)
     if rule is not None:
+        pooled = widening.pool_dtype(eqn, wide_invals) if name in _POOLS else None
+        if pooled is not None:  # on the float32 values (its reasons do not depend on the width)
+            out = rule(eqn, *map(widening.float32, wide_invals))
+            return _bind(eqn, invals) if isinstance(out, str) else widening.Wide(out, pooled)
         out = (_conv(eqn, invals[0], invals[1], widening.narrow(unreversed)) if rule is _conv
                else rule(eqn, *invals))
-        if not isinstance(out, str):
-            return out
-        return _bind(eqn, invals)
+        return _bind(eqn, invals) if isinstance(out, str) else out
     if not subs or not any(_holds_target(s) for s in subs):
         return _bind(eqn, invals)
     try:

@@ -4,21 +4,23 @@ bfloat16 or float16 run in float32 and round once, where a value leaves them.
 XLA:CPU computes each element-wise operation of a 16-bit float in float32 and rounds its
 result back to 16 bits before the next one reads it (every ``convert`` pair stays: on the CPU
 XLA does not remove them, ``--xla_allow_excess_precision`` or not). The rounding is most of the
-work: ``relu(a * 1.5 + b)`` on two bfloat16 8 x 56 x 56 x 64 arrays took 0.52 ms against 0.22
-with the chain written in float32 and rounded once (0.10 in float32 throughout; 2-core Zen 4,
+work: ``relu(a * 1.5 + b)`` on two bfloat16 8 x 56 x 56 x 64 arrays took 0.47 ms as written,
+0.31 rounded once (this module's rule), 0.11 in float32 throughout (2-core Zen 4,
 docs/performance.md, "bfloat16 (mixed precision)").
 
 The rule, the excess precision XLA's GPU compiler allows itself: an element-wise equation
 whose floating operands are of one 16-bit dtype (:data:`ELEMENTWISE`) computes in float32 and
 keeps its float32 result (a :class:`Wide` value) beside the 16-bit one; the next element-wise
 equation reads the float32 value, and so does a ``convert_element_type`` to float32 (a
-flax BatchNorm's statistics) and a sum (``reduce_sum``, summed in float32). A ``convert_element_type``
-from float32 to the 16-bit dtype keeps its operand as the float32 value. Every other reader (a
+flax BatchNorm's statistics) and a sum (``reduce_sum``, summed in float32). A
+``convert_element_type`` from float32 to the 16-bit dtype keeps its operand as the float32
+value. Every other reader (a
 convolution, a matrix product, a result of the program) reads the 16-bit value: the float32 one
 rounded once; where one has, a comparison reads it too (:data:`COMPARISONS`: a ReLU's mask,
 where the ReLU's ``custom_jvp`` took the rounded input; reading both widths kept two versions of
-the value alive, and the MNIST CNN's bfloat16 step ran 15% slower). So the values are at least as accurate as written, and differ from them by at
-most the 16-bit rounding of each chain's result. Max pools and their gradients on 16-bit
+the value alive, and the MNIST CNN's bfloat16 step ran 15% slower). So the values are at
+least as accurate as written, and differ from them by at most the 16-bit rounding of each
+chain's result. Max pools and their gradients on 16-bit
 operands run on the float32 values too (:func:`pool_dtype`): a maximum and the values it selects
 round back exactly. (ResNet's stem ReLU and max pool on bfloat16, 8 x 112 x 112 x 64, forward
 and backward: 57 ms, where XLA:CPU fused the pool's gradient and the ReLU's into one loop that
@@ -178,8 +180,8 @@ def run(eqn: Any, invals: Sequence[Any], dtype: np.dtype, bind: Any) -> list[Any
 
 
 def pool_dtype(eqn: Any, invals: Sequence[Any]) -> np.dtype | None:
-    """The 16-bit dtype of a pool's operands, which it computes on in float32 (a maximum and
-    the values it selects are exact in either; a sum rounds once), or None."""
+    """The 16-bit dtype of a max pool's operands, which it computes on in float32 (a maximum
+    and the values it selects are exact in either), or None."""
     dtypes = {_dtype(v) for v in invals}
     if len(dtypes) != 1:
         return None
