@@ -87,10 +87,13 @@ def test_trial_races_times_and_keeps_the_callers_layout_within_the_margin():
     assert pick(_arr(ctypes.c_double, [1.2e-3, 1.0e-3]), both, callers, 2, 1e6) == 1
 
 
-def test_filter_move_plan_takes_16_by_16_tiles_of_float32_channels_only():
+OFF, TRANSPOSE, TRANSPOSE_ROW_PAIRS, TRANSPOSE_PAIRS, COPY = range(5)  # MoveKind
+
+
+def test_filter_move_plan_takes_tiles_of_16_channels_only():
     fn = LIB.jaxconv_onednn_decide_filter_move
     fn.argtypes = ([ctypes.c_int] + [ctypes.POINTER(I64)] * 3 + [ctypes.c_int]
-                   + [ctypes.POINTER(I64)] * 2 + [ctypes.c_int] + [ctypes.POINTER(I64)] * 2)
+                   + [ctypes.POINTER(I64)] * 2 + [ctypes.c_int] * 2 + [ctypes.POINTER(I64)] * 2)
     o, i = 32, 48
     dims = [o, i, 1, 1]
     xio = [1, o, o * i, o * i]              # O innermost, then I (flax's HWIO, 1x1)
@@ -98,17 +101,36 @@ def test_filter_move_plan_takes_16_by_16_tiles_of_float32_channels_only():
     blk = [(i // 16) * 256, 256, o * i, o * i]
     o_off, i_off = (I64 * o)(), (I64 * i)()
 
-    def plan(blks, idxs, i_inner, dims=dims, xio=xio, blk=blk):
+    def plan(blks, idxs, into, dims=dims, xio=xio, blk=blk, element=4):
         return fn(len(dims), _arr(I64, dims), _arr(I64, xio), _arr(I64, blk), len(blks),
-                  _arr(I64, blks), _arr(I64, idxs), int(i_inner), o_off, i_off)
+                  _arr(I64, blks), _arr(I64, idxs), element, int(into), o_off, i_off)
 
-    assert plan([16, 16], [0, 1], True) == 1
+    assert plan([16, 16], [0, 1], True) == TRANSPOSE
     # (o, i) sits in tile (o // 16, i // 16) at (o % 16) * 16 + i % 16
     assert o_off[17] == 1 * blk[0] + 1 * 16 and i_off[33] == 2 * blk[1] + 1
-    assert plan([16, 16], [1, 0], False) == 1       # O innermost: the weight gradient's copy
+    assert plan([16, 16], [1, 0], False) == COPY    # O innermost: the weight gradient's copy
     assert o_off[17] == 1 * blk[0] + 1 and i_off[33] == 2 * blk[1] + 1 * 16
-    assert plan([16, 16], [1, 0], True) == 0        # the transpose wants I innermost
-    assert plan([32], [1], True) == 0               # I blocked alone: oneDNN's reorder
-    assert plan([8, 8], [0, 1], True) == 0          # tiles of 8
+    assert plan([16, 16], [1, 0], False, element=2) == COPY   # the copy moves 2-byte rows too
+    assert plan([16, 16], [1, 0], True) == OFF      # the transpose wants I innermost
+    assert plan([32], [1], True) == OFF             # float32 I blocked alone: oneDNN's reorder
+    assert plan([8, 8], [0, 1], True) == OFF        # tiles of 8
+    assert plan([16, 16], [0, 1], True, element=8) == OFF     # neither 4- nor 2-byte
     odd = [24, i, 1, 1]
-    assert plan([16, 16], [0, 1], True, dims=odd, xio=[1, 24, 24 * i, 24 * i]) == 0
+    assert plan([16, 16], [0, 1], True, dims=odd, xio=[1, 24, 24 * i, 24 * i]) == OFF
+    # 2-byte ABcd8b16a2b (jit_bf16's forward): tiles of 16 O x 16 I, I pairs innermost
+    assert plan([8, 16, 2], [1, 0, 1], True, element=2) == TRANSPOSE_ROW_PAIRS
+    # (o, i) at ((i % 16) // 2) * 32 + (o % 16) * 2 + i % 2 in its tile
+    assert o_off[17] == 1 * blk[0] + 1 * 2 and i_off[35] == 2 * blk[1] + 1 * 32 + 1
+    assert plan([8, 16, 2], [1, 0, 1], True) == OFF           # pairs of float32: no such move
+    # 2-byte AcdB32a2b (brgconv's forward): O blocks of 32, I an outer dim of pairs
+    acdb = [i * 32, 64, o * i, o * i]
+    assert plan([32, 2], [0, 1], True, blk=acdb, element=2) == TRANSPOSE_ROW_PAIRS
+    assert o_off[17] == 17 * 2 and i_off[35] == 17 * 64 + 1
+    # 2-byte BcdA32b2a (a data gradient's): I blocks of 32, O an outer dim of pairs
+    bcda = [64, o * 32, o * 32, o * 32]
+    assert plan([32, 2], [1, 0], True, dims=[o, 32, 1, 1], xio=[1, o, o * 32, o * 32],
+                blk=bcda, element=2) == TRANSPOSE_PAIRS
+    assert o_off[17] == 8 * 64 + 1 and i_off[5] == 5 * 2
+    # pairs of O over 16 O (not 32): no 16 x 16 tile of pairs
+    assert plan([16, 2], [1, 0], True, dims=[16, 32, 1, 1], xio=[1, 16, 512, 512],
+                blk=[32, 16 * 16, 512, 512], element=2) == OFF

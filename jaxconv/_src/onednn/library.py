@@ -156,30 +156,73 @@ def why_not(p: ConvProblem) -> str | None:
     return None
 
 
-def check_filter_move(blocks: str, o: int, i: int, taps: tuple[int, ...]) -> bool | None:
+def check_filter_move(blocks: str, o: int, i: int, taps: tuple[int, ...],
+                      dtype: str = "float32") -> bool | None:
     """The handler's own move of an ``o`` x ``i`` filter with spatial extents ``taps`` between
     the caller's XIO layout and a oneDNN blocked one, against oneDNN's reorder of the same
     values. ``blocks`` names the blocked layout's inner blocks as oneDNN's format tags do:
     O x I tiles with I innermost ("16a16b", "32a32b": the transpose from XIO, a forward's or
     data gradient's input) or O innermost ("16b16a", "16b32a", "16b64a": the copy into XIO, a
-    weight gradient's output), or I blocked alone ("16b", "32b", "48b", "64b", where the
-    handler keeps oneDNN's reorder). Whether the two agree bit for bit, or None where the move
-    does not apply (channels that do not fill the tiles; I blocked alone; the transpose on a
-    CPU without AVX-512) or the library is not loaded. For the tests.
+    weight gradient's output), I blocked alone ("16b", "32b", "48b", "64b"), pairs of I
+    innermost ("16a2b", "32a2b", "48a2b", "64a2b", "8b16a2b": bfloat16 forwards') or pairs of
+    O innermost ("32b2a", "64b2a", "8a16b2a": bfloat16 data gradients'). ``dtype`` is
+    "float32" or "bfloat16". Whether the two agree bit for bit, or None where the move does not
+    apply (channels that do not fill the tiles; float32 with one channel dim blocked alone;
+    pairs on float32; a move into the blocked layout on a CPU without AVX-512) or the library
+    is not loaded. For the tests.
 
     Raises:
-      ValueError: ``blocks`` is not one of those.
+      ValueError: ``blocks`` or ``dtype`` is not one of those.
     """
-    known = ("16a16b", "32a32b", "16b", "32b", "48b", "64b", "16b16a", "16b32a", "16b64a")
-    if blocks not in known:
-        raise ValueError(f"check_filter_move: blocks must be one of {known}, got {blocks!r}")
+    element = _move_element("check_filter_move", blocks, dtype)
     if not status().available:
         return None
     fn = _HANDLES[-1].jaxconv_onednn_check_filter_move
     fn.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64,
-                   ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
-    got = fn(blocks.encode(), o, i, (ctypes.c_int64 * max(1, len(taps)))(*taps), len(taps))
+                   ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int]
+    got = fn(blocks.encode(), o, i, (ctypes.c_int64 * max(1, len(taps)))(*taps), len(taps),
+             element)
     return None if got < 0 else bool(got)
+
+
+def time_filter_move(blocks: str, o: int, i: int, taps: tuple[int, ...],
+                     dtype: str = "float32", reps: int = 20,
+                     read_after: bool = False) -> tuple[float, float] | None:
+    """The seconds of the handler's own move of the filter ``check_filter_move`` describes and
+    of oneDNN's reorder of it: the best of ``reps`` calls each, interleaved, the source written
+    afresh before each call (as XLA writes a filter before the call that reads it), and with
+    ``read_after`` each followed by one thread's read of the whole result inside the timing (as
+    the next operation reads it); None where the move does not apply or the library is not
+    loaded. For ``benchmarks/filter_moves.py``.
+
+    Raises:
+      ValueError: ``blocks`` or ``dtype`` is not one that ``check_filter_move`` takes.
+    """
+    element = _move_element("time_filter_move", blocks, dtype)
+    if not status().available:
+        return None
+    fn = _HANDLES[-1].jaxconv_onednn_time_filter_move
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64,
+                   ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                   ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
+    seconds = (ctypes.c_double * 2)()
+    got = fn(blocks.encode(), o, i, (ctypes.c_int64 * max(1, len(taps)))(*taps), len(taps),
+             element, reps, int(read_after), seconds)
+    return None if got < 0 else (seconds[0], seconds[1])
+
+
+MOVE_LAYOUTS = ("16a16b", "32a32b", "16b", "32b", "48b", "64b", "16b16a", "16b32a", "16b64a",
+                "16a2b", "32a2b", "48a2b", "64a2b", "8b16a2b", "32b2a", "64b2a", "8a16b2a")
+
+
+def _move_element(name: str, blocks: str, dtype: str) -> int:
+    """The element size of ``dtype`` for a filter move's diagnostics, after checking both."""
+    if blocks not in MOVE_LAYOUTS:
+        raise ValueError(f"{name}: blocks must be one of {MOVE_LAYOUTS}, got {blocks!r}")
+    element = {"float32": 4, "bfloat16": 2}.get(dtype)
+    if element is None:
+        raise ValueError(f"{name}: dtype must be 'float32' or 'bfloat16', got {dtype!r}")
+    return element
 
 
 def handler() -> ctypes.CDLL | None:

@@ -52,39 +52,96 @@ size_t Pick(const std::vector<double>& best, const std::vector<bool>& racing,
   return fastest;
 }
 
-FilterMove PlanFilterMove(const Blocking& xio, const Blocking& blk, bool i_inner) {
+std::vector<int64_t> BlockedOffsets(const Blocking& b, size_t dim) {
+  const std::vector<int64_t>& blks = b.inner_blks;
+  int64_t tile = 1;  // dim's extent inside a tile
+  for (size_t k = 0; k < blks.size(); ++k)
+    if (b.inner_idxs[k] == static_cast<int64_t>(dim)) tile *= blks[k];
+  std::vector<int64_t> off(b.padded[dim]);
+  for (int64_t v = 0; v < b.padded[dim]; ++v) {
+    int64_t at = (v / tile) * b.strides[dim];
+    // the tile's blocks, innermost first: each one's stride in the tile, and the product of
+    // dim's blocks inside it
+    int64_t stride = 1, inside = 1;
+    for (size_t k = blks.size(); k-- > 0;) {
+      if (b.inner_idxs[k] == static_cast<int64_t>(dim)) {
+        at += (v / inside) % blks[k] * stride;
+        inside *= blks[k];
+      }
+      stride *= blks[k];
+    }
+    off[v] = at;
+  }
+  return off;
+}
+
+namespace {
+
+// Whether off[base + j] == off[base] + j * step for every run of `run` from 0, and each run's
+// first offset a multiple of `align` (64-byte stores).
+bool Runs(const std::vector<int64_t>& off, int64_t run, int64_t step, int64_t align) {
+  if (off.size() % run != 0) return false;
+  for (size_t base = 0; base < off.size(); base += run) {
+    if (off[base] % align != 0) return false;
+    for (int64_t j = 1; j < run; ++j)
+      if (off[base + j] != off[base] + j * step) return false;
+  }
+  return true;
+}
+
+// The kind of move between an XIO filter and `blk` (same dims, O a multiple of 16, only O
+// padded), with `o_off` and `i_off` the blocked side's tables (O's over its padded extent).
+MoveKind KindOf(const Blocking& blk, bool into, const std::vector<int64_t>& o_off,
+                const std::vector<int64_t>& i_off) {
+  const std::vector<int64_t>& blks = blk.inner_blks;
+  const std::vector<int64_t>& idxs = blk.inner_idxs;
+  // O x I tiles of multiples of 16, I innermost (into) or O innermost (out of)
+  const int64_t inner = into ? 1 : 0;
+  const bool tiles = blks.size() == 2 && idxs[0] == 1 - inner && idxs[1] == inner &&
+                     blks[0] % 16 == 0 && blks[1] % 16 == 0 && blk.dims[1] % 16 == 0;
+  const bool padded = blk.padded[0] != blk.dims[0];
+  if (!into) return tiles && !padded ? MoveKind::kCopy : MoveKind::kOff;
+  if (blk.element == 4) return tiles && !padded ? MoveKind::kTranspose : MoveKind::kOff;
+  if (blk.element != 2) return MoveKind::kOff;
+  for (size_t a = 2; a < blk.dims.size(); ++a)
+    if (blk.strides[a] % 32 != 0) return MoveKind::kOff;  // 64-byte stores at every tap
+  if (Runs(i_off, 2, 1, 32) && Runs(o_off, 16, 2, 32)) return MoveKind::kTransposeRowPairs;
+  if (!padded && blk.dims[0] % 32 == 0 && Runs(o_off, 2, 1, 32) && Runs(i_off, 16, 2, 32))
+    return MoveKind::kTransposePairs;
+  return MoveKind::kOff;
+}
+
+}  // namespace
+
+FilterMove PlanFilterMove(const Blocking& xio, const Blocking& blk, bool into) {
   FilterMove t;
   const size_t n = xio.dims.size();
-  if (!xio.f32 || !blk.f32 || n < 3 || n > 5 || blk.dims.size() != n) return t;
-  if (!xio.blocked || !blk.blocked || !xio.inner_blks.empty() || !blk.unpadded ||
-      !blk.offset0 || !xio.offset0)
+  if ((xio.element != 4 && xio.element != 2) || blk.element != xio.element || n < 3 ||
+      n > 5 || blk.dims != xio.dims)
     return t;
-  const std::vector<int64_t>& idxs = blk.inner_idxs;
-  const std::vector<int64_t>& blks = blk.inner_blks;
-  const int64_t inner_dim = i_inner ? 1 : 0;
-  if (blks.size() != 2 || idxs.size() != 2 || idxs[0] != 1 - inner_dim ||
-      idxs[1] != inner_dim || blks[0] % 16 != 0 || blks[1] % 16 != 0)
+  if (!xio.blocked || !blk.blocked || !xio.inner_blks.empty() || xio.padded != xio.dims ||
+      !blk.offset0 || !xio.offset0 || blk.padded.size() != n)
     return t;
   const std::vector<int64_t>& dims = xio.dims;
   const std::vector<int64_t>& xs = xio.strides;
-  const std::vector<int64_t>& bs = blk.strides;
-  if (dims != blk.dims || dims[0] % 16 != 0 || dims[1] % 16 != 0 || xs[0] != 1 ||
-      xs[1] != dims[0])
-    return t;
+  if (dims[0] % 16 != 0 || blk.padded[0] % 16 != 0 || xs[0] != 1 || xs[1] != dims[0]) return t;
+  for (size_t a = 1; a < n; ++a)
+    if (blk.padded[a] != dims[a]) return t;
+  std::vector<int64_t> o_off = BlockedOffsets(blk, 0), i_off = BlockedOffsets(blk, 1);
+  t.kind = KindOf(blk, into, o_off, i_off);
+  if (t.kind == MoveKind::kOff) return t;
+  t.element = xio.element;
   t.o = dims[0];
+  t.o_padded = blk.padded[0];
   t.i = dims[1];
   t.xio_i = xs[1];
-  // O's and I's blocks within a tile, the innermost one's index varying fastest
-  const int64_t bo = blks[i_inner ? 0 : 1], bi = blks[i_inner ? 1 : 0];
-  t.tile_o = i_inner ? bi : 1;
-  for (int64_t oc = 0; oc < t.o; ++oc)
-    t.o_off.push_back((oc / bo) * bs[0] + (oc % bo) * (i_inner ? bi : 1));
-  for (int64_t ic = 0; ic < t.i; ++ic)
-    t.i_off.push_back((ic / bi) * bs[1] + (ic % bi) * (i_inner ? 1 : bo));
+  t.o_off = std::move(o_off);
+  t.i_off = std::move(i_off);
+  if (t.kind == MoveKind::kTranspose) t.tile_o = t.o_off[1] - t.o_off[0];
   for (size_t a = 2; a < n; ++a) {
     t.taps.push_back(dims[a]);
     t.xio_tap.push_back(xs[a]);
-    t.blk_tap.push_back(bs[a]);
+    t.blk_tap.push_back(blk.strides[a]);
   }
   t.on = true;
   return t;

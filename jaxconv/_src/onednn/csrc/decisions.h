@@ -79,38 +79,63 @@ size_t Pick(const std::vector<double>& best, const std::vector<bool>& racing,
 struct Blocking {
   std::vector<int64_t> dims, strides;          // oneDNN's logical dims (O, I, X...), strides
   std::vector<int64_t> inner_blks, inner_idxs;  // blocks inside the innermost tile
-  bool f32 = false;        // float32
+  int64_t element = 0;     // bytes of an element: 4 (float32) or 2 (bfloat16, float16); 0 other
   bool blocked = false;    // a blocked (or plain strided) format, not "any"
-  bool unpadded = false;   // padded dims equal the dims
+  std::vector<int64_t> padded;                  // the padded dims (oneDNN's)
   bool offset0 = false;    // no submemory offset
 };
 
+// The moves (each a move of bits, so a 2-byte move serves bfloat16 and float16 alike):
+// into a forward's or data gradient's layout, transposes of XIO's O-contiguous rows:
+// - kTranspose: 4-byte elements, I innermost in O x I tiles of multiples of 16: 16 x 16 tiles;
+// - kTransposeRowPairs: 2-byte, pairs of I innermost, O 2 apart in runs of 16 (oneDNN's
+//   "...16a2b" layouts): 2 x 16 tiles, i.e. two XIO rows interleaved;
+// - kTransposePairs: 2-byte, pairs of O innermost, I 2 apart in runs of 16 ("...16b2a"):
+//   16 x 16 tiles of O pairs (4-byte units);
+// out of a weight gradient's layout:
+// - kCopy: O innermost in runs of 16 (tiles of multiples of 16 both ways): rows of 16 O.
+enum class MoveKind { kOff, kTranspose, kTransposeRowPairs, kTransposePairs, kCopy };
+
 // A move between the caller's XIO filter (O innermost, then I, then the spatial axes: flax's
-// HWIO) and a oneDNN layout whose tiles block O and I by multiples of 16.
+// HWIO) and a oneDNN layout whose tiles block O and I by multiples of 16 (of pairs, for the
+// 2-byte kinds).
 struct FilterMove {
   bool on = false;
+  MoveKind kind = MoveKind::kOff;
+  int64_t element = 0;                    // bytes of an element
   int64_t o = 0, i = 0;                   // channels, multiples of 16
+  int64_t o_padded = 0;                   // O padded to the blocks (kTransposeRowPairs), or o
   std::vector<int64_t> taps;              // the filter's spatial extents
   std::vector<int64_t> xio_tap, blk_tap;  // each spatial axis's stride (elements) on each side
   int64_t xio_i = 0;                      // XIO's stride of I (O's is 1)
-  // the blocked side's offset of (o, i) at tap offset 0 is o_off[o] + i_off[i] (tables: a
-  // division per 64-byte row doubled the move's time)
+  // the blocked side's offset (elements) of (o, i) at tap offset 0 is o_off[o] + i_off[i]
+  // (tables: a division per 64-byte row doubled the move's time)
   std::vector<int64_t> o_off, i_off;
-  int64_t tile_o = 0;  // the blocked side's stride of O within a tile
+  int64_t tile_o = 0;  // kTranspose: the blocked side's stride of O within a tile
 };
 
-// The plan of a move between `xio` and `blk`: I innermost in each tile (`i_inner`: a
-// transpose into a forward's or data gradient's filter) or O innermost (a copy out of a weight
-// gradient's); off (oneDNN's reorder runs) where the layouts are not those, the dtype is not
-// float32, or the channels are not multiples of 16.
-FilterMove PlanFilterMove(const Blocking& xio, const Blocking& blk, bool i_inner);
+// The offsets (elements) of index 0 .. padded[dim] - 1 along logical dim `dim` of layout `b`,
+// the other indices 0: oneDNN's blocked addressing (outer index times stride, plus the
+// position inside the innermost tile).
+std::vector<int64_t> BlockedOffsets(const Blocking& b, size_t dim);
+
+// The plan of a move between `xio` and `blk`: into the blocked layout of a forward's or data
+// gradient's filter (`into`: kTranspose for 4-byte elements, kTransposeRowPairs or
+// kTransposePairs for 2-byte ones, by where the pairs lie; kTransposeRowPairs also where O's
+// blocks pad it, the padding written as zeros) or out of a weight gradient's (kCopy); off
+// (oneDNN's reorder runs) where the layouts are none of those (4-byte layouts
+// that block one channel dim alone, brgconv's, included: there oneDNN's reorder measured
+// faster), the element is neither 4 nor 2 bytes, or the channels do not fill the tiles.
+FilterMove PlanFilterMove(const Blocking& xio, const Blocking& blk, bool into);
 int64_t Taps(const FilterMove& t);
 // The offsets (elements) of spatial position `tap` (row-major over the taps) on each side.
 void TapOffsets(const FilterMove& t, int64_t tap, int64_t& xio, int64_t& blk);
 
-// jaxconv transposes a filter into a forward's or data gradient's layout itself from this size
-// (below it oneDNN's reorder is kept) ...
+// jaxconv moves a filter into a forward's or data gradient's layout itself from this size of
+// float32 filter, and of 2-byte filter (below it oneDNN's reorder is kept; the 2-byte moves
+// measured faster than oneDNN's reorder from 32 KiB up, docs/onednn.md) ...
 constexpr size_t kFilterTransposeMinBytes = size_t{1} << 20;
+constexpr size_t kFilterTransposeMinBytes2 = size_t{32} << 10;
 // ... copies a weight gradient's out on the OpenMP team from this size (on the calling thread
 // below it), and with streaming stores from this size (where the filter outgrows the caches).
 constexpr int64_t kFilterCopyTeamBytes = int64_t{1} << 20;

@@ -52,12 +52,14 @@ Blocking LayoutOf(const memory::desc& md) {
   Blocking b;
   const memory::dims dims = md.get_dims();
   b.dims.assign(dims.begin(), dims.end());
-  b.f32 = md.get_data_type() == memory::data_type::f32;
+  const memory::data_type dt = md.get_data_type();
+  b.element = dt == memory::data_type::f32 ? 4
+              : dt == memory::data_type::bf16 || dt == memory::data_type::f16 ? 2 : 0;
   b.blocked = md.get_format_kind() == memory::format_kind::blocked;
   if (!b.blocked) return b;
   const memory::dims strides = md.get_strides(), padded = md.get_padded_dims();
   b.strides.assign(strides.begin(), strides.end());
-  b.unpadded = padded == dims;
+  b.padded.assign(padded.begin(), padded.end());
   b.offset0 = md.get_submemory_offset() == 0;
   const int nblks = md.get_inner_nblks();
   if (nblks > 0) {

@@ -4,8 +4,10 @@
 // decisions.h on plain numbers, which tests/test_onednn_decisions.py calls one by one.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -75,6 +77,99 @@ Problem PlainProblem(int kernel, int rank, const int64_t* x, const int64_t* y, c
   return p;
 }
 
+// A filter move's test case (diagnostics' check and timing): an O x I filter with `taps` of
+// `element` bytes in XIO and in the blocked layout named by `blocks`, the plan, and oneDNN's
+// reorder between them; null where the name is unknown or the plan does not apply.
+struct MoveCase {
+  memory::desc from, to;
+  FilterMove t;
+  bool copy = false;
+  int element = 0;
+  int64_t size = 0;  // elements of the filter
+  memory src, want;
+  dnnl::reorder reorder;
+  AlignedBytes got;
+
+  static std::unique_ptr<MoveCase> Make(const char* blocks, int64_t o, int64_t i,
+                                        const int64_t* taps, int n, int element) {
+    if (n < 1 || n > 3 || (element != 4 && element != 2)) return nullptr;
+    using tag = memory::format_tag;
+    struct Layout {
+      const char* blocks;
+      tag tags[3];  // 1D, 2D, 3D filters
+    };
+    static const Layout layouts[] = {
+        {"16a16b", {tag::ABc16a16b, tag::ABcd16a16b, tag::ABcde16a16b}},
+        {"32a32b", {tag::ABc32a32b, tag::ABcd32a32b, tag::ABcde32a32b}},
+        {"16b", {tag::Bca16b, tag::Bcda16b, tag::Bcdea16b}},
+        {"32b", {tag::Bca32b, tag::Bcda32b, tag::Bcdea32b}},
+        {"48b", {tag::Bca48b, tag::Bcda48b, tag::Bcdea48b}},
+        {"64b", {tag::Bca64b, tag::Bcda64b, tag::Bcdea64b}},
+        {"16b16a", {tag::ABc16b16a, tag::ABcd16b16a, tag::ABcde16b16a}},
+        {"16b32a", {tag::ABc16b32a, tag::ABcd16b32a, tag::ABcde16b32a}},
+        {"16b64a", {tag::ABc16b64a, tag::ABcd16b64a, tag::ABcde16b64a}},
+        // the 2-byte layouts of bfloat16 kernels (brgconv's, jit_bf16's)
+        {"16a2b", {tag::AcB16a2b, tag::AcdB16a2b, tag::AcdeB16a2b}},
+        {"32a2b", {tag::AcB32a2b, tag::AcdB32a2b, tag::AcdeB32a2b}},
+        {"48a2b", {tag::AcB48a2b, tag::AcdB48a2b, tag::AcdeB48a2b}},
+        {"64a2b", {tag::AcB64a2b, tag::AcdB64a2b, tag::AcdeB64a2b}},
+        {"8b16a2b", {tag::ABc8b16a2b, tag::ABcd8b16a2b, tag::ABcde8b16a2b}},
+        {"32b2a", {tag::BcA32b2a, tag::BcdA32b2a, tag::BcdeA32b2a}},
+        {"64b2a", {tag::BcA64b2a, tag::BcdA64b2a, tag::BcdeA64b2a}},
+        {"8a16b2a", {tag::BAc8a16b2a, tag::BAcd8a16b2a, tag::BAcde8a16b2a}},
+    };
+    const Layout* layout = nullptr;
+    for (const Layout& l : layouts)
+      if (std::string_view(l.blocks) == blocks) layout = &l;
+    if (layout == nullptr) return nullptr;
+    auto c = std::make_unique<MoveCase>();
+    c->element = element;
+    // O innermost ("...a"), but not pairs of O ("...b2a"): the copy out of the blocked layout
+    const std::string_view name(blocks);
+    c->copy = name.back() == 'a' && name.substr(name.size() - 3) != "b2a";
+    memory::dims dims = {o, i};
+    for (int a = 0; a < n; ++a) dims.push_back(taps[a]);
+    memory::dims strides(dims.size());  // O innermost, then I, then the spatial axes
+    strides[0] = 1;
+    strides[1] = o;
+    c->size = o * i;
+    for (int a = static_cast<int>(dims.size()) - 1; a >= 2; --a) {
+      strides[a] = c->size;
+      c->size *= dims[a];
+    }
+    const memory::data_type dt = element == 4 ? memory::data_type::f32 : memory::data_type::bf16;
+    const memory::desc xio(dims, dt, strides);
+    const memory::desc blocked(dims, dt, layout->tags[n - 1]);
+    c->from = c->copy ? blocked : xio;
+    c->to = c->copy ? xio : blocked;
+    c->t = c->copy ? PlanFilterCopy(c->from, c->to) : PlanFilterTranspose(c->from, c->to);
+    if (!c->t.on) return nullptr;
+    c->src = memory(c->from, Engine());
+    c->want = memory(c->to, Engine());
+    c->reorder = dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), c->from, Engine(), c->to));
+    c->got = Allocate(c->to.get_size(), false);
+    c->Fill(0);
+    return c;
+  }
+
+  // distinct values at every position (bit patterns of finite bfloat16 values where 2-byte),
+  // shifted by `shift`
+  void Fill(int shift) {
+    if (element == 4) {
+      auto* in = static_cast<float*>(src.get_data_handle());
+      for (int64_t e = 0; e < size; ++e) in[e] = static_cast<float>((e + shift) % 1009) - 504.5f;
+    } else {
+      auto* in = static_cast<uint16_t*>(src.get_data_handle());
+      for (int64_t e = 0; e < size; ++e) in[e] = static_cast<uint16_t>(0x3c00 + (e + shift) % 4093);
+    }
+  }
+
+  void Move() {
+    if (copy) RunFilterCopy(t, src.get_data_handle(), got.get());
+    else RunFilterTranspose(t, src.get_data_handle(), got.get());
+  }
+};
+
 }  // namespace
 
 extern "C" {
@@ -131,62 +226,60 @@ void jaxconv_onednn_cache_stats(int64_t* out) {
 }
 
 // jaxconv's own move of a filter between the caller's XIO layout and oneDNN's blocked one
-// against oneDNN's reorder of the same values (the oracle), for an O x I filter with `taps`
-// spatial extents (1 to 3 of them) and the blocked layout's inner blocks `blocks` ("16a16b",
-// "32a32b": I innermost, the transpose from XIO; "16b16a", ...: O innermost, the copy into
-// XIO; "32b", ...: I blocked alone, which keeps oneDNN's reorder). 1 where the two outputs are
-// equal bit for bit, 0 where not, -1 where the plan does not apply (or the name is unknown).
+// against oneDNN's reorder of the same values (the oracle), for an O x I filter of `element`
+// bytes (4: float32, 2: bfloat16) with `taps` spatial extents (1 to 3 of them) and the blocked
+// layout's inner blocks `blocks`, as oneDNN's format tags name them ("16a16b", "32a32b": I
+// innermost, the transpose from XIO; "16b16a", ...: O innermost, the copy into XIO; "32b",
+// ...: I blocked alone; "64a2b", "8b16a2b", ...: pairs of I innermost; "64b2a", "8a16b2a",
+// ...: pairs of O innermost). 1 where the two outputs are equal bit for bit, 0 where not, -1
+// where the plan does not apply (or the name is unknown).
 int jaxconv_onednn_check_filter_move(const char* blocks, int64_t o, int64_t i,
-                                     const int64_t* taps, int n) {
-  if (n < 1 || n > 3) return -1;
-  using tag = memory::format_tag;
-  struct Layout {
-    const char* blocks;
-    tag tags[3];  // 1D, 2D, 3D filters
-  };
-  static const Layout layouts[] = {
-      {"16a16b", {tag::ABc16a16b, tag::ABcd16a16b, tag::ABcde16a16b}},
-      {"32a32b", {tag::ABc32a32b, tag::ABcd32a32b, tag::ABcde32a32b}},
-      {"16b", {tag::Bca16b, tag::Bcda16b, tag::Bcdea16b}},
-      {"32b", {tag::Bca32b, tag::Bcda32b, tag::Bcdea32b}},
-      {"48b", {tag::Bca48b, tag::Bcda48b, tag::Bcdea48b}},
-      {"64b", {tag::Bca64b, tag::Bcda64b, tag::Bcdea64b}},
-      {"16b16a", {tag::ABc16b16a, tag::ABcd16b16a, tag::ABcde16b16a}},
-      {"16b32a", {tag::ABc16b32a, tag::ABcd16b32a, tag::ABcde16b32a}},
-      {"16b64a", {tag::ABc16b64a, tag::ABcd16b64a, tag::ABcde16b64a}},
-  };
-  const Layout* layout = nullptr;
-  for (const Layout& l : layouts)
-    if (std::string_view(l.blocks) == blocks) layout = &l;
-  if (layout == nullptr) return -1;
-  const bool copy = std::string_view(blocks).back() == 'a';
-  memory::dims dims = {o, i};
-  for (int a = 0; a < n; ++a) dims.push_back(taps[a]);
-  memory::dims strides(dims.size());  // O innermost, then I, then the spatial axes
-  strides[0] = 1;
-  strides[1] = o;
-  int64_t size = o * i;
-  for (int a = static_cast<int>(dims.size()) - 1; a >= 2; --a) {
-    strides[a] = size;
-    size *= dims[a];
-  }
-  const memory::desc xio(dims, memory::data_type::f32, strides);
-  const memory::desc blocked(dims, memory::data_type::f32, layout->tags[n - 1]);
-  const memory::desc& from = copy ? blocked : xio;
-  const memory::desc& to = copy ? xio : blocked;
-  const FilterMove t = copy ? PlanFilterCopy(from, to) : PlanFilterTranspose(from, to);
-  if (!t.on) return -1;
-  memory src(from, Engine()), want(to, Engine());
-  const AlignedBytes got = Allocate(to.get_size(), true);
-  auto* in = static_cast<float*>(src.get_data_handle());
-  for (int64_t e = 0; e < size; ++e) in[e] = static_cast<float>(e % 1009) - 504.5f;
+                                     const int64_t* taps, int n, int element) {
+  const std::unique_ptr<MoveCase> c = MoveCase::Make(blocks, o, i, taps, n, element);
+  if (!c) return -1;
   dnnl::stream& s = Stream();
-  dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), from, Engine(), to))
-      .execute(s, src, want);
+  c->reorder.execute(s, c->src, c->want);
   s.wait();
-  if (copy) RunFilterCopy(t, in, got.get());
-  else RunFilterTranspose(t, in, got.get());
-  return std::memcmp(got.get(), want.get_data_handle(), to.get_size()) == 0 ? 1 : 0;
+  // bytes the move must overwrite, the padding's zeros included
+  std::memset(c->got.get(), 0xa5, c->to.get_size());
+  c->Move();
+  return std::memcmp(c->got.get(), c->want.get_data_handle(), c->to.get_size()) == 0 ? 1 : 0;
+}
+
+// The same move's time and oneDNN's reorder's, the best of `reps` calls each, interleaved, the
+// source written afresh before each call (as XLA writes a filter before the call that reads
+// it), and where `read_after` each followed by a read of the whole result inside the timing
+// (as the next operation reads it: streaming stores leave it in memory, not in the caches),
+// into `seconds` (jaxconv's, oneDNN's). 1, or -1 where the plan does not apply.
+int jaxconv_onednn_time_filter_move(const char* blocks, int64_t o, int64_t i,
+                                    const int64_t* taps, int n, int element, int reps,
+                                    int read_after, double* seconds) {
+  const std::unique_ptr<MoveCase> c = MoveCase::Make(blocks, o, i, taps, n, element);
+  if (!c) return -1;
+  dnnl::stream& s = Stream();
+  seconds[0] = seconds[1] = 1e30;
+  volatile uint64_t sink = 0;
+  for (int r = 0; r < reps; ++r)
+    for (int which = 0; which < 2; ++which) {
+      c->Fill(r + which);
+      const auto start = std::chrono::steady_clock::now();
+      if (which == 0) {
+        c->Move();
+      } else {
+        c->reorder.execute(s, c->src, c->want);
+        s.wait();
+      }
+      if (read_after != 0) {
+        const auto* out = static_cast<const uint64_t*>(which == 0 ? c->got.get()
+                                                                  : c->want.get_data_handle());
+        uint64_t x = 0;
+        for (size_t k = 0, words = c->to.get_size() / 8; k < words; ++k) x ^= out[k];
+        sink = sink ^ x;
+      }
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+      seconds[which] = std::min(seconds[which], took.count());
+    }
+  return 1;
 }
 
 // The cache's choices (Cache::Choices) into `out` of `size` bytes, NUL-terminated where it
@@ -241,11 +334,12 @@ int64_t jaxconv_onednn_decide_pick(const double* best, const int* racing,
 }
 
 // The filter-move plan between an XIO filter (dims O, I, X...; `xio_strides`) and a blocked
-// layout (`blk_strides`, `nblks` inner blocks `blks` of dims `idxs`), float32, both unpadded:
-// 1 with O's and I's offset tables in `o_off` (O entries) and `i_off` (I entries), 0 where off.
+// layout (`blk_strides`, `nblks` inner blocks `blks` of dims `idxs`), elements of `element`
+// bytes, both unpadded, into the blocked layout (`into`) or out of it: the MoveKind (0 where
+// off) with O's and I's offset tables in `o_off` (O entries) and `i_off` (I entries).
 int jaxconv_onednn_decide_filter_move(int n, const int64_t* dims, const int64_t* xio_strides,
                                       const int64_t* blk_strides, int nblks, const int64_t* blks,
-                                      const int64_t* idxs, int i_inner, int64_t* o_off,
+                                      const int64_t* idxs, int element, int into, int64_t* o_off,
                                       int64_t* i_off) {
   Blocking xio, blk;
   xio.dims.assign(dims, dims + n);
@@ -254,12 +348,16 @@ int jaxconv_onednn_decide_filter_move(int n, const int64_t* dims, const int64_t*
   blk.strides.assign(blk_strides, blk_strides + n);
   blk.inner_blks.assign(blks, blks + nblks);
   blk.inner_idxs.assign(idxs, idxs + nblks);
-  for (Blocking* b : {&xio, &blk}) b->f32 = b->blocked = b->unpadded = b->offset0 = true;
-  const FilterMove t = PlanFilterMove(xio, blk, i_inner != 0);
+  for (Blocking* b : {&xio, &blk}) {
+    b->element = element;
+    b->padded = b->dims;
+    b->blocked = b->offset0 = true;
+  }
+  const FilterMove t = PlanFilterMove(xio, blk, into != 0);
   if (!t.on) return 0;
   std::memcpy(o_off, t.o_off.data(), t.o_off.size() * sizeof(int64_t));
   std::memcpy(i_off, t.i_off.data(), t.i_off.size() * sizeof(int64_t));
-  return 1;
+  return static_cast<int>(t.kind);
 }
 
 }  // extern "C"

@@ -83,7 +83,9 @@ std::shared_ptr<Entry> WithReorders(std::shared_ptr<Entry> e, const Problem& spr
     if (e->from_w) e->w_copy = PlanFilterCopy(e->prim_w, e->user_w);
   } else {
     e->to_w = Reorder(e->user_w, e->prim_w);
-    if (e->to_w && e->user_w.get_size() >= kFilterTransposeMinBytes)
+    const size_t min_bytes = ElementSize(e->user_w.get_data_type()) == 2
+                                 ? kFilterTransposeMinBytes2 : kFilterTransposeMinBytes;
+    if (e->to_w && e->user_w.get_size() >= min_bytes)
       e->w_transpose = PlanFilterTranspose(e->user_w, e->prim_w);
   }
   return e;
