@@ -165,11 +165,11 @@ def check_filter_move(blocks: str, o: int, i: int, taps: tuple[int, ...],
     data gradient's input) or O innermost ("16b16a", "16b32a", "16b64a": the copy into XIO, a
     weight gradient's output), I blocked alone ("16b", "32b", "48b", "64b"), pairs of I
     innermost ("16a2b", "32a2b", "48a2b", "64a2b", "8b16a2b": bfloat16 forwards') or pairs of
-    O innermost ("32b2a", "64b2a", "8a16b2a": bfloat16 data gradients'). ``dtype`` is
+    O innermost ("32b2a", "48b2a", "64b2a", "8a16b2a": bfloat16 data gradients'). ``dtype`` is
     "float32" or "bfloat16". Whether the two agree bit for bit, or None where the move does not
     apply (channels that do not fill the tiles; float32 with one channel dim blocked alone;
-    pairs on float32; a move into the blocked layout on a CPU without AVX-512) or the library
-    is not loaded. For the tests.
+    pairs on float32; a bfloat16 weight gradient's copy; a move into the blocked layout on a
+    CPU without AVX-512) or the library is not loaded. For the tests.
 
     Raises:
       ValueError: ``blocks`` or ``dtype`` is not one of those.
@@ -212,7 +212,8 @@ def time_filter_move(blocks: str, o: int, i: int, taps: tuple[int, ...],
 
 
 MOVE_LAYOUTS = ("16a16b", "32a32b", "16b", "32b", "48b", "64b", "16b16a", "16b32a", "16b64a",
-                "16a2b", "32a2b", "48a2b", "64a2b", "8b16a2b", "32b2a", "64b2a", "8a16b2a")
+                "16a2b", "32a2b", "48a2b", "64a2b", "8b16a2b", "32b2a", "48b2a", "64b2a",
+                "8a16b2a")
 
 
 def _move_element(name: str, blocks: str, dtype: str) -> int:

@@ -93,7 +93,8 @@ struct Blocking {
 // - kTransposePairs: 2-byte, pairs of O innermost, I 2 apart in runs of 16 ("...16b2a"):
 //   16 x 16 tiles of O pairs (4-byte units);
 // out of a weight gradient's layout:
-// - kCopy: O innermost in runs of 16 (tiles of multiples of 16 both ways): rows of 16 O.
+// - kCopy: 4-byte, O innermost in runs of 16 (tiles of multiples of 16 both ways): rows of
+//   16 O.
 enum class MoveKind { kOff, kTranspose, kTransposeRowPairs, kTransposePairs, kCopy };
 
 // A move between the caller's XIO filter (O innermost, then I, then the spatial axes: flax's
@@ -105,6 +106,7 @@ struct FilterMove {
   int64_t element = 0;                    // bytes of an element
   int64_t o = 0, i = 0;                   // channels, multiples of 16
   int64_t o_padded = 0;                   // O padded to the blocks (kTransposeRowPairs), or o
+  int64_t i_padded = 0;                   // I padded to the blocks (kTransposePairs), or i
   std::vector<int64_t> taps;              // the filter's spatial extents
   std::vector<int64_t> xio_tap, blk_tap;  // each spatial axis's stride (elements) on each side
   int64_t xio_i = 0;                      // XIO's stride of I (O's is 1)
@@ -122,7 +124,7 @@ std::vector<int64_t> BlockedOffsets(const Blocking& b, size_t dim);
 // The plan of a move between `xio` and `blk`: into the blocked layout of a forward's or data
 // gradient's filter (`into`: kTranspose for 4-byte elements, kTransposeRowPairs or
 // kTransposePairs for 2-byte ones, by where the pairs lie; kTransposeRowPairs also where O's
-// blocks pad it, the padding written as zeros) or out of a weight gradient's (kCopy); off
+// blocks pad it, kTransposePairs where I's do, the padding written as zeros) or out of a weight gradient's (kCopy); off
 // (oneDNN's reorder runs) where the layouts are none of those (4-byte layouts
 // that block one channel dim alone, brgconv's, included: there oneDNN's reorder measured
 // faster), the element is neither 4 nor 2 bytes, or the channels do not fill the tiles.

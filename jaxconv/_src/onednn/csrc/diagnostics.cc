@@ -115,6 +115,7 @@ struct MoveCase {
         {"64a2b", {tag::AcB64a2b, tag::AcdB64a2b, tag::AcdeB64a2b}},
         {"8b16a2b", {tag::ABc8b16a2b, tag::ABcd8b16a2b, tag::ABcde8b16a2b}},
         {"32b2a", {tag::BcA32b2a, tag::BcdA32b2a, tag::BcdeA32b2a}},
+        {"48b2a", {tag::BcA48b2a, tag::BcdA48b2a, tag::BcdeA48b2a}},
         {"64b2a", {tag::BcA64b2a, tag::BcdA64b2a, tag::BcdeA64b2a}},
         {"8a16b2a", {tag::BAc8a16b2a, tag::BAcd8a16b2a, tag::BAcde8a16b2a}},
     };

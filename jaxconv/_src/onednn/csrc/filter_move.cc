@@ -104,12 +104,14 @@ __attribute__((target("avx512f"))) void TransposeRowPairs(const FilterMove& t, c
 
 // kTransposePairs' I tiles [ib0, ib1) of every tap: on 4-byte units (O pairs), XIO's rows
 // ib*16 .. ib*16 + 15 hold 16 pairs (qb*16 .. qb*16 + 15) each; the 16 I values of a pair are
-// contiguous on the blocked side, each pair at its own offset.
+// contiguous on the blocked side, each pair at its own offset; zeros for the tiles past I
+// where I's blocks pad it.
 __attribute__((target("avx512f"))) void TransposePairs(const FilterMove& t, const void* from,
                                                        void* to, int64_t ib0, int64_t ib1) {
   const auto* src = static_cast<const float*>(from);  // pairs of 2-byte elements, as bits
   auto* dst = static_cast<uint16_t*>(to);
   const int64_t tiles_q = t.o / 32, row = t.xio_i / 2;  // XIO's I stride in pairs
+  const int64_t tiles_i = t.i / 16;
   const int64_t *o_off = t.o_off.data(), *i_off = t.i_off.data();
   __m512 r[16], w[16];
   for (int64_t tap = 0, n = Taps(t); tap < n; ++tap) {
@@ -117,6 +119,13 @@ __attribute__((target("avx512f"))) void TransposePairs(const FilterMove& t, cons
     TapOffsets(t, tap, s_off, d_off);
     for (int64_t ib = ib0; ib < ib1; ++ib)
       for (int64_t qb = 0; qb < tiles_q; ++qb) {
+        if (ib >= tiles_i) {  // I's padding
+          uint16_t* out = dst + d_off + i_off[ib * 16];
+          for (int a = 0; a < 16; ++a)
+            _mm512_stream_ps(reinterpret_cast<float*>(out + o_off[2 * (qb * 16 + a)]),
+                             _mm512_setzero_ps());
+          continue;
+        }
         const float* in = src + s_off / 2 + ib * 16 * row + qb * 16;
         for (int b = 0; b < 16; ++b)
           _mm_prefetch(reinterpret_cast<const char*>(in + 32 + b * row), _MM_HINT_T0);
@@ -132,28 +141,27 @@ __attribute__((target("avx512f"))) void TransposePairs(const FilterMove& t, cons
 
 // kCopy's I tiles [ib0, ib1) of every tap, in XIO's order: row i of a tap takes its 16 O
 // values (ob*16 .. ob*16 + 15, i) from the blocked side, where they are contiguous.
-template <typename T>
 void CopyRows(const FilterMove& t, const void* from, void* to, int64_t ib0, int64_t ib1) {
-  const auto* src = static_cast<const T*>(from);
-  auto* dst = static_cast<T*>(to);
+  const auto* src = static_cast<const float*>(from);
+  auto* dst = static_cast<float*>(to);
   const int64_t o = t.o, xio_i = t.xio_i;  // in locals, as in TransposeBlocks
   const int64_t *o_off = t.o_off.data(), *i_off = t.i_off.data();
   for (int64_t tap = 0, n = Taps(t); tap < n; ++tap) {
     int64_t d_off, s_off;
     TapOffsets(t, tap, d_off, s_off);
     for (int64_t ic = ib0 * 16; ic < ib1 * 16; ++ic) {
-      T* out = dst + d_off + ic * xio_i;
-      const T* in = src + s_off + i_off[ic];
-      for (int64_t oc = 0; oc < o; oc += 16) std::memcpy(out + oc, in + o_off[oc], 16 * sizeof(T));
+      float* out = dst + d_off + ic * xio_i;
+      const float* in = src + s_off + i_off[ic];
+      for (int64_t oc = 0; oc < o; oc += 16)
+        std::memcpy(out + oc, in + o_off[oc], 16 * sizeof(float));
     }
   }
 }
 
-// CopyRows by streaming stores into a 64-byte aligned dst (16 O are 64 bytes of 4-byte
-// elements, 32 of 2-byte ones): functions of their own, since AVX-512 code must sit in a
-// function compiled for it.
-__attribute__((target("avx512f"))) void StreamRows4(const FilterMove& t, const void* from,
-                                                    void* to, int64_t ib0, int64_t ib1) {
+// CopyRows by streaming stores into a 64-byte aligned dst: a function of its own, since
+// AVX-512 code must sit in a function compiled for it.
+__attribute__((target("avx512f"))) void StreamRows(const FilterMove& t, const void* from,
+                                                   void* to, int64_t ib0, int64_t ib1) {
   const auto* src = static_cast<const float*>(from);
   auto* dst = static_cast<float*>(to);
   const int64_t o = t.o, xio_i = t.xio_i;
@@ -169,26 +177,6 @@ __attribute__((target("avx512f"))) void StreamRows4(const FilterMove& t, const v
     }
   }
   _mm_sfence();  // the streaming stores are visible before XLA's next operation reads them
-}
-
-__attribute__((target("avx512f"))) void StreamRows2(const FilterMove& t, const void* from,
-                                                    void* to, int64_t ib0, int64_t ib1) {
-  const auto* src = static_cast<const uint16_t*>(from);
-  auto* dst = static_cast<uint16_t*>(to);
-  const int64_t o = t.o, xio_i = t.xio_i;
-  const int64_t *o_off = t.o_off.data(), *i_off = t.i_off.data();
-  for (int64_t tap = 0, n = Taps(t); tap < n; ++tap) {
-    int64_t d_off, s_off;
-    TapOffsets(t, tap, d_off, s_off);
-    for (int64_t ic = ib0 * 16; ic < ib1 * 16; ++ic) {
-      uint16_t* out = dst + d_off + ic * xio_i;
-      const uint16_t* in = src + s_off + i_off[ic];
-      for (int64_t oc = 0; oc < o; oc += 16)
-        _mm256_stream_si256(reinterpret_cast<__m256i*>(out + oc),
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + o_off[oc])));
-    }
-  }
-  _mm_sfence();
 }
 
 using BlockRange = void (*)(const FilterMove&, const void*, void*, int64_t, int64_t);
@@ -230,7 +218,8 @@ FilterMove PlanFilterCopy(const memory::desc& blk, const memory::desc& xio) {
 void RunFilterTranspose(const FilterMove& t, const void* src, void* dst) {
   ++filter_transposes;
   if (t.kind == MoveKind::kTransposeRowPairs) RunMove(TransposeRowPairs, t, src, dst, t.i / 2, true);
-  else if (t.kind == MoveKind::kTransposePairs) RunMove(TransposePairs, t, src, dst, t.i / 16, true);
+  else if (t.kind == MoveKind::kTransposePairs)
+    RunMove(TransposePairs, t, src, dst, t.i_padded / 16, true);
   else RunMove(TransposeBlocks, t, src, dst, t.i / 16, true);
 }
 
@@ -239,9 +228,7 @@ void RunFilterCopy(const FilterMove& t, const void* src, void* dst) {
   const int64_t bytes = t.o * t.i * Taps(t) * t.element;
   const bool stream = bytes >= kFilterCopyStreamBytes && __builtin_cpu_supports("avx512f") &&
                       reinterpret_cast<uintptr_t>(dst) % 64 == 0;
-  const BlockRange range = t.element == 4 ? (stream ? StreamRows4 : CopyRows<float>)
-                                          : (stream ? StreamRows2 : CopyRows<uint16_t>);
-  RunMove(range, t, src, dst, t.i / 16, bytes >= kFilterCopyTeamBytes);
+  RunMove(stream ? StreamRows : CopyRows, t, src, dst, t.i / 16, bytes >= kFilterCopyTeamBytes);
 }
 
 }  // namespace jaxconv_onednn

@@ -5,8 +5,8 @@
 //   AVX-512 registers with the tile after next prefetched; 2-byte layouts with pairs of I
 //   innermost, two XIO rows interleaved; 2-byte layouts with pairs of O innermost, 16x16 tiles
 //   of pairs transposed as float32 tiles are;
-// - out of a weight gradient's layout with O innermost in each tile: a copy of rows of 16 O in
-//   XIO's order, each XIO row written start to end (RunFilterCopy).
+// - out of a float32 weight gradient's layout with O innermost in each tile: a copy of rows of
+//   16 O in XIO's order, each XIO row written start to end (RunFilterCopy).
 // All equal oneDNN's reorder bit for bit (tests/test_onednn.py,
 // test_filter_moves_equal_onednns_reorder). The plan is pure (decisions.h).
 #pragma once
