@@ -40,6 +40,18 @@ __attribute__((target("avx512f"))) inline void Transpose16(const __m512* r, __m5
   }
 }
 
+// The transpose into w[0..15] of the 16 x 16 tile of 4-byte units whose rows start `row`
+// apart at `in`, the tile after next prefetched into L1 (a prefetch past the rows' end never
+// faults).
+__attribute__((target("avx512f"))) inline void LoadTransposed(const float* in, int64_t row,
+                                                              __m512* w) {
+  __m512 r[16];
+  for (int b = 0; b < 16; ++b)
+    _mm_prefetch(reinterpret_cast<const char*>(in + 32 + b * row), _MM_HINT_T0);
+  for (int b = 0; b < 16; ++b) r[b] = _mm512_loadu_ps(in + b * row);
+  Transpose16(r, w);
+}
+
 // kTranspose's I tiles [ib0, ib1) (16 channels each) of every tap: the 16 I values of
 // (o, ib*16 .. ib*16 + 15) are contiguous on the blocked side, XIO's row ib*16 + b holds the
 // 16 O values (ob*16 .. ob*16 + 15, b).
@@ -51,18 +63,13 @@ __attribute__((target("avx512f"))) void TransposeBlocks(const FilterMove& t, con
   // vector store (which may alias anything)
   const int64_t tiles_o = t.o / 16, xio_i = t.xio_i, tile_o = t.tile_o;
   const int64_t *o_off = t.o_off.data(), *i_off = t.i_off.data();
-  __m512 r[16], w[16];
+  __m512 w[16];
   for (int64_t tap = 0, n = Taps(t); tap < n; ++tap) {
     int64_t s_off, d_off;
     TapOffsets(t, tap, s_off, d_off);
     for (int64_t ib = ib0; ib < ib1; ++ib)
       for (int64_t ob = 0; ob < tiles_o; ++ob) {
-        const float* in = src + s_off + ib * 16 * xio_i + ob * 16;
-        // the tile after next, into L1 (a prefetch past the rows' end never faults)
-        for (int b = 0; b < 16; ++b)
-          _mm_prefetch(reinterpret_cast<const char*>(in + 32 + b * xio_i), _MM_HINT_T0);
-        for (int b = 0; b < 16; ++b) r[b] = _mm512_loadu_ps(in + b * xio_i);
-        Transpose16(r, w);
+        LoadTransposed(src + s_off + ib * 16 * xio_i + ob * 16, xio_i, w);
         // the 16 O of a tile lie in one O block, tile_o apart
         float* out = dst + d_off + i_off[ib * 16] + o_off[ob * 16];
         for (int a = 0; a < 16; ++a) _mm512_stream_ps(out + a * tile_o, w[a]);
@@ -113,7 +120,7 @@ __attribute__((target("avx512f"))) void TransposePairs(const FilterMove& t, cons
   const int64_t tiles_q = t.o / 32, row = t.xio_i / 2;  // XIO's I stride in pairs
   const int64_t tiles_i = t.i / 16;
   const int64_t *o_off = t.o_off.data(), *i_off = t.i_off.data();
-  __m512 r[16], w[16];
+  __m512 w[16];
   for (int64_t tap = 0, n = Taps(t); tap < n; ++tap) {
     int64_t s_off, d_off;
     TapOffsets(t, tap, s_off, d_off);
@@ -126,11 +133,7 @@ __attribute__((target("avx512f"))) void TransposePairs(const FilterMove& t, cons
                              _mm512_setzero_ps());
           continue;
         }
-        const float* in = src + s_off / 2 + ib * 16 * row + qb * 16;
-        for (int b = 0; b < 16; ++b)
-          _mm_prefetch(reinterpret_cast<const char*>(in + 32 + b * row), _MM_HINT_T0);
-        for (int b = 0; b < 16; ++b) r[b] = _mm512_loadu_ps(in + b * row);
-        Transpose16(r, w);
+        LoadTransposed(src + s_off / 2 + ib * 16 * row + qb * 16, row, w);
         uint16_t* out = dst + d_off + i_off[ib * 16];
         for (int a = 0; a < 16; ++a)
           _mm512_stream_ps(reinterpret_cast<float*>(out + o_off[2 * (qb * 16 + a)]), w[a]);
