@@ -226,3 +226,23 @@ def test_train_step_contenders_agree_and_count_page_faults():
     assert set(r["page_faults_per_step"]) == set(r["system_ms_per_step"]) == timed
     assert all(v >= 0 for v in [*r["page_faults_per_step"].values(),
                                 *r["system_ms_per_step"].values()])
+
+
+def test_filter_move_and_transposed_product_benchmarks_run(tmp_path):
+    """``benchmarks/filter_moves.py`` (where the handler is loaded) and
+    ``benchmarks/transposed_product.py`` run once through and write their JSON (no timing
+    asserted)."""
+    from benchmarks import filter_moves, transposed_product
+    from jaxconv._src.onednn import library
+
+    out = tmp_path / "p.json"
+    assert transposed_product.main(["--reps", "1", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["layer"] for r in rows] == list(transposed_product.SHAPES)
+    assert all(r["accelerate_over_written"] > 0 for r in rows)
+    if library.status().available:
+        out = tmp_path / "m.json"
+        assert filter_moves.main(["--reps", "1", "--out", str(out)]) == 0
+        rows = json.loads(out.read_text())["rows"]
+        assert len(rows) == len(filter_moves.ROWS)
+        assert all(r["ratio"] > 0 for r in rows if r["applies"])

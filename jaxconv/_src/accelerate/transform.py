@@ -37,7 +37,7 @@ from jax._src.interpreters import partial_eval as pe  # tracing a nested jaxpr a
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
 from jaxconv._src import host_memory
-from jaxconv._src.accelerate import patterns, widening
+from jaxconv._src.accelerate import patterns, products, widening
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -120,6 +120,7 @@ def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
     for var, value in zip(jaxpr.invars, args):
         env[var] = value
     reversed_filters = patterns.reversed_filters(jaxpr.eqns)
+    dots = products.products(jaxpr.eqns)
     for eqn in jaxpr.eqns:
         invals = [read(v) for v in eqn.invars]
         if widening.targets(eqn):  # each 16-bit operand converted to float32 once
@@ -128,8 +129,13 @@ def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
         name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
         with (source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack),
               eqn.ctx.manager):
-            before = patterns.filter_before_rev(eqn, reversed_filters)
-            outs = _equation(eqn, invals, None if before is None else read(before))
+            product = products.product_before_transpose(eqn, dots)
+            if product is not None:  # the product in the layout the transpose makes
+                outs = products.swapped(product, *(widening.narrow(read(v))
+                                                   for v in product.invars))
+            else:
+                before = patterns.filter_before_rev(eqn, reversed_filters)
+                outs = _equation(eqn, invals, None if before is None else read(before))
         if not eqn.primitive.multiple_results:
             outs = [outs]
         for var, value in zip(eqn.outvars, outs):
@@ -247,7 +253,9 @@ def accelerate(fun: F) -> F:
     taps. Arithmetic on bfloat16 and float16 (element-wise chains, sums, pools: a mixed-precision
     model's BatchNorm, activations and bias gradients) runs in float32 and rounds once, where a
     value leaves it for a convolution, a matrix product or a result (XLA:CPU rounds after every
-    operation, and sums in 16 bits). The model's code does not change. An equation jaxconv
+    operation, and sums in 16 bits). A matrix product that a transpose reads (autodiff's
+    gradient of a dense layer's kernel) is computed in the transposed layout. The model's code
+    does not change. An equation jaxconv
     has no kernel for runs exactly as before (:func:`jaxconv.explain` lists them, with the
     reason). The values are the unmodified
     function's, within the per-dtype tolerances of docs/precision.md (a max pool's gradient
