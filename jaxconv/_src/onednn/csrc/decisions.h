@@ -124,10 +124,11 @@ std::vector<int64_t> BlockedOffsets(const Blocking& b, size_t dim);
 // The plan of a move between `xio` and `blk`: into the blocked layout of a forward's or data
 // gradient's filter (`into`: kTranspose for 4-byte elements, kTransposeRowPairs or
 // kTransposePairs for 2-byte ones, by where the pairs lie; kTransposeRowPairs also where O's
-// blocks pad it, kTransposePairs where I's do, the padding written as zeros) or out of a weight gradient's (kCopy); off
-// (oneDNN's reorder runs) where the layouts are none of those (4-byte layouts
-// that block one channel dim alone, brgconv's, included: there oneDNN's reorder measured
-// faster), the element is neither 4 nor 2 bytes, or the channels do not fill the tiles.
+// blocks pad it, kTransposePairs where I's do, the padding written as zeros) or out of a
+// float32 weight gradient's (kCopy); off (oneDNN's reorder runs) where the layouts are none of
+// those (4-byte layouts that block one channel dim alone, brgconv's, included: there oneDNN's
+// reorder measured faster), the element is neither 4 nor 2 bytes, or the channels do not fill
+// the tiles.
 FilterMove PlanFilterMove(const Blocking& xio, const Blocking& blk, bool into);
 int64_t Taps(const FilterMove& t);
 // The offsets (elements) of spatial position `tap` (row-major over the taps) on each side.

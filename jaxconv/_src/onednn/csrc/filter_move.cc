@@ -220,10 +220,12 @@ FilterMove PlanFilterCopy(const memory::desc& blk, const memory::desc& xio) {
 
 void RunFilterTranspose(const FilterMove& t, const void* src, void* dst) {
   ++filter_transposes;
-  if (t.kind == MoveKind::kTransposeRowPairs) RunMove(TransposeRowPairs, t, src, dst, t.i / 2, true);
+  if (t.kind == MoveKind::kTransposeRowPairs)
+    RunMove(TransposeRowPairs, t, src, dst, t.i / 2, true);
   else if (t.kind == MoveKind::kTransposePairs)
     RunMove(TransposePairs, t, src, dst, t.i_padded / 16, true);
-  else RunMove(TransposeBlocks, t, src, dst, t.i / 16, true);
+  else
+    RunMove(TransposeBlocks, t, src, dst, t.i / 16, true);
 }
 
 void RunFilterCopy(const FilterMove& t, const void* src, void* dst) {
