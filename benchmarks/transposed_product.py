@@ -1,7 +1,8 @@
 """A dense layer's kernel gradient and its momentum update in a bfloat16 step, as autodiff
 writes it (``transpose(dot_general(dy, x))``, the product rounded to bfloat16 between the
 two) and under ``jaxconv.accelerate`` (one ``dot_general(x, dy)``), interleaved in one
-process with kept host memory:
+process with kept host memory (as ``accelerate`` keeps it; where JAX's backends already exist,
+glibc's settings as it applies them then):
 
     python -m benchmarks.transposed_product --out docs/benchmarks/transposed-product-zen4.json
 
@@ -22,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxconv
+from jaxconv._src import host_memory
 from jaxconv._src.bench import machine
 
 SHAPES = {"resnet50 fc": (8, 2048, 1000), "resnet18 fc": (8, 512, 1000),
@@ -41,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    jaxconv.keep_freed_memory()
+    host_memory.keep_by_default()
     rng = np.random.default_rng(0)
     rows = []
     for name, (batch, fan_in, fan_out) in SHAPES.items():
