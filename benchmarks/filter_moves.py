@@ -62,11 +62,8 @@ def main(argv: list[str] | None = None) -> int:
                             f"ratio{key}": round(ours / theirs, 3)})
         print(json.dumps(row))
         rows.append(row)
-    out = {"command": "python -m benchmarks.filter_moves", "machine": machine.describe(),
-           "reps": args.reps, "rows": rows}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=1)
+    machine.write(args.out, machine.result("python -m benchmarks.filter_moves", reps=args.reps,
+                                           rows=rows))
     return 0
 
 

@@ -26,12 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     result = model_steps.measure_max_pool(tuple(args.shape), args.reps)
     if result is None:
         raise SystemExit("max_pool: needs torch (pip install -e \".[bench]\")")
-    out = {"command": "python -m benchmarks.max_pool", "machine": machine.describe(),
-           "result": result}
     print(json.dumps(result))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=1)
+    machine.write(args.out, machine.result("python -m benchmarks.max_pool", result=result))
     return 0
 
 

@@ -66,11 +66,8 @@ def main(argv: list[str] | None = None) -> int:
                "accelerate_over_written": round(med["accelerate"] / med["written"], 3)}
         print(json.dumps(row))
         rows.append(row)
-    out = {"command": "python -m benchmarks.transposed_product", "machine": machine.describe(),
-           "reps": args.reps, "rows": rows}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=1)
+    machine.write(args.out, machine.result("python -m benchmarks.transposed_product", reps=args.reps,
+                                           rows=rows))
     return 0
 
 

@@ -14,6 +14,7 @@ ceiling of dense work beside both.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -134,3 +135,16 @@ def describe() -> dict[str, Any]:
             "jax": jax.__version__, "xla_threads": os.cpu_count(),
             "jaxconv_onednn": status.line(), "jaxconv_onednn_dtypes": list(status.dtypes),
             "torch": torch_info(), "peak": peak()}
+
+
+def result(command: str, **fields: Any) -> dict[str, Any]:
+    """A benchmark script's JSON result: the command that reproduces it, this machine
+    (:func:`describe`) and ``fields``."""
+    return {"command": command, "machine": describe(), **fields}
+
+
+def write(path: str | None, result: dict[str, Any]) -> None:
+    """``result`` as indented JSON at ``path``; nothing where ``path`` is None."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
