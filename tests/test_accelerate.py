@@ -308,8 +308,10 @@ def test_a_transposed_product_runs_in_the_layout_its_reader_wants(dtype):
     want = x64.T @ dy
     got, written = jax.jit(jaxconv.accelerate(grad))(w, x), grad(w, x)
     assert got.shape == written.shape == w.shape and got.dtype == written.dtype
-    err = np.max(np.abs(h.to_f64(got) - want))
-    assert err <= np.max(np.abs(h.to_f64(written) - want))
+    if jnp.dtype(dtype).itemsize < 4:  # written, the product is rounded to 16 bits; in
+        # float32 both errors are the GEMM's summation order, which differs between CPUs
+        err = np.max(np.abs(h.to_f64(got) - want))
+        assert err <= np.max(np.abs(h.to_f64(written) - want))
     h.assert_close(got, want, dtype)
 
     def batched(a, b):  # a batch dim: the transpose stays

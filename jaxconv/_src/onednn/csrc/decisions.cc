@@ -136,7 +136,6 @@ FilterMove PlanFilterMove(const Blocking& xio, const Blocking& blk, bool into) {
   std::vector<int64_t> o_off = BlockedOffsets(blk, 0), i_off = BlockedOffsets(blk, 1);
   t.kind = KindOf(blk, into, o_off, i_off);
   if (t.kind == MoveKind::kOff) return t;
-  t.element = xio.element;
   t.o = dims[0];
   t.o_padded = blk.padded[0];
   t.i = dims[1];
@@ -150,7 +149,6 @@ FilterMove PlanFilterMove(const Blocking& xio, const Blocking& blk, bool into) {
     t.xio_tap.push_back(xs[a]);
     t.blk_tap.push_back(blk.strides[a]);
   }
-  t.on = true;
   return t;
 }
 

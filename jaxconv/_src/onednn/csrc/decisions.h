@@ -101,9 +101,7 @@ enum class MoveKind { kOff, kTranspose, kTransposeRowPairs, kTransposePairs, kCo
 // HWIO) and a oneDNN layout whose tiles block O and I by multiples of 16 (of pairs, for the
 // 2-byte kinds).
 struct FilterMove {
-  bool on = false;
-  MoveKind kind = MoveKind::kOff;
-  int64_t element = 0;                    // bytes of an element
+  MoveKind kind = MoveKind::kOff;         // kOff: oneDNN's reorder runs
   int64_t o = 0, i = 0;                   // channels, multiples of 16
   int64_t o_padded = 0;                   // O padded to the blocks (kTransposeRowPairs), or o
   int64_t i_padded = 0;                   // I padded to the blocks (kTransposePairs), or i

@@ -144,7 +144,7 @@ struct MoveCase {
     c->from = c->copy ? blocked : xio;
     c->to = c->copy ? xio : blocked;
     c->t = c->copy ? PlanFilterCopy(c->from, c->to) : PlanFilterTranspose(c->from, c->to);
-    if (!c->t.on) return nullptr;
+    if (c->t.kind == MoveKind::kOff) return nullptr;
     c->src = memory(c->from, Engine());
     c->want = memory(c->to, Engine());
     c->reorder = dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), c->from, Engine(), c->to));
@@ -355,7 +355,7 @@ int jaxconv_onednn_decide_filter_move(int n, const int64_t* dims, const int64_t*
     b->blocked = b->offset0 = true;
   }
   const FilterMove t = PlanFilterMove(xio, blk, into != 0);
-  if (!t.on) return 0;
+  if (t.kind == MoveKind::kOff) return 0;
   std::memcpy(o_off, t.o_off.data(), t.o_off.size() * sizeof(int64_t));
   std::memcpy(i_off, t.i_off.data(), t.i_off.size() * sizeof(int64_t));
   return static_cast<int>(t.kind);

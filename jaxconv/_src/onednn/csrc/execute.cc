@@ -105,7 +105,7 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
     user.set_data_handle(buffer);
     if (!r) return user.get();
     mine.set_data_handle(buf.Get(want.get_size()));
-    if (input && transpose != nullptr && transpose->on)
+    if (input && transpose != nullptr && transpose->kind != MoveKind::kOff)
       RunFilterTranspose(*transpose, buffer, mine.get_data_handle());
     else if (input)
       Exec(r, s, {{DNNL_ARG_FROM, user.get()}, {DNNL_ARG_TO, mine.get()}});
@@ -144,7 +144,7 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
   } else {
     Exec(e.prim, s, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_DIFF_DST, my}, {DNNL_ARG_DIFF_WEIGHTS, mw},
                      {DNNL_ARG_SCRATCHPAD, scratch}});
-    if (e.w_copy.on) {
+    if (e.w_copy.kind != MoveKind::kOff) {
       s.wait();
       RunFilterCopy(e.w_copy, m->mw.get_data_handle(), w);
     } else {

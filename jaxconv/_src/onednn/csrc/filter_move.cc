@@ -230,7 +230,7 @@ void RunFilterTranspose(const FilterMove& t, const void* src, void* dst) {
 
 void RunFilterCopy(const FilterMove& t, const void* src, void* dst) {
   ++filter_copies;
-  const int64_t bytes = t.o * t.i * Taps(t) * t.element;
+  const int64_t bytes = t.o * t.i * Taps(t) * static_cast<int64_t>(sizeof(float));  // kCopy
   const bool stream = bytes >= kFilterCopyStreamBytes && __builtin_cpu_supports("avx512f") &&
                       reinterpret_cast<uintptr_t>(dst) % 64 == 0;
   RunMove(stream ? StreamRows : CopyRows, t, src, dst, t.i / 16, bytes >= kFilterCopyTeamBytes);
