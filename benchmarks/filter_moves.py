@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from jaxconv._src.bench import machine
 from jaxconv._src.onednn import library
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for blocks, dtype, o, i, taps in ROWS:
         row = {"layout": blocks, "dtype": dtype, "filter": [o, i, *taps],
-               "bytes": o * i * (4 if dtype == "float32" else 2) * _prod(taps)}
+               "bytes": o * i * (4 if dtype == "float32" else 2) * math.prod(taps)}
         if not library.check_filter_move(blocks, o, i, taps, dtype):
             row["applies"] = False  # oneDNN's reorder runs (e.g. no AVX-512 on this CPU)
         else:
@@ -65,13 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     machine.write(args.out, machine.result("python -m benchmarks.filter_moves", reps=args.reps,
                                            rows=rows))
     return 0
-
-
-def _prod(values: tuple[int, ...]) -> int:
-    n = 1
-    for v in values:
-        n *= v
-    return n
 
 
 if __name__ == "__main__":

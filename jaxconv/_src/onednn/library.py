@@ -211,6 +211,7 @@ def time_filter_move(blocks: str, o: int, i: int, taps: tuple[int, ...],
     return None if got < 0 else (seconds[0], seconds[1])
 
 
+#: the blocked layouts the filter-move diagnostics take, by oneDNN's inner-block names
 MOVE_LAYOUTS = ("16a16b", "32a32b", "16b", "32b", "48b", "64b", "16b16a", "16b32a", "16b64a",
                 "16a2b", "32a2b", "48a2b", "64a2b", "8b16a2b", "32b2a", "48b2a", "64b2a",
                 "8a16b2a")
