@@ -1,9 +1,9 @@
-"""The Winograd lowerings (``"winograd"``, ``"winograd_2x2"``, ``"winograd_4x4"``): their
-matrices against a direct 3x3 correlation, each kernel against PyTorch in float64 over a
-matrix of shapes, pads, layouts and tiles, bfloat16 operands, every vector ISA of the
-handler's passes, the staged passes in several chunks, where ``lowering="auto"`` takes them
-(and where it must not: ``Precision.HIGHEST``, other dtypes, partitioned programs), and
-jit/vmap/grad through them."""
+"""The Winograd lowerings (``"winograd"``, ``"winograd_2x2"``, ``"winograd_3x3"``,
+``"winograd_4x4"``): their matrices against a direct 3x3 correlation, each kernel against
+PyTorch in float64 over a matrix of shapes, pads, layouts and tiles, bfloat16 operands, every
+vector ISA of the handler's passes, the staged passes in several chunks, where
+``lowering="auto"`` takes them (and where it must not: ``Precision.HIGHEST``, other dtypes,
+partitioned programs), and jit/vmap/grad through them."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from tests import oracles
 pytestmark = pytest.mark.skipif(not library.status().available,
                                 reason="the onednn extra is not built (its handler computes Winograd)")
 
-TILES = {"winograd_2x2": 2, "winograd_4x4": 4}
+TILES = {"winograd_2x2": 2, "winograd_3x3": 3, "winograd_4x4": 4}
 NAMES = ("winograd", *TILES)
 
 
@@ -139,7 +139,7 @@ y = torch.nn.functional.conv2d(xt, wt, padding=1)
 y.backward(torch.tensor(dy.transpose(0, 3, 1, 2), dtype=torch.float64))
 refs = (y.detach().numpy().transpose(0, 2, 3, 1), xt.grad.numpy().transpose(0, 2, 3, 1),
         wt.grad.numpy().transpose(2, 3, 1, 0))
-for m in ("winograd_2x2", "winograd_4x4"):
+for m in ("winograd_2x2", "winograd_3x3", "winograd_4x4"):
     got = (jaxconv.convolution(x, w, lowering=m, **a),
            jaxconv.convolution_backward_data(dy, w, x.shape, lowering=m, **a),
            jaxconv.convolution_backprop_filters(x, dy, w.shape, lowering=m, **a))
@@ -171,12 +171,14 @@ def small_chunks():
 # batch, spatial, in and out channels, filter format). Chunked (200 kB), each chunk has a few
 # tiles, and the forward transforms U block by block from the filter, read in runs of output
 # channels (XIO), of input channels (the data gradient's swapped view of XIO), or through a
-# dense copy (OIX); 200 x 184 channels leave partial blocks. Unchunked with more than 64
+# dense copy (OIX); 200 x 184 channels leave partial blocks (and 3x3 tiles partial ones of
+# an 11 x 10 output). Unchunked with more than 64
 # tiles, U is transformed whole. The 2x2 weight gradient's chunks accumulate.
 STAGED = {
     "blocks-xio": ("winograd_4x4", True, 2, (10, 9), 192, 192, "XIO"),
     "blocks-oix-tails": ("winograd_4x4", True, 2, (9, 10), 200, 184, "OIX"),
     "blocks-2x2": ("winograd_2x2", True, 2, (10, 9), 300, 296, "XIO"),
+    "blocks-3x3-oix": ("winograd_3x3", True, 2, (11, 10), 200, 184, "OIX"),
     "whole-u": ("winograd_4x4", False, 2, (34, 35), 192, 192, "XIO"),
 }
 
@@ -214,6 +216,23 @@ def _problem(channels=64, size=28, batch=8, dtype_format="NXC"):
         auto_pad="explicit", groups=1, data_format=dtype_format, filter_format="XIO")
 
 
+# output side: the tiles lowering="auto" times, widest first (the 3x3 tile where its tiles
+# multiply less than the 4x4 ones: 5x5 in 4 tiles of 25 products against 4 of 36; 9x9 in 9
+# against 9)
+TIMED = {5: (4, 3, 2), 6: (4, 3, 2), 7: (4, 2), 9: (4, 3, 2), 10: (4, 2), 12: (4, 2),
+         14: (4, 2), 28: (4, 2)}
+
+
+@pytest.mark.parametrize("size", sorted(TIMED))
+def test_the_3x3_tile_is_timed_where_it_multiplies_less(size):
+    p = _problem(size=size)
+    assert winograd.timed_tiles(Kernel.FORWARD, p) == TIMED[size]
+    assert (winograd.products(3, p) < winograd.products(4, p)) == (3 in TIMED[size])
+    assert winograd.fewest_products_tile(Kernel.FORWARD, p) == (3 if 3 in TIMED[size] else 4)
+    # more than 512 summed float32 channels: only the 2x2 tile, whose error stays lowest
+    assert winograd.timed_tiles(Kernel.FORWARD, _problem(channels=1024, size=size)) == (2,)
+
+
 @pytest.mark.parametrize("kernel", list(Kernel))
 def test_auto_takes_winograd_where_it_pays_and_never_with_highest(kernel):
     f32 = np.dtype("float32")
@@ -234,8 +253,10 @@ def test_auto_takes_winograd_where_it_pays_and_never_with_highest(kernel):
     # exported, and none that runs per device's blocks
     assert policy.plan(kernel, _problem(channels=16), method="auto", backend="cpu",
                        dtype=f32).method == "onednn"
-    assert policy.plan(kernel, _problem(size=5), method="auto", backend="cpu",
+    assert policy.plan(kernel, _problem(size=4), method="auto", backend="cpu",
                        dtype=f32).method == "onednn"
+    assert policy.plan(kernel, _problem(size=5), method="auto", backend="cpu",
+                       dtype=f32).method == "winograd"
     assert policy.plan(kernel, _problem(size=7), method="auto", backend="cpu",
                        dtype=f32).method == "winograd"
     sharded = policy.plan(kernel, p, method="auto", backend="cpu", dtype=f32, partitioned=True)

@@ -127,10 +127,10 @@ WHOLE_WINDOW_DOT_MIN_MACS = 1e5
 
 #: Winograd (``lowering/winograd.py``) for a 2D 3x3 stride-1 problem it takes from this many
 #: input and output channels (with 16, the padded products lose to oneDNN's direct kernel)
-#: and this many output positions per image (each kernel won at 7x7 and lost at 5x5, where the
-#: 4x4 tiles compute 8x8 outputs for 5x5); docs/lowerings.md, "Thresholds"
+#: and this many output positions per image (at 5x5 the 3x3 tile's forward and data gradient
+#: won, where the 4x4 tile, computing 8x8 outputs, lost); docs/lowerings.md, "Thresholds"
 WINOGRAD_MIN_CHANNELS = 32
-WINOGRAD_MIN_POSITIONS = 49
+WINOGRAD_MIN_POSITIONS = 25
 
 
 def _winograd_pays(p: ConvProblem) -> bool:

@@ -24,6 +24,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     onednn.ONEDNN,
     winograd.WINOGRAD,
     winograd.WINOGRAD_2X2,
+    winograd.WINOGRAD_3X3,
     winograd.WINOGRAD_4X4,
     grouped.PER_GROUP,
     grouped.BLOCK_DIAGONAL,

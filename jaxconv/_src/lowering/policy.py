@@ -56,7 +56,7 @@ def partitioner_workaround(jaxlib: str = jaxlib_version.__version__) -> bool:
 
 
 #: the Winograd methods (``lowering/winograd.py``)
-WINOGRAD_METHODS = ("winograd", "winograd_2x2", "winograd_4x4")
+WINOGRAD_METHODS = ("winograd", "winograd_2x2", "winograd_3x3", "winograd_4x4")
 
 
 def _highest(precision: Precision) -> bool:

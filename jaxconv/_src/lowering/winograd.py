@@ -3,10 +3,11 @@ and bfloat16 operands, float32 arithmetic).
 
 F(m x m, 3 x 3) computes a tile of m x m outputs from (m + 2) x (m + 2) inputs with
 (m + 2)^2 multiplications per channel pair instead of 9 m^2 (Lavin and Gray, 2016):
-``"winograd_2x2"`` (m = 2: 2.25x fewer), ``"winograd_4x4"`` (m = 4: 4x fewer), and
-``"winograd"``, the tile by accuracy (:func:`tile`). The handler (``onednn/csrc/winograd.h``)
-transforms the filter, x and dy tile by tile and multiplies the transformed tiles with its own
-register-blocked products:
+``"winograd_2x2"`` (m = 2: 2.25x fewer), ``"winograd_3x3"`` (m = 3: 3.24x fewer),
+``"winograd_4x4"`` (m = 4: 4x fewer), and ``"winograd"``, of the tiles its accuracy allows
+(:func:`tile`) the one that multiplies least (:func:`fewest_products_tile`).
+The handler (``onednn/csrc/winograd.h``) transforms the filter, x and dy tile by tile and
+multiplies the transformed tiles with its own register-blocked products:
 
     forward      y  = A^T [ U (.) (B^T d B) ] A,  U = G g G^T  (per tile, summed over C)
     weight grad  dW = G^T dU G,  dU = sum over tiles of (B^T d B) (.) (A dy A^T)
@@ -38,14 +39,17 @@ from jaxconv._src.lowering.method import Method
 from jaxconv._src.onednn import library
 
 #: the output tile sides the handler implements
-TILES = (2, 4)
+TILES = (2, 3, 4)
 
 # G (alpha x 3) of F(m, 3): the filter transform, U = G g G^T. Toom-Cook's matrices for the
-# interpolation points 0, 1, -1 (and 2, -1/2 for m = 4) and infinity: F(4, 3)'s points are
-# those whose float32 error measured smallest among sets of small rationals, 2.5x below the
-# usual 0, +-1, +-2 (docs/precision.md, "Winograd").
+# interpolation points 0, 1, -1 (and 2 for m = 3, 2 and -1/2 for m = 4) and infinity: F(3, 3)'s
+# and F(4, 3)'s points are ones whose float32 error measured smallest among sets of small
+# rationals (F(4, 3)'s 2.5x below the usual 0, +-1, +-2; F(3, 3)'s level with 0, 1, -1, 1/2
+# and 1.3x below 0, 1, -1, 3 or 3/2; docs/precision.md, "Winograd").
 _G = {
     2: np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]),
+    3: np.array([[0.5, 0, 0], [-0.5, -0.5, -0.5], [-1 / 6, 1 / 6, -1 / 6],
+                 [1 / 6, 1 / 3, 2 / 3], [0, 0, 1]]),
     4: np.array([[1, 0, 0], [-1 / 3, -1 / 3, -1 / 3], [1 / 3, -1 / 3, 1 / 3],
                  [1 / 15, 2 / 15, 4 / 15], [-16 / 15, 8 / 15, -4 / 15], [0, 0, 1]]),
 }
@@ -59,6 +63,10 @@ def matrices(m: int) -> dict[str, np.ndarray]:
     if m == 2:
         bt = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]
         at = [[1, 1, 1, 0], [0, 1, -1, -1]]
+    elif m == 3:
+        bt = [[2, -1, -2, 1, 0], [0, -2, -1, 1, 0], [0, 2, -3, 1, 0], [0, -1, 0, 1, 0],
+              [0, 2, -1, -2, 1]]
+        at = [[1, 1, 1, 1, 0], [0, 1, -1, 2, 0], [0, 1, 1, 4, 1]]
     elif m == 4:
         bt = [[1, 1.5, -2, -1.5, 1, 0], [0, -1, -2.5, -0.5, 1, 0], [0, 1, 0.5, -2.5, 1, 0],
               [0, -0.5, -1, 0.5, 1, 0], [0, 2, -1, -2, 1, 0], [0, 1, 1.5, -2, -1.5, 1]]
@@ -86,6 +94,31 @@ def tile(kernel: Kernel, p: ConvProblem, dtype: DType = np.dtype(np.float32)) ->
     summed = {Kernel.FORWARD: p.in_channels, Kernel.DATA: p.out_channels}.get(kernel, 0)
     wide = np.dtype(dtype) == np.float32 and summed > WINOGRAD_4X4_MAX_CHANNELS
     return 2 if wide else 4
+
+
+def products(m: int, p: ConvProblem, kernel: Kernel = Kernel.FORWARD) -> int:
+    """Multiplications per channel pair and image of the m x m tile on ``kernel`` of ``p``: the
+    tiles over the map it tiles (y; dx for the data gradient, the forward of the flipped
+    filter; dy for the weight gradient), rounded up to whole tiles, times (m + 2)^2."""
+    oh, ow = p.input_size if kernel is Kernel.DATA else p.output_size
+    return -(-oh // m) * -(-ow // m) * (m + 2) ** 2
+
+
+def timed_tiles(kernel: Kernel, p: ConvProblem,
+                dtype: DType = np.dtype(np.float32)) -> tuple[int, ...]:
+    """The tiles ``lowering="auto"`` times for ``kernel`` of ``p`` (``measured.py``), widest
+    first: those up to :func:`tile`'s, the 3x3 one only where it multiplies less than the 4x4
+    one (an output the 4x4 tiles cover with waste: 5x5, 6x6, 9x9, 12x12)."""
+    widest = tile(kernel, p, dtype)
+    return tuple(m for m in sorted(TILES, reverse=True)
+                 if m <= widest and (m != 3 or products(3, p, kernel) < products(4, p, kernel)))
+
+
+def fewest_products_tile(kernel: Kernel, p: ConvProblem,
+                         dtype: DType = np.dtype(np.float32)) -> int:
+    """The tile ``"winograd"`` computes with: of :func:`timed_tiles`, the one that multiplies
+    least (the widest of a tie)."""
+    return min(timed_tiles(kernel, p, dtype), key=lambda m: products(m, p, kernel))
 
 
 def inapplicable(p: ConvProblem) -> str | None:
@@ -170,7 +203,7 @@ def _call(kernel: Kernel, a: Array, b: Array, out_shape: tuple[int, ...], p: Con
 def _kernel(kernel: Kernel, tile_side: int | None) -> object:
     def compute(a: Array, b: Array, p: ConvProblem, precision: Precision,
                 preferred_element_type: DType) -> Array:
-        m = tile(kernel, p, a.dtype) if tile_side is None else tile_side
+        m = fewest_products_tile(kernel, p, a.dtype) if tile_side is None else tile_side
         pt, pl = p.pads_begin  # the end pads follow from the sizes (stride 1)
         n = p.batch
         if kernel is Kernel.FORWARD:  # a = x, b = W
@@ -191,10 +224,13 @@ def _method(name: str, m: int | None, summary: str) -> Method:
                   inapplicable, platforms=("cpu",))
 
 
-WINOGRAD = _method("winograd", None, "Winograd's F(4x4, 3x3), or F(2x2, 3x3) where more than "
-                                     "128 float32 channels are summed, for 2D 3x3 stride-1 "
+WINOGRAD = _method("winograd", None, "Winograd's F(4x4, 3x3), F(3x3, 3x3) where it multiplies "
+                                     "less, or F(2x2, 3x3) where more than 512 float32 channels "
+                                     "are summed, for 2D 3x3 stride-1 "
                                      "problems, in float32 arithmetic, through the ``onednn`` "
                                      "extra's handler (CPU)")
 WINOGRAD_2X2 = _method("winograd_2x2", 2, "Winograd's F(2x2, 3x3), fewer roundings than the "
                                           "4x4 tile (CPU)")
+WINOGRAD_3X3 = _method("winograd_3x3", 3, "Winograd's F(3x3, 3x3), for outputs the 4x4 tile "
+                                          "covers with waste (5x5: 8x8) (CPU)")
 WINOGRAD_4X4 = _method("winograd_4x4", 4, "Winograd's F(4x4, 3x3) (CPU)")

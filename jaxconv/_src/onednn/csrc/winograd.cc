@@ -17,7 +17,7 @@
 namespace jaxconv_onednn {
 
 const char* WinogradShape::Invalid() const {
-  if (m != 2 && m != 4) return "the tile size must be 2 or 4";
+  if (m < 2 || m > 4) return "the tile size must be 2, 3 or 4";
   if (n < 1 || h < 1 || w < 1 || c < 1 || k < 1 || oh < 1 || ow < 1) return "empty operand";
   if (pad_top < 0 || pad_left < 0 || pad_top > 2 || pad_left > 2) return "pads out of [0, 2]";
   if (oh > h + 2 * 2 - 2 || ow > w + 2 * 2 - 2) return "output larger than the padded input";
@@ -245,6 +245,7 @@ JAXCONV_WINOGRAD_ISA(Plain, )
 #define JAXCONV_WINOGRAD_BY_TILE(PASS, m, ...)                     \
   do {                                                             \
     if ((m) == 2) JAXCONV_WINOGRAD_DISPATCH(PASS, 2, __VA_ARGS__); \
+    else if ((m) == 3) JAXCONV_WINOGRAD_DISPATCH(PASS, 3, __VA_ARGS__); \
     else JAXCONV_WINOGRAD_DISPATCH(PASS, 4, __VA_ARGS__);          \
   } while (0)
 

@@ -1,12 +1,12 @@
 // Winograd's minimal filtering for 2D 3x3 stride-1 convolutions: F(m x m, 3 x 3)
-// with output tiles of m = 2 or 4 (alpha = m + 2 inputs per tile side), the "winograd"
+// with output tiles of m = 2, 3 or 4 (alpha = m + 2 inputs per tile side), the "winograd"
 // lowering (lowering/winograd.py; docs/lowerings.md, "Winograd").
 //
 // Per tile of m x m outputs, with the tile's alpha x alpha inputs d and a 3x3 filter g,
 //     y = A^T [ (G g G^T) (.) (B^T d B) ] A
 // where (.) multiplies element by element: alpha^2 products per tile and channel pair instead
-// of 9 m^2 (2.25x fewer for m = 2, 4x for m = 4). Summed over input channels, each of the
-// alpha^2 positions xi is one matrix product over tiles:
+// of 9 m^2 (2.25x fewer for m = 2, 3.24x for m = 3, 4x for m = 4). Summed over input
+// channels, each of the alpha^2 positions xi is one matrix product over tiles:
 //     M[xi] (tiles x K) = V[xi] (tiles x C) . U[xi] (C x K),   U = G g G^T.
 // The weight gradient is the products' adjoint: with dM = A dy A^T per tile,
 //     dU[xi] (C x K) = V[xi]^T (C x P) . dM[xi] (P x K),   dW = G^T dU G.
@@ -67,7 +67,7 @@ struct WinogradShape {
   int64_t k = 0;                       // output channels
   int64_t oh = 0, ow = 0;              // y: N x OH x OW x K
   int64_t pad_top = 0, pad_left = 0;   // x's padding before its first row and column
-  int m = 4;                           // output tile side: 2 or 4
+  int m = 4;                           // output tile side: 2, 3 or 4
   bool bf16 = false;                   // x, y, dy and the filter in bfloat16 (else float32)
   FilterView filter;
   int64_t filter_elements = 0;  // the filter buffer's size

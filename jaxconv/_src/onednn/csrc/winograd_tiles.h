@@ -3,12 +3,12 @@
 // separable 2D transform of a tile, and the bfloat16 loads and stores of the caller's buffers.
 //
 // The matrices are Toom-Cook's (Lavin and Gray, "Fast Algorithms for Convolutional Neural
-// Networks", 2016): F(2, 3) interpolates at 0, 1, -1 and infinity, F(4, 3) at 0, 1, -1, 2,
-// -1/2 and infinity: among sets of small rationals, the one whose float32 error measured
-// smallest (2.5x below 0, +-1, +-2; the method of Barabasz et al., "Error Analysis and
-// Improving the Accuracy of Winograd Convolution for Deep Neural Networks", 2020;
-// docs/precision.md, "Winograd"). lowering/winograd.py holds them as matrices;
-// tests/test_winograd.py compares.
+// Networks", 2016): F(2, 3) interpolates at 0, 1, -1 and infinity, F(3, 3) at 0, 1, -1, 2 and
+// infinity, F(4, 3) at 0, 1, -1, 2, -1/2 and infinity: for F(3, 3) and F(4, 3), among sets of
+// small rationals, one whose float32 error measured smallest (F(4, 3)'s 2.5x below 0, +-1,
+// +-2; the method of Barabasz et al., "Error Analysis and Improving the Accuracy of Winograd
+// Convolution for Deep Neural Networks", 2020; docs/precision.md, "Winograd").
+// lowering/winograd.py holds them as matrices; tests/test_winograd.py compares.
 #pragma once
 
 #include <cstdint>
@@ -158,6 +158,61 @@ struct Tile<2> {
       o[0][i] = d[0][i] + p;
       o[1][i] = 0.5f * (d[1][i] - d[2][i]);
       o[2][i] = p + d[3][i];
+    }
+  }
+};
+
+template <>
+struct Tile<3> {
+  static constexpr int kAlpha = 5;
+  static inline void Input(const float* const* d, float* const* t, int64_t n) {
+    JAXCONV_ROWS {
+      const float d0 = d[0][i], d1 = d[1][i], d2 = d[2][i], d3 = d[3][i], d4 = d[4][i];
+      t[0][i] = 2.0f * (d0 - d2) - d1 + d3;
+      t[1][i] = d3 - d2 - 2.0f * d1;
+      t[2][i] = d3 - 3.0f * d2 + 2.0f * d1;
+      t[3][i] = d3 - d1;
+      t[4][i] = d4 - d2 + 2.0f * (d1 - d3);
+    }
+  }
+  static inline void Output(const float* const* s, float* const* y, int64_t n) {
+    JAXCONV_ROWS {
+      const float s1 = s[1][i], s2 = s[2][i], s3 = s[3][i];
+      const float p12 = s1 + s2;
+      y[0][i] = s[0][i] + p12 + s3;
+      y[1][i] = s1 - s2 + 2.0f * s3;
+      y[2][i] = p12 + 4.0f * s3 + s[4][i];
+    }
+  }
+  static inline void Grad(const float* const* e, float* const* t, int64_t n) {
+    JAXCONV_ROWS {
+      const float e0 = e[0][i], e1 = e[1][i], e2 = e[2][i];
+      const float p02 = e0 + e2;
+      t[0][i] = e0;
+      t[1][i] = p02 + e1;
+      t[2][i] = p02 - e1;
+      t[3][i] = e0 + 2.0f * e1 + 4.0f * e2;
+      t[4][i] = e2;
+    }
+  }
+  static inline void Filter(const float* const* g, float* const* t, int64_t n) {
+    JAXCONV_ROWS {
+      const float g0 = g[0][i], g1 = g[1][i], g2 = g[2][i];
+      const float p = g0 + g2;
+      t[0][i] = 0.5f * g0;
+      t[1][i] = -0.5f * (p + g1);
+      t[2][i] = (g1 - p) * (1.0f / 6);
+      t[3][i] = (g0 + 2.0f * g1 + 4.0f * g2) * (1.0f / 6);
+      t[4][i] = g2;
+    }
+  }
+  static inline void FilterGrad(const float* const* d, float* const* o, int64_t n) {
+    JAXCONV_ROWS {
+      const float d1 = d[1][i], d2 = d[2][i], d3 = d[3][i];
+      const float h = -0.5f * d1, m23 = (d3 - d2) * (1.0f / 6);
+      o[0][i] = 0.5f * d[0][i] + h + m23;
+      o[1][i] = h + (d2 + 2.0f * d3) * (1.0f / 6);
+      o[2][i] = h + m23 + 0.5f * d3 + d[4][i];
     }
   }
 };
