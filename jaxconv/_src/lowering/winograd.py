@@ -77,20 +77,21 @@ def matrices(m: int) -> dict[str, np.ndarray]:
     return {"BT": np.array(bt, np.float64), "G": _G[m], "AT": np.array(at, np.float64)}
 
 
-#: The most channels a forward or data gradient sums per output for which ``"winograd"``
-#: takes the 4x4 tile; above, 2x2. Its error grows with them: against float64 on the benchdnn
-#: 3x3 problems (docs/precision.md, "Winograd") the 4x4 forward measured 2.4e-6 at 64
-#: channels, 2.7e-6 at 128, 4.3e-6 at 256 and 6.2e-6 at 512, the largest measured; the bound
-#: is 2e-5 and the rule keeps to half of it. The 2x2 tile stays below 1e-6 at 512, and a weight
-#: gradient's error (a sum over the batch's positions) at 2.5e-6 with either tile.
+#: The most channels a forward or data gradient sums per output for which the 4x4 and 3x3
+#: tiles are allowed; above, only 2x2. Their error grows with them: against float64 on the
+#: benchdnn 3x3 problems (docs/precision.md, "Winograd") the 4x4 forward measured 2.4e-6 at 64
+#: channels, 2.7e-6 at 128, 4.3e-6 at 256 and 6.2e-6 at 512, the largest measured, the 3x3
+#: one 2.8e-6 to 6.6e-6; the bound is 2e-5 and the rule keeps to half of it. The 2x2 tile stays
+#: below 1e-6 at 512, and a weight gradient's error (a sum over the batch's positions) at
+#: 4.3e-6 with any tile.
 WINOGRAD_4X4_MAX_CHANNELS = 512
 
 
 def tile(kernel: Kernel, p: ConvProblem, dtype: DType = np.dtype(np.float32)) -> int:
-    """The output tile side ``"winograd"`` takes for ``kernel`` of ``p``: 4 where the channels
-    each output sums are at most :data:`WINOGRAD_4X4_MAX_CHANNELS` (always for the weight
-    gradient, and for bfloat16 operands, whose result's rounding is 200x the 4x4 tile's float32
-    error), else 2."""
+    """The widest output tile side the accuracy rule allows for ``kernel`` of ``p`` (and every
+    narrower one): 4 where the channels each output sums are at most
+    :data:`WINOGRAD_4X4_MAX_CHANNELS` (always for the weight gradient, and for bfloat16
+    operands, whose result's rounding is 200x the 4x4 tile's float32 error), else 2."""
     summed = {Kernel.FORWARD: p.in_channels, Kernel.DATA: p.out_channels}.get(kernel, 0)
     wide = np.dtype(dtype) == np.float32 and summed > WINOGRAD_4X4_MAX_CHANNELS
     return 2 if wide else 4
@@ -108,7 +109,7 @@ def timed_tiles(kernel: Kernel, p: ConvProblem,
                 dtype: DType = np.dtype(np.float32)) -> tuple[int, ...]:
     """The tiles ``lowering="auto"`` times for ``kernel`` of ``p`` (``measured.py``), widest
     first: those up to :func:`tile`'s, the 3x3 one only where it multiplies less than the 4x4
-    one (an output the 4x4 tiles cover with waste: 5x5, 6x6, 9x9, 12x12)."""
+    one (an output the 4x4 tiles cover with waste: 5x5, 6x6, 9x9)."""
     widest = tile(kernel, p, dtype)
     return tuple(m for m in sorted(TILES, reverse=True)
                  if m <= widest and (m != 3 or products(3, p, kernel) < products(4, p, kernel)))
