@@ -1,10 +1,11 @@
 """Measured accuracy of the Winograd lowerings against float64, beside direct convolution.
 
-Every 2D 3x3 stride-1, dilation-1, ungrouped problem of the benchdnn lists (minibatch capped
-at 2; pads within [0, 2]) runs in float32 four ways: oneDNN's direct convolution
-(``lowering="onednn"``), Winograd F(2x2, 3x3), F(3x3, 3x3) and F(4x4, 3x3)
-(``"winograd_2x2"``, ``"winograd_3x3"``, ``"winograd_4x4"``), for the forward, the data gradient and the weight gradient, on the same
-random normal inputs, and each result is compared with PyTorch autograd in float64:
+Every 2D 3x3 stride-1, dilation-1, ungrouped problem of the benchdnn lists (minibatch capped at
+2; pads within [0, 2]) runs in float32 four ways: oneDNN's direct convolution
+(``lowering="onednn"``), Winograd F(2x2, 3x3), F(3x3, 3x3) and F(4x4, 3x3) (``"winograd_2x2"``,
+``"winograd_3x3"``, ``"winograd_4x4"``), for the forward, the data gradient and the weight
+gradient, on the same random normal inputs, and each result is compared with PyTorch autograd
+in float64:
 
     error = max |got - ref| / max |ref|
 

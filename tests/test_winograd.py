@@ -171,9 +171,8 @@ def small_chunks():
 # batch, spatial, in and out channels, filter format). Chunked (200 kB), each chunk has a few
 # tiles, and the forward transforms U block by block from the filter, read in runs of output
 # channels (XIO), of input channels (the data gradient's swapped view of XIO), or through a
-# dense copy (OIX); 200 x 184 channels leave partial blocks (and 3x3 tiles partial ones of
-# an 11 x 10 output). Unchunked with more than 64
-# tiles, U is transformed whole. The 2x2 weight gradient's chunks accumulate.
+# dense copy (OIX); 200 x 184 channels leave partial blocks (and 3x3 tiles partial ones of an
+# 11 x 10 output). Unchunked with more than 64 tiles, U is transformed whole. The 2x2 weight gradient's chunks accumulate.
 STAGED = {
     "blocks-xio": ("winograd_4x4", True, 2, (10, 9), 192, 192, "XIO"),
     "blocks-oix-tails": ("winograd_4x4", True, 2, (9, 10), 200, 184, "OIX"),

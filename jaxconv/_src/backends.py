@@ -128,7 +128,8 @@ WHOLE_WINDOW_DOT_MIN_MACS = 1e5
 #: Winograd (``lowering/winograd.py``) for a 2D 3x3 stride-1 problem it takes from this many
 #: input and output channels (with 16, the padded products lose to oneDNN's direct kernel)
 #: and this many output positions per image (at 5x5 the 3x3 tile's forward and data gradient
-#: won, where the 4x4 tile, computing 8x8 outputs, lost); docs/lowerings.md, "Thresholds"
+#: won, where the 4x4 tile, computing 8x8 outputs, lost: measured on a 2-core Zen 4 only; the
+#: running machine times each against oneDNN, measured.py); docs/lowerings.md, "Thresholds"
 WINOGRAD_MIN_CHANNELS = 32
 WINOGRAD_MIN_POSITIONS = 25
 

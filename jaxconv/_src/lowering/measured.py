@@ -15,9 +15,9 @@ method: at their size the table's rules were measured on both Intel and AMD CPUs
 
 Winograd (``"winograd"``, which the table picks for 3x3 stride-1 problems from
 ``backends.WINOGRAD_MIN_CHANNELS`` channels and ``WINOGRAD_MIN_POSITIONS`` output positions per
-image) is timed the same way, each tile that its accuracy rule allows (``winograd.timed_tiles``:
-``"winograd_4x4"``, ``"winograd_3x3"`` where it multiplies less, ``"winograd_2x2"``) against
-oneDNN's direct kernel (``"onednn"``), up to
+image) is timed the same way, each tile that its accuracy rule allows
+(``winograd.timed_tiles``: ``"winograd_4x4"``, ``"winograd_3x3"`` where it multiplies less,
+``"winograd_2x2"``) against oneDNN's direct kernel (``"onednn"``), up to
 :data:`WINOGRAD_MEASURE_MAX_MACS`: whether the transforms cost less than the products they
 save, and which tile wastes less at the output's edges, depend on the channels, the batch, the
 output size and the machine's caches and memory (docs/lowerings.md, "Winograd").

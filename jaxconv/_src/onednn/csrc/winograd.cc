@@ -242,11 +242,11 @@ JAXCONV_WINOGRAD_ISA(Plain, )
     }                                                              \
   } while (0)
 
-#define JAXCONV_WINOGRAD_BY_TILE(PASS, m, ...)                     \
-  do {                                                             \
-    if ((m) == 2) JAXCONV_WINOGRAD_DISPATCH(PASS, 2, __VA_ARGS__); \
+#define JAXCONV_WINOGRAD_BY_TILE(PASS, m, ...)                          \
+  do {                                                                  \
+    if ((m) == 2) JAXCONV_WINOGRAD_DISPATCH(PASS, 2, __VA_ARGS__);      \
     else if ((m) == 3) JAXCONV_WINOGRAD_DISPATCH(PASS, 3, __VA_ARGS__); \
-    else JAXCONV_WINOGRAD_DISPATCH(PASS, 4, __VA_ARGS__);          \
+    else JAXCONV_WINOGRAD_DISPATCH(PASS, 4, __VA_ARGS__);               \
   } while (0)
 
 // Runs fn(first, end) over [0, n) split between the OpenMP team's threads (the calling thread
