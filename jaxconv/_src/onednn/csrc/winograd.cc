@@ -141,38 +141,57 @@ inline __attribute__((always_inline)) void FilterRows(const WinogradShape& s, co
   for (int64_t kb = k0; kb < k1; kb += kBlock) {
     const int64_t nk = std::min(kBlock, k1 - kb), valid = std::clamp(s.k - kb, int64_t{0}, nk);
     if (runs_of_c) {  // tap ij of (c, kb + q) read in runs of c, transposed in 8 x 8 blocks
+      // float32 runs are transposed where they are, bfloat16 ones widened into `runs` first
+      const auto tap = [&](int ij, int64_t q) {
+        return f.offset + ij / 3 * f.row + ij % 3 * f.col + c0 + (kb + q) * f.out;
+      };
+      if (s.bf16)
+        for (int ij = 0; ij < 9; ++ij)
+          for (int64_t q = 0; q < valid; ++q) {
+            if (q + kPrefetch < valid) Prefetch(g, tap(ij, q + kPrefetch), nc, true);
+            LoadRow(g, tap(ij, q), runs + (ij * kBlock + q) * nc, nc, true);
+          }
+      const float* from = s.bf16 ? runs : static_cast<const float*>(g);
+      const auto run = [&](int ij, int64_t q) {
+        return s.bf16 ? (ij * kBlock + q) * nc : tap(ij, q);
+      };
+      const int64_t lds = s.bf16 ? nc : f.out;
       for (int ij = 0; ij < 9; ++ij)
-        for (int64_t q = 0; q < valid; ++q) {
-          const int64_t src = f.offset + ij / 3 * f.row + ij % 3 * f.col + c0 + (kb + q) * f.out;
-          if (q + kPrefetch < valid) Prefetch(g, src + kPrefetch * f.out, nc, s.bf16);
-          LoadRow(g, src, runs + (ij * kBlock + q) * nc, nc, s.bf16);
-        }
-      for (int ij = 0; ij < 9; ++ij)
-        for (int64_t q0 = 0; q0 < valid; q0 += 8)
+        for (int64_t q0 = 0; q0 < valid; q0 += 8) {
+          if (!s.bf16)
+            for (int64_t q = q0 + 8; q < std::min(valid, q0 + 16); ++q)
+              Prefetch(g, tap(ij, q), nc, false);
           for (int64_t b0 = 0; b0 < nc; b0 += 8) {
             if (q0 + 8 <= valid && b0 + 8 <= nc) {
-              Transpose8(runs + (ij * kBlock + q0) * nc + b0, nc,
-                         cols + (b0 * 9 + ij) * kBlock + q0, 9 * kBlock);
+              Transpose8(from + run(ij, q0) + b0, lds, cols + (b0 * 9 + ij) * kBlock + q0,
+                         9 * kBlock);
               continue;
             }
             for (int64_t q = q0; q < std::min(valid, q0 + 8); ++q)
               for (int64_t b = b0; b < std::min(nc, b0 + 8); ++b)
-                cols[(b * 9 + ij) * kBlock + q] = runs[(ij * kBlock + q) * nc + b];
+                cols[(b * 9 + ij) * kBlock + q] = from[run(ij, q) + b];
           }
+        }
     }
     for (int64_t c = c0; c < c1; ++c) {
       float* rows = runs_of_c ? cols + (c - c0) * 9 * kBlock : d;
+      const float* taps[9];
       for (int ij = 0; ij < 9; ++ij) {
         float* dst = rows + ij * kBlock;
+        taps[ij] = dst;
         if (!runs_of_c) {
           const int64_t src = f.offset + ij / 3 * f.row + ij % 3 * f.col + c * f.in + kb;
           if (c + kPrefetch < c1) Prefetch(g, src + kPrefetch * f.in, valid, s.bf16);
+          if (!s.bf16 && valid == nk) {  // a whole float32 run, read where it is
+            taps[ij] = static_cast<const float*>(g) + src;
+            continue;
+          }
           LoadRow(g, src, dst, valid, s.bf16);
         }
-        std::memset(dst + valid, 0, (nk - valid) * sizeof(float));
+        if (valid < nk) std::memset(dst + valid, 0, (nk - valid) * sizeof(float));
       }
       Separable<3, A>(
-          Tile<M>::Filter, [&](int i, int j) { return rows + (i * 3 + j) * kBlock; },
+          Tile<M>::Filter, [&](int i, int j) { return taps[i * 3 + j]; },
           [&](int xi, int nu) { return u + ((xi * A + nu) * plane + c - c0) * ld + kb - k0; },
           t, nk);
     }
@@ -321,7 +340,7 @@ WinogradShape ReadableFilter(const WinogradShape& s, const void* g, const void**
 // U = G g G^T (alpha^2 x C x K padded), on the team, in blocks of input channels.
 float* TransformFilter(const WinogradShape& s, const void* g) {
   const int64_t a2 = s.alpha() * s.alpha(), kp = s.k_padded();
-  float* u = Shared(2).Get(a2 * s.c * kp);
+  float* u = Shared(2).Get(a2 * s.u_plane() * kp);
   const void* from;
   const WinogradShape fs = ReadableFilter(s, g, &from);
   const bool runs = fs.filter.out != 1;  // FilterRows transposes runs of input channels
@@ -333,8 +352,8 @@ float* TransformFilter(const WinogradShape& s, const void* g) {
     float* scratch = runs ? scratch_work.Get(kWinogradFilterScratch) : nullptr;
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t c0 = b * cb, c1 = std::min(s.c, c0 + cb);
-      JAXCONV_WINOGRAD_BY_TILE(Filter, s.m, fs, from, u + c0 * kp, s.c, kp, c0, c1, 0, kp,
-                               scratch);
+      JAXCONV_WINOGRAD_BY_TILE(Filter, s.m, fs, from, u + c0 * kp, s.u_plane(), kp, c0, c1, 0,
+                               kp, scratch);
     }
   });
   return u;
@@ -378,15 +397,15 @@ void ForwardStaged(const WinogradShape& s, const void* x, const void* g, void* y
       for (int64_t w = w0; w < w1; ++w) {
         const int xi = static_cast<int>(w / cols);
         const int64_t k0 = w % cols * 32;
-        Product({vc.at(xi, first), s.c, 1, u + xi * s.c * kp + k0, kp, mc.at(xi, first) + k0,
-                 kp}, n, s.c, 32, false);
+        Product({vc.at(xi, first), s.c, 1, u + xi * s.u_plane() * kp + k0, kp,
+                 mc.at(xi, first) + k0, kp}, n, s.c, 32, false);
       }
     });
     else OnTeam(groups * splits, [&](int64_t w0, int64_t w1) {
       thread_local Work u_work;
-      float* ub = u_work.Get(a2 * kWinogradFilterBlock * kWinogradFilterColumns +
-                             kWinogradFilterScratch);
-      float* scratch = ub + a2 * kWinogradFilterBlock * kWinogradFilterColumns;
+      constexpr int64_t plane = kWinogradFilterBlock + 1;  // rows a position (u_plane)
+      float* ub = u_work.Get(a2 * plane * kWinogradFilterColumns + kWinogradFilterScratch);
+      float* scratch = ub + a2 * plane * kWinogradFilterColumns;
       for (int64_t w = w0; w < w1; ++w) {
         const int64_t k0 = w / splits * kWinogradFilterColumns, part = w % splits;
         const int64_t nk = std::min(kWinogradFilterColumns, kp - k0);
@@ -395,10 +414,10 @@ void ForwardStaged(const WinogradShape& s, const void* x, const void* g, void* y
         if (r0 >= r1) continue;
         for (int64_t c0 = 0; c0 < s.c; c0 += kWinogradFilterBlock) {
           const int64_t c1 = std::min(s.c, c0 + kWinogradFilterBlock);
-          JAXCONV_WINOGRAD_BY_TILE(Filter, s.m, fs, from, ub, kWinogradFilterBlock, nk, c0,
-                                   c1, k0, k0 + nk, scratch);
+          JAXCONV_WINOGRAD_BY_TILE(Filter, s.m, fs, from, ub, plane, nk, c0, c1, k0, k0 + nk,
+                                   scratch);
           for (int xi = 0; xi < a2; ++xi)
-            Product({vc.at(xi, r0) + c0, s.c, 1, ub + xi * kWinogradFilterBlock * nk, nk,
+            Product({vc.at(xi, r0) + c0, s.c, 1, ub + xi * plane * nk, nk,
                      mc.at(xi, r0) + k0, kp}, r1 - r0, c1 - c0, nk, c0 > 0);
         }
       }
@@ -426,8 +445,8 @@ void ForwardFused(const WinogradShape& s, const void* x, const float* u, void* y
       const Rows vr{v, block, p, s.c}, mr{mm, block, p, kp};
       JAXCONV_WINOGRAD_BY_TILE(Input, s.m, s, x, vr, p, end);
       for (int xi = 0; xi < a2; ++xi)
-        Product({vr.at(xi, p), s.c, 1, u + xi * s.c * kp, kp, mr.at(xi, p), kp}, end - p, s.c,
-                kp, false);
+        Product({vr.at(xi, p), s.c, 1, u + xi * s.u_plane() * kp, kp, mr.at(xi, p), kp},
+                end - p, s.c, kp, false);
       JAXCONV_WINOGRAD_BY_TILE(Output, s.m, s, mr, y, s.k, p, end);
     }
     v_work.Trim();
