@@ -172,13 +172,18 @@ def small_chunks():
 # tiles, and the forward transforms U block by block from the filter, read in runs of output
 # channels (XIO), of input channels (the data gradient's swapped view of XIO), or through a
 # dense copy (OIX); 200 x 184 channels leave partial blocks (and 3x3 tiles partial ones of an
-# 11 x 10 output). Unchunked with more than 64 tiles, U is transformed whole. The 2x2 weight gradient's chunks accumulate.
+# 11 x 10 output). Unchunked with more than 64 tiles, U is transformed whole. The 2x2 weight
+# gradient's chunks accumulate. Unchunked, the weight gradient computes dU block by block
+# (partial blocks of input and output channels at 200 x 184; blocks of fewer input channels
+# where 128 x 64 would leave the threads too few).
 STAGED = {
     "blocks-xio": ("winograd_4x4", True, 2, (10, 9), 192, 192, "XIO"),
     "blocks-oix-tails": ("winograd_4x4", True, 2, (9, 10), 200, 184, "OIX"),
     "blocks-2x2": ("winograd_2x2", True, 2, (10, 9), 300, 296, "XIO"),
     "blocks-3x3-oix": ("winograd_3x3", True, 2, (11, 10), 200, 184, "OIX"),
     "whole-u": ("winograd_4x4", False, 2, (34, 35), 192, 192, "XIO"),
+    "weight-blocks-oix": ("winograd_3x3", False, 2, (11, 10), 200, 184, "OIX"),
+    "weight-rows": ("winograd_4x4", False, 2, (9, 9), 128, 64, "XIO"),
 }
 
 

@@ -198,24 +198,25 @@ inline __attribute__((always_inline)) void FilterRows(const WinogradShape& s, co
   }
 }
 
-// dW of input channels [c0, c1) from dU: G^T dU G, written through the filter's view.
+// dW of input channels [c0, c1) and output channels [k0, k1) from dU: G^T dU G, written
+// through the filter's view; element (xi, c, k) of dU at du[(xi * plane + c - c0) * ld + k - k0].
 template <int M>
 inline __attribute__((always_inline)) void FilterGradRows(const WinogradShape& s,
-                                                          const float* du, void* g,
-                                                          int64_t c0, int64_t c1) {
+                                                          const float* du, int64_t plane,
+                                                          int64_t ld, void* g, int64_t c0,
+                                                          int64_t c1, int64_t k0, int64_t k1) {
   constexpr int A = Tile<M>::kAlpha;
-  const int64_t kp = s.k_padded();
   const FilterView& f = s.filter;
   alignas(64) float t[3 * A * kBlock], o[9 * kBlock];
   for (int64_t c = c0; c < c1; ++c)
-    for (int64_t k0 = 0; k0 < s.k; k0 += kBlock) {
-      const int64_t nk = std::min(kBlock, s.k - k0);
+    for (int64_t kb = k0; kb < std::min(k1, s.k); kb += kBlock) {
+      const int64_t nk = std::min(kBlock, std::min(k1, s.k) - kb);
       Separable<A, 3>(
           Tile<M>::FilterGrad,
-          [&](int xi, int nu) { return du + ((xi * A + nu) * s.c + c) * kp + k0; },
+          [&](int xi, int nu) { return du + ((xi * A + nu) * plane + c - c0) * ld + kb - k0; },
           [&](int i, int j) { return o + (i * 3 + j) * kBlock; }, t, nk);
       for (int ij = 0; ij < 9; ++ij) {
-        const int64_t dst = f.offset + ij / 3 * f.row + ij % 3 * f.col + c * f.in + k0 * f.out;
+        const int64_t dst = f.offset + ij / 3 * f.row + ij % 3 * f.col + c * f.in + kb * f.out;
         if (f.out == 1) StoreRow(o + ij * kBlock, g, dst, nk, s.bf16);
         else for (int64_t q = 0; q < nk; ++q) Put(g, dst + q * f.out, o[ij * kBlock + q], s.bf16);
       }
@@ -243,9 +244,10 @@ inline __attribute__((always_inline)) void FilterGradRows(const WinogradShape& s
     FilterRows<M>(s, g, u, plane, ld, c0, c1, k0, k1, scratch);                           \
   }                                                                                       \
   template <int M>                                                                        \
-  TARGET void FilterGrad##SUFFIX(const WinogradShape& s, const float* du, void* g,       \
-                                 int64_t c0, int64_t c1) {                                \
-    FilterGradRows<M>(s, du, g, c0, c1);                                                  \
+  TARGET void FilterGrad##SUFFIX(const WinogradShape& s, const float* du, int64_t plane,  \
+                                 int64_t ld, void* g, int64_t c0, int64_t c1, int64_t k0, \
+                                 int64_t k1) {                                            \
+    FilterGradRows<M>(s, du, plane, ld, g, c0, c1, k0, k1);                               \
   }
 
 JAXCONV_WINOGRAD_ISA(Avx512, __attribute__((target("avx512f,avx512vl,fma"))))
@@ -365,6 +367,13 @@ namespace {
 
 std::atomic<size_t> chunk_bytes{kWinogradChunkBytes};
 
+// Tiles a chunk of the staged passes: its V and M (or dM) within the chunk's bytes.
+int64_t ChunkTiles(const WinogradShape& s) {
+  const int64_t a2 = s.alpha() * s.alpha();
+  return std::clamp<int64_t>(
+      chunk_bytes.load() / (a2 * (s.c + s.k_padded()) * sizeof(float)), 1, s.tiles());
+}
+
 // The forward in three passes over chunks of tiles (V and M of a chunk within
 // kWinogradChunkBytes): V; the products; then y. A chunk of more than kWinogradBlockedMaxTiles
 // tiles is multiplied by the whole U, the threads sharing positions and blocks of 32 output
@@ -374,9 +383,7 @@ std::atomic<size_t> chunk_bytes{kWinogradChunkBytes};
 // back from memory, the whole U cost more than the products at 7x7).
 void ForwardStaged(const WinogradShape& s, const void* x, const void* g, void* y) {
   const int a2 = s.alpha() * s.alpha();
-  const int64_t kp = s.k_padded(), P = s.tiles(), rows = RowsPerBlock();
-  const int64_t chunk = std::clamp<int64_t>(
-      chunk_bytes.load() / (a2 * (s.c + kp) * sizeof(float)), 1, P);
+  const int64_t kp = s.k_padded(), P = s.tiles(), rows = RowsPerBlock(), chunk = ChunkTiles(s);
   const int64_t threads = Omp().teams() ? std::max(1, Omp().get_max_threads()) : 1;
   const int64_t groups = (kp + kWinogradFilterColumns - 1) / kWinogradFilterColumns;
   const int64_t splits = std::max<int64_t>(1, (2 * threads + groups - 1) / groups);
@@ -475,9 +482,7 @@ namespace {
 // products per position and row block of C, the chunk's sum over tiles in registers.
 void WeightStaged(const WinogradShape& s, const void* x, const void* dy, float* du) {
   const int a2 = s.alpha() * s.alpha();
-  const int64_t kp = s.k_padded(), P = s.tiles(), rows = RowsPerBlock();
-  const int64_t chunk = std::clamp<int64_t>(
-      chunk_bytes.load() / (a2 * (s.c + kp) * sizeof(float)), 1, P);
+  const int64_t kp = s.k_padded(), P = s.tiles(), rows = RowsPerBlock(), chunk = ChunkTiles(s);
   float* v = Shared(0).Get(a2 * chunk * s.c);
   float* dm = Shared(1).Get(a2 * chunk * kp);
   const int64_t blocks = (s.c + rows - 1) / rows;
@@ -497,6 +502,51 @@ void WeightStaged(const WinogradShape& s, const void* x, const void* dy, float* 
       }
     });
   }
+}
+
+// The input channels of WeightBlocked's blocks: kWinogradWeightRows, fewer where the blocks
+// would not keep the threads busy.
+int64_t WeightBlockRows(const WinogradShape& s) {
+  const int64_t threads = Omp().teams() ? std::max(1, Omp().get_max_threads()) : 1;
+  const int64_t groups = (s.k_padded() + kWinogradFilterColumns - 1) / kWinogradFilterColumns;
+  int64_t cb = kWinogradWeightRows;
+  while (cb > RowsPerBlock() && (s.c + cb - 1) / cb * groups < 4 * threads) cb -= RowsPerBlock();
+  return cb;
+}
+
+// dW where all tiles fit one chunk: transform them (V and dM), then, per block of cb input
+// channels and kWinogradFilterColumns output channels, every position's products into a block
+// of dU in the thread's cache and G^T dU G from there. dU is never written whole, but each
+// block of input channels reads all of dM's columns of its block: C / cb times dM's P rows
+// against WeightStaged's writing and reading back dU's C rows, so the caller takes this where
+// P <= 2 cb. (At 8 x 5 x 5 x 512, 32 tiles, writing dU's 26 MB and reading it back took a third
+// of the weight gradient; docs/lowerings.md, "Winograd".)
+void WeightBlocked(const WinogradShape& s, const void* x, const void* dy, void* dw,
+                   int64_t cb) {
+  const int a2 = s.alpha() * s.alpha();
+  const int64_t kp = s.k_padded(), P = s.tiles();
+  const Rows vc{Shared(0).Get(a2 * P * s.c), P, 0, s.c};
+  const Rows dc{Shared(1).Get(a2 * P * kp), P, 0, kp};
+  OnTeam(P, [&](int64_t p0, int64_t p1) {
+    JAXCONV_WINOGRAD_BY_TILE(Input, s.m, s, x, vc, p0, p1);
+    JAXCONV_WINOGRAD_BY_TILE(Grad, s.m, s, dy, dc, p0, p1);
+  });
+  const int64_t groups = (kp + kWinogradFilterColumns - 1) / kWinogradFilterColumns;
+  const int64_t plane = cb + 1;  // as U's (WinogradShape::u_plane)
+  OnTeam((s.c + cb - 1) / cb * groups, [&](int64_t w0, int64_t w1) {
+    thread_local Work du_work;
+    float* db = du_work.Get(a2 * plane * kWinogradFilterColumns);
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t c0 = w / groups * cb, c1 = std::min(s.c, c0 + cb);
+      const int64_t k0 = w % groups * kWinogradFilterColumns;
+      const int64_t nk = std::min(kWinogradFilterColumns, kp - k0);
+      for (int xi = 0; xi < a2; ++xi)
+        Product({vc.at(xi, 0) + c0, 1, s.c, dc.at(xi, 0) + k0, kp, db + xi * plane * nk, nk},
+                c1 - c0, P, nk, false);
+      JAXCONV_WINOGRAD_BY_TILE(FilterGrad, s.m, s, db, plane, nk, dw, c0, c1, k0, k0 + nk);
+    }
+    du_work.Trim();
+  });
 }
 
 // dU of the weight gradient fused per block of tiles: each thread transforms a block (V and
@@ -543,13 +593,20 @@ void WeightFused(const WinogradShape& s, const void* x, const void* dy, float* d
 }  // namespace
 
 void WinogradWeight(const WinogradShape& s, const void* x, const void* dy, void* dw) {
-  const size_t du_bytes = s.alpha() * s.alpha() * s.c * s.k_padded() * sizeof(float);
-  float* du = Shared(2).Get(du_bytes / sizeof(float));
-  if (du_bytes <= kWinogradFusedMaxWeightBytes) WeightFused(s, x, dy, du);
-  else WeightStaged(s, x, dy, du);
-  OnTeam(s.c, [&](int64_t c0, int64_t c1) {
-    JAXCONV_WINOGRAD_BY_TILE(FilterGrad, s.m, s, du, dw, c0, c1);
-  });
+  const int64_t kp = s.k_padded();
+  const size_t du_bytes = s.alpha() * s.alpha() * s.c * kp * sizeof(float);
+  const int64_t rows = WeightBlockRows(s);
+  if (du_bytes > kWinogradFusedMaxWeightBytes && ChunkTiles(s) >= s.tiles() &&
+      s.tiles() <= 2 * rows) {
+    WeightBlocked(s, x, dy, dw, rows);
+  } else {
+    float* du = Shared(2).Get(du_bytes / sizeof(float));
+    if (du_bytes <= kWinogradFusedMaxWeightBytes) WeightFused(s, x, dy, du);
+    else WeightStaged(s, x, dy, du);
+    OnTeam(s.c, [&](int64_t c0, int64_t c1) {
+      JAXCONV_WINOGRAD_BY_TILE(FilterGrad, s.m, s, du + c0 * kp, s.c, kp, dw, c0, c1, 0, s.k);
+    });
+  }
   for (int i = 0; i < 4; ++i) Shared(i).Trim();
 }
 

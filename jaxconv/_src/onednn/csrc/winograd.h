@@ -52,6 +52,7 @@ constexpr size_t kWinogradKeepBytes = size_t{128} << 20;
 constexpr int64_t kWinogradBlockedMaxTiles = 64;  // tiles: at 128, the whole U was as fast
 constexpr int64_t kWinogradFilterBlock = 64;      // input channels of U's block
 constexpr int64_t kWinogradFilterColumns = 64;    // output channels of U's block (of 32)
+constexpr int64_t kWinogradWeightRows = 48;       // input channels of dU's block
 // floats a thread's transform of U needs to transpose a block (FilterRows): two of 9 taps x
 // 64 output channels (winograd_tiles.h's kBlock) x kWinogradFilterBlock input channels
 constexpr int64_t kWinogradFilterScratch = 2 * 9 * 64 * kWinogradFilterBlock;
