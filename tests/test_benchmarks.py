@@ -246,3 +246,20 @@ def test_filter_move_and_transposed_product_benchmarks_run(tmp_path):
         rows = json.loads(out.read_text())["rows"]
         assert len(rows) == len(filter_moves.ROWS)
         assert all(r["ratio"] > 0 for r in rows if r["applies"])
+
+
+def test_winograd_tiles_benchmark_runs(tmp_path):
+    """``benchmarks/winograd_tiles.py`` times every method on one layer, rotating two filters,
+    and writes its JSON (no timing asserted)."""
+    from benchmarks import winograd_tiles
+    from jaxconv._src.onednn import library
+
+    if not library.status().available:
+        pytest.skip("needs the onednn extra built")
+    out = tmp_path / "w.json"
+    assert winograd_tiles.main(["--reps", "1", "--filters", "2", "--layers",
+                                "resnet50 5x5 512", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["kernel"] for r in rows] == ["forward", "data", "weight"]
+    assert all(set(r["fastest_ms"]) == set(winograd_tiles.METHODS) for r in rows)
+    assert all(r["over_baseline"]["baseline"] == 1.0 for r in rows)
