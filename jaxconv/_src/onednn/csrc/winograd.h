@@ -30,10 +30,14 @@
 //   by block, each thread transforming kWinogradFilterBlock input x kWinogradFilterColumns
 //   output channels of U from the filter into its cache as it goes (writing all of U and
 //   reading it back cost more than a 7x7 layer's products); the weight gradient's sum over
-//   tiles stays in registers; working memory is kept between calls up to kWinogradKeepBytes;
-// - U reads the filter in runs of output channels, or of input channels transposed in the
-//   cache (the data gradient's swapped view), or else through a dense copy, its taps
-//   prefetched (docs/lowerings.md, "Winograd");
+//   tiles stays in registers, and where all tiles fit one chunk and number at most twice a
+//   block's input channels (kWinogradWeightRows), dU is computed block by block in the cache
+//   and dW from there (WeightBlocked); working memory is kept between calls up to
+//   kWinogradKeepBytes;
+// - U reads the filter in runs of output channels (float32 ones where they lie), or of input
+//   channels transposed into the cache (the data gradient's swapped view), or else through a
+//   dense copy, its taps prefetched; U's positions lie u_plane() rows apart
+//   (docs/lowerings.md, "Winograd");
 // - the products are jaxconv's own register-blocked kernel (AVX-512: 12 rows x 32 columns,
 //   AVX2: 6 x 16); K is padded to a multiple of 32 in U, M and dM;
 // - every pass runs on oneDNN's OpenMP team (openmp.h), split between its threads.
