@@ -221,8 +221,8 @@ def _problem(channels=64, size=28, batch=8, dtype_format="NXC"):
 
 
 # output side: the tiles lowering="auto" times, widest first (the 3x3 tile where its tiles
-# multiply less than the 4x4 ones: 5x5 in 4 tiles of 25 products against 4 of 36; 9x9 in 9
-# against 9)
+# multiply less than the 4x4 ones: 5x5 in 4 tiles of 25 products against 4 of 36; 9x9 in 9 of
+# 25 against 9 of 36)
 TIMED = {5: (4, 3, 2), 6: (4, 3, 2), 7: (4, 2), 9: (4, 3, 2), 10: (4, 2), 12: (4, 2),
          14: (4, 2), 28: (4, 2)}
 

@@ -270,6 +270,14 @@ JAXCONV_WINOGRAD_ISA(Plain, )
     else JAXCONV_WINOGRAD_DISPATCH(PASS, 4, __VA_ARGS__);               \
   } while (0)
 
+// The threads OnTeam splits work between.
+int64_t TeamThreads() { return Omp().teams() ? std::max(1, Omp().get_max_threads()) : 1; }
+
+// Blocks of kWinogradFilterColumns output channels over K padded.
+int64_t ColumnGroups(const WinogradShape& s) {
+  return (s.k_padded() + kWinogradFilterColumns - 1) / kWinogradFilterColumns;
+}
+
 // Runs fn(first, end) over [0, n) split between the OpenMP team's threads (the calling thread
 // alone without a team).
 template <typename Fn>
@@ -346,7 +354,7 @@ float* TransformFilter(const WinogradShape& s, const void* g) {
   const void* from;
   const WinogradShape fs = ReadableFilter(s, g, &from);
   const bool runs = fs.filter.out != 1;  // FilterRows transposes runs of input channels
-  const int64_t threads = Omp().teams() ? std::max(1, Omp().get_max_threads()) : 1;
+  const int64_t threads = TeamThreads();
   const int64_t cb = std::clamp<int64_t>((s.c + 4 * threads - 1) / (4 * threads), 16,
                                          kWinogradFilterBlock);
   OnTeam((s.c + cb - 1) / cb, [&](int64_t b0, int64_t b1) {
@@ -384,8 +392,8 @@ int64_t ChunkTiles(const WinogradShape& s) {
 void ForwardStaged(const WinogradShape& s, const void* x, const void* g, void* y) {
   const int a2 = s.alpha() * s.alpha();
   const int64_t kp = s.k_padded(), P = s.tiles(), rows = RowsPerBlock(), chunk = ChunkTiles(s);
-  const int64_t threads = Omp().teams() ? std::max(1, Omp().get_max_threads()) : 1;
-  const int64_t groups = (kp + kWinogradFilterColumns - 1) / kWinogradFilterColumns;
+  const int64_t threads = TeamThreads();
+  const int64_t groups = ColumnGroups(s);
   const int64_t splits = std::max<int64_t>(1, (2 * threads + groups - 1) / groups);
   const Rows v{Shared(0).Get(a2 * chunk * s.c), chunk, 0, s.c};
   const Rows mm{Shared(1).Get(a2 * chunk * kp), chunk, 0, kp};
@@ -507,8 +515,8 @@ void WeightStaged(const WinogradShape& s, const void* x, const void* dy, float* 
 // The input channels of WeightBlocked's blocks: kWinogradWeightRows, fewer where the blocks
 // would not keep the threads busy.
 int64_t WeightBlockRows(const WinogradShape& s) {
-  const int64_t threads = Omp().teams() ? std::max(1, Omp().get_max_threads()) : 1;
-  const int64_t groups = (s.k_padded() + kWinogradFilterColumns - 1) / kWinogradFilterColumns;
+  const int64_t threads = TeamThreads();
+  const int64_t groups = ColumnGroups(s);
   int64_t cb = kWinogradWeightRows;
   while (cb > RowsPerBlock() && (s.c + cb - 1) / cb * groups < 4 * threads) cb -= RowsPerBlock();
   return cb;
@@ -519,8 +527,9 @@ int64_t WeightBlockRows(const WinogradShape& s) {
 // of dU in the thread's cache and G^T dU G from there. dU is never written whole, but each
 // block of input channels reads all of dM's columns of its block: C / cb times dM's P rows
 // against WeightStaged's writing and reading back dU's C rows, so the caller takes this where
-// P <= 2 cb. (At 8 x 5 x 5 x 512, 32 tiles, writing dU's 26 MB and reading it back took a third
-// of the weight gradient; docs/lowerings.md, "Winograd".)
+// P <= 2 cb. (Measured on a 2-core Zen 4 only: at 8 x 5 x 5 x 512, 32 tiles, writing dU's
+// 26 MB and reading it back took a third of the weight gradient, and blocks lost from 128
+// tiles; docs/lowerings.md, "Winograd".)
 void WeightBlocked(const WinogradShape& s, const void* x, const void* dy, void* dw,
                    int64_t cb) {
   const int a2 = s.alpha() * s.alpha();
@@ -531,7 +540,7 @@ void WeightBlocked(const WinogradShape& s, const void* x, const void* dy, void* 
     JAXCONV_WINOGRAD_BY_TILE(Input, s.m, s, x, vc, p0, p1);
     JAXCONV_WINOGRAD_BY_TILE(Grad, s.m, s, dy, dc, p0, p1);
   });
-  const int64_t groups = (kp + kWinogradFilterColumns - 1) / kWinogradFilterColumns;
+  const int64_t groups = ColumnGroups(s);
   const int64_t plane = cb + 1;  // as U's (WinogradShape::u_plane)
   OnTeam((s.c + cb - 1) / cb * groups, [&](int64_t w0, int64_t w1) {
     thread_local Work du_work;
@@ -557,7 +566,7 @@ void WeightFused(const WinogradShape& s, const void* x, const void* dy, float* d
   const int64_t kp = s.k_padded(), P = s.tiles(), size = a2 * s.c * kp;
   const int64_t block = std::clamp<int64_t>(
       kWinogradBlockBytes / (a2 * (s.c + kp) * sizeof(float)), 1, P);
-  const int64_t threads = Omp().teams() ? std::max(1, Omp().get_max_threads()) : 1;
+  const int64_t threads = TeamThreads();
   float* partial = Shared(0).Get(threads * size);
   OnTeam(threads, [&](int64_t t0, int64_t t1) {  // one share of the blocks per thread
     const int64_t blocks = (P + block - 1) / block;

@@ -84,7 +84,7 @@ struct WinogradShape {
   int64_t k_padded() const { return (k + 31) / 32 * 32; }
   // U's rows a position: C and one more, so that a power-of-two C does not put the alpha^2
   // rows a filter transform writes at once into the same sets of the L1 cache (the
-  // transform took 1.4x as long with them there); likewise a block of U (ForwardStaged).
+  // transform took 1.4x as long with them there on a Zen 4); likewise a block of U.
   int64_t u_plane() const { return c + 1; }
   // Empty where the shape is consistent, else what is wrong.
   const char* Invalid() const;
