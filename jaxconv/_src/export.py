@@ -1,7 +1,7 @@
 """``jaxconv.onednn_export_checks``: serializing jaxconv's oneDNN calls with ``jax.export``.
 
 An export holds no oneDNN call by default: the primitive's lowering sees that it lowers for
-``jax.export`` (``primitive._exported``) and emits the portable XLA formulations, which any
+``jax.export`` (``primitive.exported``) and emits the portable XLA formulations, which any
 process runs, with or without jaxconv. An op called with ``lowering="onednn"`` keeps the
 call; JAX serializes a custom call without a compatibility guarantee only when the caller
 disables that check, and the process that runs the artifact must have the handler registered.

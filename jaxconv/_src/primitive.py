@@ -62,12 +62,17 @@ _PARAMS = ("kernel", "p", "precision", "preferred_element_type", "method")
 def _abstract_eval(a: Any, b: Any, *, kernel: Kernel, p: ConvProblem, precision: Precision,
                    preferred_element_type: DType, method: str) -> jax.core.ShapedArray:
     dtype = np.dtype(preferred_element_type if preferred_element_type is not None else a.dtype)
-    shape = kernel.out_shape(p)
+    return result_aval(conv_p.name, kernel.out_shape(p), dtype, a, b)
+
+
+def result_aval(name: str, shape: tuple[int, ...], dtype: DType, a: Any,
+                b: Any) -> jax.core.ShapedArray:
+    """The result of primitive ``name`` on operands ``a`` and ``b`` (abstract values)."""
     # Inside shard_map the result varies over the manual mesh axes its operands vary over
     # (``apply`` has made theirs equal). Dropped, an output computed from a batch shard would
     # pass for one equal on every device, and the transpose would never reduce the weight
     # gradient of a replicated filter across the mesh (as lax's own convolution does).
-    varying = jax_core.standard_vma_rule(conv_p.name, a, b)
+    varying = jax_core.standard_vma_rule(name, a, b)
     if not varying:
         return jax.core.ShapedArray(shape, dtype)
     sharding = a.sharding.update(spec=PartitionSpec(*([None] * len(shape))))
@@ -86,7 +91,7 @@ def _program(backend: str, partitioned: bool, portable: bool) -> Callable[..., A
     return program
 
 
-def _partitioned(ctx: mlir.LoweringRuleContext) -> bool:
+def partitioned(ctx: mlir.LoweringRuleContext) -> bool:
     """Whether XLA's SPMD partitioner splits this program across devices: a ``jit`` over
     several devices, or a ``shard_map`` region that leaves some mesh axes to the partitioner
     (a fully manual region computes its local shards, as one device does)."""
@@ -98,7 +103,7 @@ def _partitioned(ctx: mlir.LoweringRuleContext) -> bool:
     return False
 
 
-def _exported(ctx: mlir.LoweringRuleContext, method: str) -> bool:
+def exported(ctx: mlir.LoweringRuleContext, method: str) -> bool:
     """Whether this program is lowered for ``jax.export`` without the caller's opt-in to keep
     oneDNN's call (``lowering="onednn"`` forced on the op, docs/export.md): a serialized
     artifact may run where jaxconv's handler is not registered, and JAX refuses to serialize
@@ -116,7 +121,7 @@ def _lowering(backend: str) -> Callable[..., Any]:
     def rule(ctx: mlir.LoweringRuleContext, *args: Any, **params: Any) -> Any:
         if backend == "cpu":  # jaxconv's CPU kernel will run: keep freed memory (once)
             host_memory.keep_by_default()
-        key = (_partitioned(ctx), _exported(ctx, params["method"]))
+        key = (partitioned(ctx), exported(ctx, params["method"]))
         return rules[key](ctx, *args, **params)
     return rule
 

@@ -1,4 +1,10 @@
-"""Matrix products whose result a ``transpose`` reads: computed in the transposed layout.
+"""Matrix products: bfloat16 ones on oneDNN's matmul, and those whose result a ``transpose``
+reads computed in the transposed layout.
+
+A 2D ``dot_general`` of bfloat16 matrices (a dense layer's forward, its data gradient and its
+kernel gradient in a mixed-precision step) binds ``jaxconv_matmul`` (``jaxconv/_src/matmul.py``),
+which runs on oneDNN's bfloat16 matmul where oneDNN computes bfloat16 natively; XLA:CPU
+computes it in float32 (:func:`product`).
 
 Autodiff writes the gradient of a dense layer's kernel (``y = x W``, ``x``: batch x in) as
 ``transpose(dot_general(dy, x))``: the product ``dy^T x`` (out x in), then a transpose into the
@@ -21,7 +27,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 from jax.extend.core import Literal
+
+from jaxconv._src import matmul
 
 
 def products(eqns: Sequence[Any]) -> dict[Any, Any]:
@@ -56,4 +65,28 @@ def swapped(product: Any, lhs: Any, rhs: Any) -> Any:
         precision = precision[::-1]
     params = dict(product.params, dimension_numbers=((tuple(rc), tuple(lc)), ((), ())),
                   precision=precision)
+    out = onednn_product(params, rhs, lhs)
+    if not isinstance(out, str):
+        return out
     return product.primitive.bind(rhs, lhs, **product.primitive.get_bind_params(params))
+
+
+def onednn_product(params: dict[str, Any], lhs: Any, rhs: Any) -> Any:
+    """``dot_general(lhs, rhs, **params)`` on oneDNN's matmul (:func:`matmul.matmul`), or why
+    it runs as written (a string: :func:`matmul.why_not`). The precision is a float32 one's
+    concern: bfloat16 products are exact in oneDNN's float32 sums."""
+    dims, preferred = params["dimension_numbers"], params.get("preferred_element_type")
+    why = matmul.why_not(jax.typeof(lhs), jax.typeof(rhs), dims, preferred)
+    if why is not None:
+        return why
+    (lc, rc), _ = dims
+    return matmul.matmul(lhs, rhs, (lc[0], rc[0]), preferred)
+
+
+def takes(eqn: Any) -> bool:
+    """Whether ``eqn`` is a ``dot_general`` that :func:`onednn_product` runs on oneDNN."""
+    if eqn.primitive.name != "dot_general":
+        return False
+    lhs, rhs = (v.aval for v in eqn.invars)
+    return matmul.why_not(lhs, rhs, eqn.params["dimension_numbers"],
+                          eqn.params.get("preferred_element_type")) is None

@@ -61,6 +61,10 @@ def _window_sum(eqn: Any, x: Any) -> Any:
     return patterns.window_sum_pattern(eqn.params, x)
 
 
+def _dot(eqn: Any, lhs: Any, rhs: Any) -> Any:
+    return products.onednn_product(eqn.params, lhs, rhs)
+
+
 #: the rewritten primitives, by name: each rule returns the result, or a string (why the
 #: equation runs as written)
 RULES: dict[str, Callable[..., Any]] = {
@@ -69,6 +73,7 @@ RULES: dict[str, Callable[..., Any]] = {
     "select_and_scatter_add": _scatter,
     "select_and_gather_add": _gather,
     "reduce_window_sum": _window_sum,
+    "dot_general": _dot,
 }
 
 #: the pooling rules, which run on float32 where their operands are 16-bit (widening.pool_dtype)
@@ -79,8 +84,11 @@ _INLINED = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_
 
 
 def _targets(eqn: Any) -> bool:
-    """Whether ``eqn`` may run otherwise: :data:`RULES` may rewrite it, or it is 16-bit
-    arithmetic (:func:`widening.targets`)."""
+    """Whether ``eqn`` may run otherwise: :data:`RULES` may rewrite it (a matrix product where
+    it runs on oneDNN: :func:`products.takes`), or it is 16-bit arithmetic
+    (:func:`widening.targets`)."""
+    if eqn.primitive.name == "dot_general":
+        return products.takes(eqn)
     return eqn.primitive.name in RULES or widening.targets(eqn)
 
 
@@ -121,6 +129,8 @@ def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
         env[var] = value
     reversed_filters = patterns.reversed_filters(jaxpr.eqns)
     dots = products.products(jaxpr.eqns)
+    product_operands = {v for e in jaxpr.eqns if e.primitive.name in widening.PRODUCTS
+                        for v in e.invars if not isinstance(v, Literal)}
     for eqn in jaxpr.eqns:
         invals = [read(v) for v in eqn.invars]
         if widening.targets(eqn):  # each 16-bit operand converted to float32 once
@@ -139,6 +149,8 @@ def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
         if not eqn.primitive.multiple_results:
             outs = [outs]
         for var, value in zip(eqn.outvars, outs):
+            if isinstance(value, widening.Wide) and var in product_operands:
+                value.product_reads = True
             env[var] = value
     results = [read(v) for v in jaxpr.outvars]
     return results if wide_results else [widening.narrow(v) for v in results]

@@ -35,6 +35,8 @@ TARGETS = {"forward": "jaxconv_onednn_forward", "data": "jaxconv_onednn_data",
            "weight": "jaxconv_onednn_weight"}
 #: the Winograd lowering's FFI targets (``csrc/winograd.h``; the data gradient is a forward)
 WINOGRAD_TARGETS = {"forward": "jaxconv_winograd_forward", "weight": "jaxconv_winograd_weight"}
+#: dense matrix products on oneDNN's matmul (``csrc/matmul.h``; ``jaxconv/_src/matmul.py``)
+MATMUL_TARGET = "jaxconv_onednn_matmul"
 #: oneDNN's CPU ISAs (dnnl_cpu_isa_t) by the value the handler reports
 _ISA = {0x1: "SSE4.1", 0x3: "AVX", 0x7: "AVX2", 0xf: "AVX2-VNNI", 0x1f: "AVX2-VNNI-2",
         0x27: "AVX-512", 0x67: "AVX-512 VNNI", 0xe7: "AVX-512 BF16", 0x1ef: "AVX-512 FP16",
@@ -133,7 +135,7 @@ def _load() -> Status:
     _HANDLES.append(handler)
     version = (ctypes.c_int * 3)()
     isa = handler.jaxconv_onednn_version(version)
-    for name in (*TARGETS.values(), *WINOGRAD_TARGETS.values()):
+    for name in (*TARGETS.values(), *WINOGRAD_TARGETS.values(), MATMUL_TARGET):
         capsule = jax.ffi.pycapsule(getattr(handler, name))  # type: ignore[no-untyped-call]
         jax.ffi.register_ffi_target(name, capsule, platform="cpu")
     dtypes = tuple(name for code, name in enumerate(("float32", "bfloat16", "float16"))

@@ -1,11 +1,13 @@
 // jaxconv's oneDNN lowering: the XLA FFI handlers of the three kernels of a convolution
 // problem (jaxconv_onednn_forward, _data, _weight; registered by lowering/onednn.py), and of
-// the Winograd lowering's two (jaxconv_winograd_forward, _weight; lowering/winograd.py).
+// the Winograd lowering's two (jaxconv_winograd_forward, _weight; lowering/winograd.py), and
+// of dense matrix products (jaxconv_onednn_matmul; jaxconv/_src/matmul.py).
 //
 // Each validates its attributes, builds the Problem (problem.h), decides the call's threading
 // once (decisions.h, Chunks) and runs it (threading.h, execute.h). Every error becomes an
 // ffi::Error whose message starts with the op's name, which XLA raises in Python: the process
 // never aborts (an unsupported configuration, an allocation failure).
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -17,6 +19,7 @@
 #include "cache.h"
 #include "decisions.h"
 #include "execute.h"
+#include "matmul.h"
 #include "openmp.h"
 #include "problem.h"
 #include "threading.h"
@@ -181,8 +184,49 @@ ffi::Error RunWinograd(bool weight, std::string_view op, ffi::AnyBuffer a, ffi::
 JAXCONV_WINOGRAD_HANDLER(WinogradForward, false)
 JAXCONV_WINOGRAD_HANDLER(WinogradWeight, true)
 
+// C = op(A) op(B) (matmul.h): a is M x K (K x M where a_transposed), b is K x N (N x K where
+// b_transposed), out M x N; a and b float32 or bfloat16, out theirs or float32.
+ffi::Error MatmulImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> out,
+                      std::string_view op, bool a_transposed, bool b_transposed) {
+  const std::string prefix = std::string(op) + ": oneDNN matmul: ";
+  const ffi::DataType t = a.element_type(), r = out->element_type();
+  if ((t != ffi::DataType::F32 && t != ffi::DataType::BF16) || b.element_type() != t ||
+      (r != t && r != ffi::DataType::F32))
+    return ffi::Error::InvalidArgument(prefix + "operands must share one dtype of f32, bf16, "
+                                       "and the result be theirs or f32");
+  const auto ad = a.dimensions(), bd = b.dimensions(), cd = out->dimensions();
+  if (ad.size() != 2 || bd.size() != 2 || cd.size() != 2)
+    return ffi::Error::InvalidArgument(prefix + "operands and result must be matrices");
+  MatmulShape s;
+  s.m = cd[0]; s.n = cd[1];
+  s.k = a_transposed ? ad[0] : ad[1];
+  s.a_transposed = a_transposed; s.b_transposed = b_transposed;
+  s.in = DataType(t); s.out = DataType(r);
+  if ((a_transposed ? ad[1] : ad[0]) != s.m || (b_transposed ? bd[1] : bd[0]) != s.k ||
+      (b_transposed ? bd[0] : bd[1]) != s.n)
+    return ffi::Error::InvalidArgument(prefix + "operand shapes do not multiply to the result's");
+  if (s.m == 0 || s.n == 0) return ffi::Error::Success();
+  if (s.k == 0) {
+    std::memset(out->untyped_data(), 0, out->size_bytes());
+    return ffi::Error::Success();
+  }
+  return Guarded(prefix, [&] {
+    std::lock_guard<std::mutex> one_at_a_time(RunMutex());
+    Matmul(s, a.untyped_data(), b.untyped_data(), out->untyped_data());
+  });
+}
+
 }  // namespace
 }  // namespace jaxconv_onednn
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxconv_onednn_matmul, jaxconv_onednn::MatmulImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<std::string_view>("op")
+                                  .Attr<bool>("a_transposed")
+                                  .Attr<bool>("b_transposed"));
 
 #define JAXCONV_ONEDNN_BIND(SYMBOL, NAME)                                              \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(SYMBOL, jaxconv_onednn::NAME##Impl,                     \

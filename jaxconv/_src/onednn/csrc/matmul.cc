@@ -1,0 +1,89 @@
+// Dense matrix products on oneDNN's matmul primitive (matmul.h).
+#include "matmul.h"
+
+#include <list>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <utility>
+
+#include "execute.h"
+
+namespace jaxconv_onednn {
+namespace {
+
+using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int, int>;
+
+Key KeyOf(const MatmulShape& s) {
+  return {s.m, s.n, s.k, s.a_transposed, s.b_transposed, static_cast<int>(s.in),
+          static_cast<int>(s.out)};
+}
+
+struct MatmulEntry {
+  Key key;
+  dnnl::matmul prim;
+  memory::desc a, b, c, scratch;
+};
+
+// A row-major rows x cols matrix, or (transposed) one stored cols x rows.
+memory::desc MatrixMd(int64_t rows, int64_t cols, bool transposed, memory::data_type t) {
+  return memory::desc({rows, cols}, t, transposed ? memory::dims{1, rows} : memory::dims{cols, 1});
+}
+
+std::shared_ptr<const MatmulEntry> Create(const MatmulShape& s) {
+  auto e = std::make_shared<MatmulEntry>();
+  e->key = KeyOf(s);
+  e->a = MatrixMd(s.m, s.k, s.a_transposed, s.in);
+  e->b = MatrixMd(s.k, s.n, s.b_transposed, s.in);
+  e->c = MatrixMd(s.m, s.n, false, s.out);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::matmul::primitive_desc pd(Engine(), e->a, e->b, e->c, attr);
+  e->scratch = pd.scratchpad_desc();
+  e->prim = dnnl::matmul(pd);
+  return e;
+}
+
+// The kept primitives, most recently used first.
+std::shared_ptr<const MatmulEntry> Get(const MatmulShape& s) {
+  static std::mutex mu;
+  static std::list<std::shared_ptr<const MatmulEntry>> kept;
+  const Key key = KeyOf(s);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto it = kept.begin(); it != kept.end(); ++it)
+      if ((*it)->key == key) {
+        kept.splice(kept.begin(), kept, it);
+        return kept.front();
+      }
+  }
+  std::shared_ptr<const MatmulEntry> e = Create(s);  // outside the lock: it may take a while
+  std::lock_guard<std::mutex> lock(mu);
+  kept.push_front(e);
+  if (kept.size() > kMatmulEntries) kept.pop_back();
+  return e;
+}
+
+}  // namespace
+
+void Matmul(const MatmulShape& s, const void* a, const void* b, void* c) {
+  const std::shared_ptr<const MatmulEntry> e = Get(s);
+  thread_local AlignedBytes scratch;
+  thread_local size_t scratch_bytes = 0;
+  const size_t need = e->scratch.get_size();
+  if (need > scratch_bytes) {
+    scratch = Allocate(need, false);
+    scratch_bytes = need;
+  }
+  const dnnl::engine& engine = Engine();
+  memory ma(e->a, engine, const_cast<void*>(a)), mb(e->b, engine, const_cast<void*>(b));
+  memory mc(e->c, engine, c), ms(e->scratch, engine, scratch.get());
+  Exec(e->prim, Stream(), {{DNNL_ARG_SRC, ma.get()}, {DNNL_ARG_WEIGHTS, mb.get()},
+                           {DNNL_ARG_DST, mc.get()}, {DNNL_ARG_SCRATCHPAD, ms.get()}});
+  if (scratch_bytes > kKeepBytes) {
+    scratch.reset();
+    scratch_bytes = 0;
+  }
+}
+
+}  // namespace jaxconv_onednn
