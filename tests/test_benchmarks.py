@@ -248,6 +248,23 @@ def test_filter_move_and_transposed_product_benchmarks_run(tmp_path):
         assert all(r["ratio"] > 0 for r in rows if r["applies"])
 
 
+def test_dense_products_benchmark_runs(tmp_path):
+    """``benchmarks/dense_products.py`` times every method on every shape once and writes its
+    JSON: each fastest call positive and at most its median, each ratio that call's over the
+    baseline's (no timing asserted)."""
+    from benchmarks import dense_products
+
+    out = tmp_path / "d.json"
+    assert dense_products.main(["--reps", "2", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["layer"] for r in rows] == list(dense_products.SHAPES)
+    for r in rows:
+        assert {"baseline", "accelerate"} <= set(r["fastest_ms"])
+        for k, t in r["fastest_ms"].items():
+            assert 0 < t <= r["median_ms"][k]
+            assert r["over_baseline"][k] == round(t / r["fastest_ms"]["baseline"], 3)
+
+
 def test_winograd_tiles_benchmark_runs(tmp_path):
     """``benchmarks/winograd_tiles.py`` times every method on one layer, rotating two filters,
     and writes its JSON (no timing asserted)."""

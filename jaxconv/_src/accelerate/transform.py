@@ -266,7 +266,9 @@ def accelerate(fun: F) -> F:
     model's BatchNorm, activations and bias gradients) runs in float32 and rounds once, where a
     value leaves it for a convolution, a matrix product or a result (XLA:CPU rounds after every
     operation, and sums in 16 bits). A matrix product that a transpose reads (autodiff's
-    gradient of a dense layer's kernel) is computed in the transposed layout. The model's code
+    gradient of a dense layer's kernel) is computed in the transposed layout; a product of two
+    bfloat16 matrices runs on oneDNN's bfloat16 matmul where oneDNN computes bfloat16 natively
+    (XLA:CPU computes it in float32; docs/onednn.md, "Matrix products"). The model's code
     does not change. An equation jaxconv
     has no kernel for runs exactly as before (:func:`jaxconv.explain` lists them, with the
     reason). The values are the unmodified
