@@ -4,9 +4,9 @@ and both its gradients in a mixed-precision step).
 
 Why. XLA:CPU computes a bfloat16 ``dot_general`` in float32: it converts both operands, runs
 the float32 product and rounds the result. oneDNN's matmul multiplies bfloat16 natively (twice
-float32's FMA rate on AVX-512 BF16 and AMX) and sums in float32. The MNIST CNN's 3136 -> 256
-dense layer at batch 128, forward and both gradients, fastest of 30 on a 2-core Zen 4: 3.5 ms
-through XLA, 1.5 ms on oneDNN (docs/performance.md, "bfloat16 (mixed precision)").
+float32's FMA rate on AVX-512 BF16 and AMX) and sums in float32: a dense layer's three
+products took 0.14-0.43 of XLA's time on a 2-core Zen 4 (``python -m benchmarks.dense_products``;
+docs/onednn.md, "Matrix products").
 
 The product. ``matmul(a, b, contracting=(ca, cb))`` is ``lax.dot_general(a, b, ((ca,), (cb,)),
 ((), ()))`` of two matrices: ``a``'s free axis makes the result's rows, ``b``'s its columns.
