@@ -58,8 +58,9 @@ def why_not(a: Any, b: Any, dimension_numbers: Any,
         return "a matmul multiplies two matrices over one axis each, without batch axes"
     bf16 = np.dtype(jnp.bfloat16)
     if np.dtype(a.dtype) != bf16 or np.dtype(b.dtype) != bf16:
-        return (f"oneDNN's matmul replaces XLA's for bfloat16 operands (float32 runs as fast "
-                f"through XLA), got {np.dtype(a.dtype)} and {np.dtype(b.dtype)}")
+        return (f"oneDNN's matmul replaces XLA's for bfloat16 operands (float32 ran within "
+                f"the machine's spread of it through XLA on a 2-core Zen 4; docs/onednn.md), "
+                f"got {np.dtype(a.dtype)} and {np.dtype(b.dtype)}")
     if preferred_element_type is not None and np.dtype(preferred_element_type) not in (
             bf16, np.dtype(np.float32)):
         return (f"a bfloat16 matmul returns bfloat16 or float32, got preferred_element_type "

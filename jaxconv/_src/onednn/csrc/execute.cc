@@ -29,29 +29,22 @@ void Exec(const dnnl::primitive& prim, dnnl::stream& s,
       "could not execute a primitive");
 }
 
+uint8_t* Buffer::Get(size_t bytes) {
+  if (bytes > size_) {
+    data_ = Allocate(bytes, false);
+    size_ = bytes;
+  }
+  return data_.get();
+}
+
+void Buffer::Trim() {
+  if (size_ > kKeepBytes) {
+    data_.reset();
+    size_ = 0;
+  }
+}
+
 namespace {
-
-// A thread's working buffer, grown as needed and kept up to kKeepBytes.
-class Buffer {
- public:
-  uint8_t* Get(size_t bytes) {
-    if (bytes > size_) {
-      data_ = Allocate(bytes, false);
-      size_ = bytes;
-    }
-    return data_.get();
-  }
-  void Trim() {
-    if (size_ > kKeepBytes) {
-      data_.reset();
-      size_ = 0;
-    }
-  }
-
- private:
-  AlignedBytes data_;
-  size_t size_ = 0;
-};
 
 // Puts a spread data gradient's unit-stride result `grid` (dense, the caller's layout) on dx's
 // grid from buffer axis `a` on: element i of an axis is the grid's i / spacing where the

@@ -31,6 +31,18 @@ using AlignedBytes = std::unique_ptr<uint8_t[], FreeAligned>;
 // `bytes` (at least 1) on a kAlign boundary, zero-filled where asked; throws std::bad_alloc.
 AlignedBytes Allocate(size_t bytes, bool zeroed);
 
+// A thread's working buffer (a primitive's scratchpad, a reordered copy), grown as needed and
+// kept between calls up to kKeepBytes (Trim after the call).
+class Buffer {
+ public:
+  uint8_t* Get(size_t bytes);  // at least `bytes`, uninitialised
+  void Trim();
+
+ private:
+  AlignedBytes data_;
+  size_t size_ = 0;
+};
+
 // This thread's stream (a CPU stream runs in order, on the thread that submits).
 dnnl::stream& Stream();
 

@@ -68,22 +68,13 @@ std::shared_ptr<const MatmulEntry> Get(const MatmulShape& s) {
 
 void Matmul(const MatmulShape& s, const void* a, const void* b, void* c) {
   const std::shared_ptr<const MatmulEntry> e = Get(s);
-  thread_local AlignedBytes scratch;
-  thread_local size_t scratch_bytes = 0;
-  const size_t need = e->scratch.get_size();
-  if (need > scratch_bytes) {
-    scratch = Allocate(need, false);
-    scratch_bytes = need;
-  }
+  thread_local Buffer scratch;
   const dnnl::engine& engine = Engine();
   memory ma(e->a, engine, const_cast<void*>(a)), mb(e->b, engine, const_cast<void*>(b));
-  memory mc(e->c, engine, c), ms(e->scratch, engine, scratch.get());
+  memory mc(e->c, engine, c), ms(e->scratch, engine, scratch.Get(e->scratch.get_size()));
   Exec(e->prim, Stream(), {{DNNL_ARG_SRC, ma.get()}, {DNNL_ARG_WEIGHTS, mb.get()},
                            {DNNL_ARG_DST, mc.get()}, {DNNL_ARG_SCRATCHPAD, ms.get()}});
-  if (scratch_bytes > kKeepBytes) {
-    scratch.reset();
-    scratch_bytes = 0;
-  }
+  scratch.Trim();
 }
 
 }  // namespace jaxconv_onednn
