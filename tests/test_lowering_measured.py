@@ -70,3 +70,14 @@ def test_large_problems_and_switched_off_keep_the_table(measuring, monkeypatch):
     monkeypatch.setattr(measured, "enabled", lambda: False)
     jax.jit(lambda x, w: _conv(x, w) + 4).lower(x, w)
     assert measured._VERDICTS == {}
+
+
+def test_each_timed_call_follows_an_untimed_call_of_its_own_method():
+    # timed call by call in turn, oneDNN's batch chunks ran in the wake of Winograd's OpenMP
+    # team at half speed (measured._TIMING)
+    methods = ("winograd_4x4", "winograd_2x2", "onednn")
+    for r in range(4):
+        calls = measured._round(methods, r)
+        assert [m for m, timed in calls if timed] == list(methods if r % 2 == 0 else methods[::-1])
+        for i, (m, timed) in enumerate(calls):
+            assert timed == (i > 0 and calls[i - 1] == (m, False))

@@ -64,6 +64,16 @@ WINOGRAD_MEASURE_MAX_MACS = 2 ** 32
 #: tenth of a second, a noisy machine's pauses once took the median of 7 rounds to oneDNN
 _MIN_ROUNDS, _MAX_ROUNDS, _MIN_SECONDS, _WINOGRAD_SECONDS = 7, 41, 0.02, 0.3
 
+#: how the candidates are timed, part of the disk cache's key (a change times again). Each
+#: timed call follows an untimed call of the same program: timed call by call in turn, a
+#: candidate ran in the wake of the other's threads. After a call on oneDNN's OpenMP team
+#: (Winograd's, a weight gradient) its idle workers spin for milliseconds, and a call that
+#: splits its batch over XLA's pool then had its second chunk started on the caller's own core
+#: (the MNIST CNN's bfloat16 3x3 32 -> 64 forward at 14x14 on a 2-core Zen 4: 4.0 ms after
+#: Winograd's calls, 2.0 after its own; Winograd's 2.6 won, and in the training step oneDNN's
+#: ran in 2.05: docs/lowerings.md, "Winograd")
+_TIMING = "each timed call after an untimed one of its own"
+
 _LOCK = threading.RLock()  # a combinator's timing lowers (and may time) its sub-problems
 _VERDICTS: dict[str, str] = {}
 
@@ -87,7 +97,7 @@ def _cache_file() -> pathlib.Path:
         handler = library.artefact().name
     except OSError:
         handler = ""
-    key = f"{cpu}|{jax.__version__}|{os.cpu_count()}|{handler}"
+    key = f"{cpu}|{jax.__version__}|{os.cpu_count()}|{handler}|{_TIMING}"
     tag = hashlib.sha256(key.encode()).hexdigest()[:16]
     return library.cache_dir() / f"measured-{tag}.json"
 
@@ -175,10 +185,18 @@ def _median_times(kernel: Kernel, p: ConvProblem, methods: tuple[str, ...], dtyp
         samples: dict[str, list[float]] = {m: [] for m in methods}
         start = time.perf_counter()
         for r in range(_MAX_ROUNDS):
-            for m in (methods if r % 2 == 0 else methods[::-1]):
+            for m, timed in _round(methods, r):
                 t = time.perf_counter()
                 jax.block_until_ready(calls[m](a, b))  # type: ignore[no-untyped-call]
-                samples[m].append(time.perf_counter() - t)
+                if timed:
+                    samples[m].append(time.perf_counter() - t)
             if r + 1 >= _MIN_ROUNDS and time.perf_counter() - start >= seconds:
                 break
     return {m: statistics.median(v) for m, v in samples.items()}
+
+
+def _round(methods: tuple[str, ...], r: int) -> list[tuple[str, bool]]:
+    """Round ``r``'s calls, (method, timed): the methods in turn, reversed every other round,
+    each timed call after an untimed one of the same method (:data:`_TIMING`)."""
+    return [(m, timed) for m in (methods if r % 2 == 0 else methods[::-1])
+            for timed in (False, True)]
