@@ -37,7 +37,7 @@ from jax._src.interpreters import partial_eval as pe  # tracing a nested jaxpr a
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
 from jaxconv._src import host_memory
-from jaxconv._src.accelerate import patterns, products, widening
+from jaxconv._src.accelerate import patterns, products, sums, widening
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -129,6 +129,7 @@ def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
         env[var] = value
     reversed_filters = patterns.reversed_filters(jaxpr.eqns)
     dots = products.products(jaxpr.eqns)
+    defined = sums.producers(jaxpr.eqns)
     product_operands = {v for e in jaxpr.eqns if e.primitive.name in widening.PRODUCTS
                         for v in e.invars if not isinstance(v, Literal)}
     for eqn in jaxpr.eqns:
@@ -140,7 +141,11 @@ def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
         with (source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack),
               eqn.ctx.manager):
             product = products.product_before_transpose(eqn, dots)
-            if product is not None:  # the product in the layout the transpose makes
+            factored = sums.factored(eqn, defined)
+            if factored is not None and not any(
+                    isinstance(read(v), widening.Wide) for v in factored[:2]):
+                outs = sums.run(eqn, factored, read(factored.other), read(factored.factor))
+            elif product is not None:  # the product in the layout the transpose makes
                 outs = products.swapped(product, *(widening.narrow(read(v))
                                                    for v in product.invars))
             else:
@@ -268,8 +273,10 @@ def accelerate(fun: F) -> F:
     operation, and sums in 16 bits). A matrix product that a transpose reads (autodiff's
     gradient of a dense layer's kernel) is computed in the transposed layout; a product of two
     bfloat16 matrices runs on oneDNN's bfloat16 matmul where oneDNN computes bfloat16 natively
-    (XLA:CPU computes it in float32; docs/onednn.md, "Matrix products"). The model's code
-    does not change. An equation jaxconv
+    (XLA:CPU computes it in float32; docs/onednn.md, "Matrix products"). A float32 sum of a
+    product by a factor constant along the summed axes (autodiff's gradient of a BatchNorm's
+    mean) is the factor times the sum, which XLA then shares with the program's sum of the
+    same operand. The model's code does not change. An equation jaxconv
     has no kernel for runs exactly as before (:func:`jaxconv.explain` lists them, with the
     reason). The values are the unmodified
     function's, within the per-dtype tolerances of docs/precision.md (a max pool's gradient
