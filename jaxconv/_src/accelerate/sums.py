@@ -16,9 +16,8 @@ evaluates the jaxpr that holds the sum (a nested ``jit`` is inlined where it hol
 convolution, a pool, a product or 16-bit arithmetic).
 
 The product's own readers (the data gradient) still read it: it is then fused into them. The
-result differs from the program's by the rounding of the two orders of summation: float32
-sums of float32 products, where ``sum(x) * k`` rounds once more and ``k`` multiplies no
-summand's rounding error into the others.
+result differs from the program's in rounding only: the program rounded each product before
+summing, ``sum(x) * k`` rounds the sum and then its product (both float32).
 """
 
 from __future__ import annotations

@@ -141,9 +141,8 @@ def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
         with (source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack),
               eqn.ctx.manager):
             product = products.product_before_transpose(eqn, dots)
-            factored = sums.factored(eqn, defined)
-            if factored is not None and not any(
-                    isinstance(read(v), widening.Wide) for v in factored[:2]):
+            factored = sums.factored(eqn, defined)  # float32 operands: never Wide values
+            if factored is not None:
                 outs = sums.run(eqn, factored, read(factored.other), read(factored.factor))
             elif product is not None:  # the product in the layout the transpose makes
                 outs = products.swapped(product, *(widening.narrow(read(v))
