@@ -67,7 +67,9 @@ def xla_cpu_rules(monkeypatch):
 def measuring(monkeypatch, tmp_path):
     """Timing of the CPU table's choices on (the suite runs with JAXCONV_MEASURE=0:
     ``lowering/measured.py``), with a fresh verdict cache in the process and on disk; yields
-    the module."""
+    the module; off the CPU, where nothing is timed, the test skips."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("lowering/measured.py times choices on XLA:CPU only")
     from jaxconv._src.lowering import measured
     monkeypatch.setattr(measured, "enabled", lambda: True)
     monkeypatch.setattr(measured, "_VERDICTS", {})

@@ -286,6 +286,7 @@ def test_stride_1_data_gradients_run_as_data_gradients_of_the_filter(dn, dtype):
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+@jax.default_matmul_precision("float32")  # GPUs round float32 products to TF32
 def test_a_transposed_product_runs_in_the_layout_its_reader_wants(dtype):
     """Autodiff writes a dense layer's kernel gradient as ``transpose(dot_general(dy, x))``:
     it runs as ``dot_general(x, dy)``, no transpose left (XLA:CPU ran it as a strided loop
