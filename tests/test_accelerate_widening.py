@@ -81,16 +81,17 @@ def test_casts_keep_the_float32_value(dtype):
 @pytest.mark.parametrize("dtype", NARROW)
 def test_gradients_through_nested_jits_and_custom_rules(dtype):
     """``jax.nn.relu`` (a ``custom_jvp``) and a nested ``jit`` inside a chain: the gradient of the
-    accelerated function, and the accelerated gradient, agree with the function as written
-    within the dtype's bound."""
+    accelerated function, and the accelerated gradient, are within the dtype's bound of the
+    gradient in float64 (on the same rounded inputs)."""
     rng = np.random.default_rng(2)
     a, b = (jnp.asarray(rng.standard_normal((16, 9)), dtype) for _ in range(2))
     inner = jax.jit(lambda u, v: jnp.tanh(u * v) + u)
 
-    def loss(a, b):
-        return jnp.sum(jax.nn.relu(inner(a, b) - b * 0.5).astype(jnp.float32) ** 2)
+    def loss(a, b, wide=jnp.float32):
+        return jnp.sum(jax.nn.relu(inner(a, b) - b * 0.5).astype(wide) ** 2)
 
-    want = jax.grad(loss, (0, 1))(a, b)
+    with jax.enable_x64(True):
+        want = jax.grad(loss, (0, 1))(h.to_f64(a), h.to_f64(b), jnp.float64)
     for got in (jax.jit(jax.grad(jaxconv.accelerate(loss), (0, 1)))(a, b),
                 jax.jit(jaxconv.accelerate(jax.grad(loss, (0, 1))))(a, b)):
         for g, w in zip(got, want):
