@@ -35,6 +35,8 @@ third of the data gradient's time). Otherwise it runs as a forward convolution.
 ``reduce_window_max`` and its two derivatives (``select_and_gather_add``: the JVP's tangent
 at each window's maximum; ``select_and_scatter_add``: its transpose) are
 :func:`jaxconv.max_pool`'s forward, gather and scatter, on the axes the window moves over.
+``reduce_window_sum`` (an average pool) is the sum of its taps; its transpose, where the
+windows do not overlap, the cotangent repeated over each window (:func:`spread_sum`).
 
 Each ``*_pattern`` function returns the result arrays, or a string: why the equation runs
 as before (:data:`UNRECOGNISED` lists every such reason).
@@ -361,7 +363,8 @@ WINDOW_SUM_MAX_TAPS = 64
 
 def window_sum_pattern(params: dict[str, Any], x: Array) -> Array | str:
     """``reduce_window_sum`` without dilations (an average pool's sum, and its transpose: the
-    same sum over the cotangent spread by an interior pad): the sum of its taps, each a strided
+    same sum over the cotangent spread by an interior pad, where :func:`spread_sum` does not
+    take it): the sum of its taps, each a strided
     slice of the padded operand, one loop that XLA fuses, in float32 for 16-bit floats (one
     rounding at the end). Measured on XLA:CPU only, whose own reduce_window is several times
     slower in float32 and bfloat16 (docs/performance.md, "bfloat16 (mixed precision)"); other
@@ -384,3 +387,71 @@ def window_sum_pattern(params: dict[str, Any], x: Array) -> Array | str:
     assert acc is not None
     return acc.astype(x.dtype)
 
+
+
+# The transpose of a window sum is a window sum over the cotangent spread by an interior pad:
+#     l = reduce_window_sum(pad(ct, 0, (lo, hi, s - 1) per axis), window w, strides 1)
+# Where each axis's window w equals its spread s (a pool whose windows do not overlap:
+# flax's ``nn.avg_pool`` with strides equal to the window), each window of the padded
+# cotangent holds exactly one of its elements: output p reads ct[ceil((p - lo) / s)] where
+# 0 <= that index < n, else 0. That is ct repeated s times along the axis (up[r] = ct[r // s])
+# shifted by d = s - 1 - lo: l[p] = up[p + d], one pad (or crop) of the repeated array, the
+# same values bit for bit (a sum of one element and zeros). XLA fuses the repeat into the
+# reader, where it wrote the padded array and summed w taps of it (the MNIST CNN's step:
+# docs/performance.md, "bfloat16 (mixed precision)"; measured on XLA:CPU).
+
+
+def spreads(eqns: Sequence[Any]) -> dict[Any, Any]:
+    """The ``pad`` equations that spread an array with zeros between its elements, by their
+    result."""
+    return {e.outvars[0]: e for e in eqns if e.primitive.name == "pad"
+            and any(c[2] for c in e.params["padding_config"])
+            and isinstance(e.invars[1], Literal) and e.invars[1].val == 0}
+
+
+def spread_before_sum(eqn: Any, spread_pads: dict[Any, Any]) -> Any:
+    """The interior ``pad`` whose result ``eqn`` sums with a window per element it spreads
+    (the transpose of a pool whose windows do not overlap), or None."""
+    if eqn.primitive.name != "reduce_window_sum" or isinstance(eqn.invars[0], Literal):
+        return None
+    pad = spread_pads.get(eqn.invars[0])
+    if pad is None:
+        return None
+    p, ones = eqn.params, (1,) * eqn.invars[0].aval.ndim
+    if (tuple(p["window_strides"]) != ones or tuple(p["base_dilation"]) != ones
+            or tuple(p["window_dilation"]) != ones
+            or any(tuple(q) != (0, 0) for q in p["padding"])):
+        return None
+    config = pad.params["padding_config"]
+    if any(w != c[2] + 1 for w, c in zip(p["window_dimensions"], config)):
+        return None
+    return pad
+
+
+def pads_only_spread_sums_read(jaxpr: Any, spread_pads: dict[Any, Any]) -> set[Any]:
+    """The pads of ``spread_pads`` whose every reader is a window sum that
+    :func:`spread_before_sum` takes (their result is then never needed)."""
+    readers: dict[Any, list[Any]] = {}
+    for e in jaxpr.eqns:
+        for v in e.invars:
+            if not isinstance(v, Literal) and v in spread_pads:
+                readers.setdefault(v, []).append(e)
+    results = {v for v in jaxpr.outvars if not isinstance(v, Literal)}
+    return {pad for v, pad in spread_pads.items() if v not in results and readers.get(v)
+            and all(spread_before_sum(e, spread_pads) is pad for e in readers[v])}
+
+
+def spread_sum(pad: Any, ct: Array, out_shape: Sequence[int]) -> Array:
+    """The window sum :func:`spread_before_sum` found over ``pad``'s result, from ``ct`` (the
+    array ``pad`` spreads): ``ct`` repeated along each axis, shifted into place."""
+    crops = []
+    for axis, (lo, _, interior) in enumerate(pad.params["padding_config"]):
+        s, n = interior + 1, ct.shape[axis]
+        if s > 1:
+            shape = (*ct.shape[:axis + 1], s, *ct.shape[axis + 1:])
+            kept = tuple(a for a in range(ct.ndim + 1) if a != axis + 1)
+            ct = lax.reshape(lax.broadcast_in_dim(ct, shape, kept),
+                             (*ct.shape[:axis], n * s, *ct.shape[axis + 1:]))
+        d = s - 1 - lo
+        crops.append((-d, out_shape[axis] - n * s + d, 0))
+    return lax.pad(ct, jnp.zeros((), ct.dtype), crops)

@@ -130,10 +130,15 @@ def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
     reversed_filters = patterns.reversed_filters(jaxpr.eqns)
     dots = products.products(jaxpr.eqns)
     defined = sums.producers(jaxpr.eqns)
+    spread_pads = patterns.spreads(jaxpr.eqns)
+    unread = patterns.pads_only_spread_sums_read(jaxpr, spread_pads)  # not bound at all
     product_operands = {v for e in jaxpr.eqns if e.primitive.name in widening.PRODUCTS
                         for v in e.invars if not isinstance(v, Literal)}
     for eqn in jaxpr.eqns:
-        invals = [read(v) for v in eqn.invars]
+        if eqn in unread:
+            continue
+        spread = patterns.spread_before_sum(eqn, spread_pads)  # reads what the pad spreads
+        invals = [read(v) for v in ([spread.invars[0]] if spread is not None else eqn.invars)]
         if widening.targets(eqn):  # each 16-bit operand converted to float32 once
             invals = [widening.widened(x) for x in invals]
             env.update((v, x) for v, x in zip(eqn.invars, invals) if not isinstance(v, Literal))
@@ -142,7 +147,9 @@ def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
               eqn.ctx.manager):
             product = products.product_before_transpose(eqn, dots)
             factored = sums.factored(eqn, defined)  # float32 operands: never Wide values
-            if factored is not None:
+            if spread is not None:  # a pool's transpose: the cotangent repeated
+                outs = _spread_sum(eqn, spread, invals[0])
+            elif factored is not None:
                 outs = sums.run(eqn, factored, read(factored.other), read(factored.factor))
             elif product is not None:  # the product in the layout the transpose makes
                 outs = products.swapped(product, *(widening.narrow(read(v))
@@ -158,6 +165,16 @@ def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
             env[var] = value
     results = [read(v) for v in jaxpr.outvars]
     return results if wide_results else [widening.narrow(v) for v in results]
+
+
+def _spread_sum(eqn: Any, pad: Any, ct: Any) -> Any:
+    """``eqn``, a window sum of ``pad``'s result, as :func:`patterns.spread_sum` of ``ct``, a
+    :class:`widening.Wide` value's float32 one where it is one (the values move without
+    arithmetic: they round as ``ct`` does)."""
+    out_shape = eqn.outvars[0].aval.shape
+    if isinstance(ct, widening.Wide):
+        return widening.Wide(patterns.spread_sum(pad, ct.wide, out_shape), ct.dtype)
+    return patterns.spread_sum(pad, ct, out_shape)
 
 
 def _bind(eqn: Any, invals: Sequence[Any], params: dict[str, Any] | None = None) -> Any:
@@ -266,7 +283,8 @@ def accelerate(fun: F) -> F:
     weight-gradient kernels, and each ``lax.reduce_window`` max pool (``flax.linen.max_pool``,
     ``equinox.nn.MaxPool2d``) and its gradient by :func:`jaxconv.max_pool`'s; each
     ``lax.reduce_window`` sum (``flax.linen.avg_pool`` and its transpose) runs as the sum of its
-    taps. Arithmetic on bfloat16 and float16 (element-wise chains, sums, pools: a mixed-precision
+    taps (the transpose of a pool whose windows do not overlap: the cotangent repeated over
+    each window). Arithmetic on bfloat16 and float16 (element-wise chains, sums, pools: a mixed-precision
     model's BatchNorm, activations and bias gradients) runs in float32 and rounds once, where a
     value leaves it for a convolution, a matrix product or a result (XLA:CPU rounds after every
     operation, and sums in 16 bits). A matrix product that a transpose reads (autodiff's
