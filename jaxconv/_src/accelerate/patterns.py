@@ -388,7 +388,6 @@ def window_sum_pattern(params: dict[str, Any], x: Array) -> Array | str:
     return acc.astype(x.dtype)
 
 
-
 # The transpose of a window sum is a window sum over the cotangent spread by an interior pad:
 #     l = reduce_window_sum(pad(ct, 0, (lo, hi, s - 1) per axis), window w, strides 1)
 # Where each axis's window w equals its spread s (a pool whose windows do not overlap:
@@ -454,4 +453,5 @@ def spread_sum(pad: Any, ct: Array, out_shape: Sequence[int]) -> Array:
                              (*ct.shape[:axis], n * s, *ct.shape[axis + 1:]))
         d = s - 1 - lo
         crops.append((-d, out_shape[axis] - n * s + d, 0))
-    return lax.pad(ct, jnp.zeros((), ct.dtype), crops)
+    zero = jnp.asarray(pad.invars[1].val, ct.dtype)  # the pad's own zero (a -0.0 stays one)
+    return lax.pad(ct, zero, crops)
