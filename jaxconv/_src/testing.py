@@ -63,7 +63,9 @@ def tolerance(dtype: Any) -> float:
 
 
 def relative_error(got: Any, ref: Any) -> float:
-    """``max |got - ref| / max(1, max |ref|)`` in float64 (complex in complex128); 0 when empty.
+    """``max |got - ref| / max(1, max |ref|)`` in float64 (complex in complex128) over the
+    finite entries of ``ref``; 0 when empty; infinite where a NaN or an infinity of either
+    array is not the same in the other (a NaN is never the same).
 
     Raises:
       ValueError: the shapes differ.
@@ -73,6 +75,10 @@ def relative_error(got: Any, ref: Any) -> float:
     if a.shape != b.shape:
         raise ValueError(f"relative_error: got shape {a.shape} and reference shape {b.shape} "
                          f"differ")
+    finite = np.isfinite(b)
+    if not np.array_equal(np.isfinite(a), finite) or not np.array_equal(a[~finite], b[~finite]):
+        return float("inf")
+    a, b = a[finite], b[finite]
     if a.size == 0:
         return 0.0
     return float(np.max(np.abs(a - b)) / max(1.0, float(np.max(np.abs(b)))))
@@ -88,7 +94,8 @@ def assert_close(got: Any, ref: Any, dtype: Any = None) -> None:
         computed in).
 
     Raises:
-      AssertionError: the error exceeds the bound, or the shapes differ.
+      AssertionError: the error exceeds the bound (a NaN, or an infinity the other array does
+        not have at the same place, exceeds every bound), or the shapes differ.
 
     Example:
       >>> import jax.numpy as jnp, jaxconv.testing
