@@ -184,6 +184,10 @@ STAGED = {
     "whole-u": ("winograd_4x4", False, 2, (34, 35), 192, 192, "XIO"),
     "weight-blocks-oix": ("winograd_3x3", False, 2, (11, 10), 200, 184, "OIX"),
     "weight-rows": ("winograd_4x4", False, 2, (9, 9), 128, 64, "XIO"),
+    # a 3-row output: every tile is short of rows, so no tile uses the last row of positions
+    # (the weight gradient's dU is zero there, chunked or not)
+    "short-rows": ("winograd_4x4", True, 2, (3, 9), 192, 192, "XIO"),
+    "short-rows-whole": ("winograd_4x4", False, 2, (3, 9), 192, 192, "XIO"),
 }
 
 
@@ -192,6 +196,11 @@ def test_staged_passes(case):
     method, chunked, n, size, c, k, ff = STAGED[case]
     library.set_winograd_chunk_bytes(200_000 if chunked else 0)
     try:
+        # first NaN everywhere in the kept buffers, from a map whose tiles use every position
+        px, pw, pdy, pattrs, _ = _case(np.random.default_rng(1), n, (8, 8), c, k,
+                                       ((1, 1), (1, 1)), filter_format=ff)
+        jax.block_until_ready(_kernels(jnp.full_like(px, jnp.nan), pw,
+                                       jnp.full_like(pdy, jnp.nan), pattrs, method))
         x, w, dy, attrs, refs = _case(np.random.default_rng(1), n, size, c, k,
                                       ((1, 1), (1, 1)), filter_format=ff)
         for got, ref in zip(_kernels(x, w, dy, attrs, method), refs):
@@ -221,10 +230,35 @@ def _problem(channels=64, size=28, batch=8, dtype_format="NXC"):
 
 
 # output side: the tiles lowering="auto" times, widest first (the 3x3 tile where its tiles
-# multiply less than the 4x4 ones: 5x5 in 4 tiles of 25 products against 4 of 36; 9x9 in 9 of
-# 25 against 9 of 36)
+# multiply less than the 4x4 ones: 5x5 in 81 products against 121, 6x6 in 100 against 121,
+# 9x9 in 225 against 289)
 TIMED = {5: (4, 3, 2), 6: (4, 3, 2), 7: (4, 2), 9: (4, 3, 2), 10: (4, 2), 12: (4, 2),
          14: (4, 2), 28: (4, 2)}
+
+
+@pytest.mark.parametrize("m, size, want", [
+    (3, 5, (5 + 4) ** 2),    # one whole tile and one short one per side
+    (3, 6, 10 ** 2),         # two whole tiles
+    (4, 7, (6 + 5) ** 2),
+    (4, 10, (6 + 6 + 5) ** 2),
+    (4, 3, 5 ** 2),          # only a short tile
+    (2, 5, (4 + 4 + 3) ** 2),
+])
+def test_products_count_a_short_tile_without_its_point_at_infinity(m, size, want):
+    assert winograd.products(m, _problem(size=size)) == want
+
+
+@pytest.mark.parametrize("method, size", [("winograd_3x3", (5, 5)), ("winograd_4x4", (7, 6)),
+                                          ("winograd_2x2", (3, 5))])
+def test_the_products_a_short_tile_skips_are_never_read(method, size):
+    """A short tile neither computes nor reads its products at the point at infinity: after a
+    call whose every product was NaN (left in the handler's kept buffers), each kernel matches
+    torch."""
+    x, w, dy, attrs, refs = _case(np.random.default_rng(6), 2, size, 64, 48, ((1, 1), (1, 1)))
+    jax.block_until_ready(_kernels(jnp.full_like(x, jnp.nan), w, jnp.full_like(dy, jnp.nan),
+                                   attrs, method))
+    for got, ref in zip(_kernels(x, w, dy, attrs, method), refs):
+        h.assert_close(got, ref, jnp.float32)
 
 
 @pytest.mark.parametrize("size", sorted(TIMED))

@@ -98,11 +98,16 @@ def tile(kernel: Kernel, p: ConvProblem, dtype: DType = np.dtype(np.float32)) ->
 
 
 def products(m: int, p: ConvProblem, kernel: Kernel = Kernel.FORWARD) -> int:
-    """Multiplications per channel pair and image of the m x m tile on ``kernel`` of ``p``: the
-    tiles over the map it tiles (y; dx for the data gradient, the forward of the flipped
-    filter; dy for the weight gradient), rounded up to whole tiles, times (m + 2)^2."""
+    """Multiplications per channel pair and image of the m x m tile on ``kernel`` of ``p``, over
+    the map it tiles (y; dx for the data gradient, the forward of the flipped filter; dy for
+    the weight gradient): per side, m + 2 positions for each whole tile and m + 1 for a last
+    tile that runs past the map's edge, which skips its point at infinity (the handler's
+    winograd_tiles.h, "Short tiles"); the product of the two sides."""
+    def side(n: int) -> int:
+        return n // m * (m + 2) + (m + 1 if n % m else 0)
+
     oh, ow = p.input_size if kernel is Kernel.DATA else p.output_size
-    return -(-oh // m) * -(-ow // m) * (m + 2) ** 2
+    return side(oh) * side(ow)
 
 
 def timed_tiles(kernel: Kernel, p: ConvProblem,

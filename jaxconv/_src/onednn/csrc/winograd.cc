@@ -412,8 +412,10 @@ void ForwardStaged(const WinogradShape& s, const void* x, const void* g, void* y
       for (int64_t w = w0; w < w1; ++w) {
         const int xi = static_cast<int>(w / cols);
         const int64_t k0 = w % cols * 32;
-        Product({vc.at(xi, first), s.c, 1, u + xi * s.u_plane() * kp + k0, kp,
-                 mc.at(xi, first) + k0, kp}, n, s.c, 32, false);
+        const Run r = Using(s, xi, first, end);
+        if (r.hi > r.lo)
+          Product({vc.at(xi, r.lo), s.c, 1, u + xi * s.u_plane() * kp + k0, kp,
+                   mc.at(xi, r.lo) + k0, kp}, r.hi - r.lo, s.c, 32, false);
       }
     });
     else OnTeam(groups * splits, [&](int64_t w0, int64_t w1) {
@@ -431,9 +433,12 @@ void ForwardStaged(const WinogradShape& s, const void* x, const void* g, void* y
           const int64_t c1 = std::min(s.c, c0 + kWinogradFilterBlock);
           JAXCONV_WINOGRAD_BY_TILE(Filter, s.m, fs, from, ub, plane, nk, c0, c1, k0, k0 + nk,
                                    scratch);
-          for (int xi = 0; xi < a2; ++xi)
-            Product({vc.at(xi, r0) + c0, s.c, 1, ub + xi * plane * nk, nk,
-                     mc.at(xi, r0) + k0, kp}, r1 - r0, c1 - c0, nk, c0 > 0);
+          for (int xi = 0; xi < a2; ++xi) {
+            const Run r = Using(s, xi, r0, r1);
+            if (r.hi > r.lo)
+              Product({vc.at(xi, r.lo) + c0, s.c, 1, ub + xi * plane * nk, nk,
+                       mc.at(xi, r.lo) + k0, kp}, r.hi - r.lo, c1 - c0, nk, c0 > 0);
+          }
         }
       }
       u_work.Trim();
@@ -459,9 +464,12 @@ void ForwardFused(const WinogradShape& s, const void* x, const float* u, void* y
       const int64_t end = std::min(P, p + block);
       const Rows vr{v, block, p, s.c}, mr{mm, block, p, kp};
       JAXCONV_WINOGRAD_BY_TILE(Input, s.m, s, x, vr, p, end);
-      for (int xi = 0; xi < a2; ++xi)
-        Product({vr.at(xi, p), s.c, 1, u + xi * s.u_plane() * kp, kp, mr.at(xi, p), kp},
-                end - p, s.c, kp, false);
+      for (int xi = 0; xi < a2; ++xi) {
+        const Run r = Using(s, xi, p, end);
+        if (r.hi > r.lo)
+          Product({vr.at(xi, r.lo), s.c, 1, u + xi * s.u_plane() * kp, kp, mr.at(xi, r.lo), kp},
+                  r.hi - r.lo, s.c, kp, false);
+      }
       JAXCONV_WINOGRAD_BY_TILE(Output, s.m, s, mr, y, s.k, p, end);
     }
     v_work.Trim();
@@ -505,8 +513,13 @@ void WeightStaged(const WinogradShape& s, const void* x, const void* dy, float* 
       for (int64_t w = w0; w < w1; ++w) {
         const int xi = static_cast<int>(w / blocks);
         const int64_t c0 = w % blocks * rows, n = std::min(rows, s.c - c0);
-        Product({vc.at(xi, first) + c0, 1, s.c, dc.at(xi, first), kp,
-                 du + (xi * s.c + c0) * kp, kp}, n, end - first, kp, first > 0);
+        const Run r = Using(s, xi, first, end);
+        float* out = du + (xi * s.c + c0) * kp;
+        if (r.hi > r.lo)
+          Product({vc.at(xi, r.lo) + c0, 1, s.c, dc.at(xi, r.lo), kp, out, kp}, n, r.hi - r.lo,
+                  kp, first > 0);
+        else if (first == 0)
+          std::memset(out, 0, n * kp * sizeof(float));
       }
     });
   }
@@ -549,9 +562,14 @@ void WeightBlocked(const WinogradShape& s, const void* x, const void* dy, void* 
       const int64_t c0 = w / groups * cb, c1 = std::min(s.c, c0 + cb);
       const int64_t k0 = w % groups * kWinogradFilterColumns;
       const int64_t nk = std::min(kWinogradFilterColumns, kp - k0);
-      for (int xi = 0; xi < a2; ++xi)
-        Product({vc.at(xi, 0) + c0, 1, s.c, dc.at(xi, 0) + k0, kp, db + xi * plane * nk, nk},
-                c1 - c0, P, nk, false);
+      for (int xi = 0; xi < a2; ++xi) {
+        const Run r = Using(s, xi, 0, P);
+        if (r.hi > r.lo)
+          Product({vc.at(xi, r.lo) + c0, 1, s.c, dc.at(xi, r.lo) + k0, kp, db + xi * plane * nk,
+                   nk}, c1 - c0, r.hi - r.lo, nk, false);
+        else
+          std::memset(db + xi * plane * nk, 0, (c1 - c0) * nk * sizeof(float));
+      }
       JAXCONV_WINOGRAD_BY_TILE(FilterGrad, s.m, s, db, plane, nk, dw, c0, c1, k0, k0 + nk);
     }
     du_work.Trim();
@@ -581,9 +599,12 @@ void WeightFused(const WinogradShape& s, const void* x, const void* dy, float* d
         const Rows vr{v, block, p, s.c}, dr{dm, block, p, kp};
         JAXCONV_WINOGRAD_BY_TILE(Input, s.m, s, x, vr, p, end);
         JAXCONV_WINOGRAD_BY_TILE(Grad, s.m, s, dy, dr, p, end);
-        for (int xi = 0; xi < a2; ++xi)
-          Product({vr.at(xi, p), 1, s.c, dr.at(xi, p), kp, mine + xi * s.c * kp, kp}, s.c,
-                  end - p, kp, true);
+        for (int xi = 0; xi < a2; ++xi) {
+          const Run r = Using(s, xi, p, end);
+          if (r.hi > r.lo)
+            Product({vr.at(xi, r.lo), 1, s.c, dr.at(xi, r.lo), kp, mine + xi * s.c * kp, kp},
+                    s.c, r.hi - r.lo, kp, true);
+        }
       }
       v_work.Trim();
       m_work.Trim();

@@ -11,6 +11,7 @@
 // lowering/winograd.py holds them as matrices; tests/test_winograd.py compares.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -291,9 +292,63 @@ struct At {
   int64_t n, oy, ox;
 };
 
+// Short tiles. A tile whose last output row (column) lies past y's last row (column), when
+// the output's side is not a multiple of m, skips its position rows (columns) xi = alpha - 1,
+// the point at infinity: in every Tile<M>::Output above that row of A^T reaches only the
+// tile's last output (y[M - 1]), which y does not keep, and in Grad its dM row is the dy of
+// that output, zero. So the forward's kept outputs do not read those products at all (the
+// same values bit for bit, the products' rows being independent), and the weight gradient
+// adds zeros there; at 5x5 the 3x3 tiles multiply (5 + 4)^2 = 81 transformed values per
+// channel pair and image instead of 100, at 7x7 the 4x4 ones (6 + 5)^2 = 121 instead of 144
+// (lowering/winograd.py's `products`).
+//
+// The tiles are numbered by kind (F full, S short; rows first), then image, row and column:
+// FS, FF, SF, SS. Position (xi, nu) is used by the FF tiles, the FS ones unless nu is the last,
+// the SF ones unless xi is, the SS ones unless either is: in this order one run of tiles each.
+struct Kinds {
+  int64_t rows_full, rows_short, cols_full, cols_short;
+  int64_t ends[4];  // the end of each kind's tiles: FS, FF, SF, SS
+};
+
+inline Kinds KindsOf(const WinogradShape& s) {
+  Kinds k;
+  k.rows_full = s.oh / s.m, k.rows_short = s.tiles_h() - k.rows_full;
+  k.cols_full = s.ow / s.m, k.cols_short = s.tiles_w() - k.cols_full;
+  const int64_t per[4] = {k.rows_full * k.cols_short, k.rows_full * k.cols_full,
+                          k.rows_short * k.cols_full, k.rows_short * k.cols_short};
+  int64_t end = 0;
+  for (int i = 0; i < 4; ++i) k.ends[i] = end += s.n * per[i];
+  return k;
+}
+
 inline At TileAt(const WinogradShape& s, int64_t p) {
-  const int64_t th = s.tiles_h(), tw = s.tiles_w();
-  return {p / (th * tw), (p / tw) % th * s.m, p % tw * s.m};
+  const Kinds k = KindsOf(s);
+  int kind = 0;
+  while (p >= k.ends[kind]) ++kind;
+  const int64_t q = p - (kind > 0 ? k.ends[kind - 1] : 0);
+  const bool short_rows = kind >= 2, short_cols = kind == 0 || kind == 3;
+  const int64_t rows = short_rows ? k.rows_short : k.rows_full;
+  const int64_t cols = short_cols ? k.cols_short : k.cols_full;
+  const int64_t ty = (q / cols) % rows + (short_rows ? k.rows_full : 0);
+  const int64_t tx = q % cols + (short_cols ? k.cols_full : 0);
+  return {q / (rows * cols), ty * s.m, tx * s.m};
+}
+
+// The run of tiles [lo, hi) of [p0, p1) that use position xi (of alpha^2): empty, lo == hi,
+// where none does.
+struct Run {
+  int64_t lo, hi;
+};
+
+inline Run Using(const WinogradShape& s, int xi, int64_t p0, int64_t p1) {
+  const Kinds k = KindsOf(s);
+  const int last = s.alpha() - 1;
+  const bool last_row = xi / s.alpha() == last, last_col = xi % s.alpha() == last;
+  // FS..SS where neither is last; FS, FF with the last row; FF, SF with the last column
+  const int64_t lo = last_col ? k.ends[0] : 0;
+  const int64_t hi = last_row ? k.ends[1] : last_col ? k.ends[2] : k.ends[3];
+  const int64_t a = std::max(lo, p0), b = std::min(hi, p1);
+  return {a, std::max(a, b)};
 }
 
 // Where a pass writes or reads tile p's alpha^2 rows: row (xi * plane + p - first) of `ld`
