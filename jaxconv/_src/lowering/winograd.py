@@ -83,7 +83,7 @@ def matrices(m: int) -> dict[str, np.ndarray]:
 #: channels, 2.7e-6 at 128, 4.3e-6 at 256 and 6.2e-6 at 512, the largest measured, the 3x3
 #: one 2.8e-6 to 6.6e-6; the bound is 2e-5 and the rule keeps to half of it. The 2x2 tile stays
 #: below 1e-6 at 512, and a weight gradient's error (a sum over the batch's positions) at
-#: 4.3e-6 with any tile.
+#: 4.8e-6 with any tile.
 WINOGRAD_4X4_MAX_CHANNELS = 512
 
 

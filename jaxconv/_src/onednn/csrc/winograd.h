@@ -38,6 +38,10 @@
 //   channels transposed into the cache (the data gradient's swapped view), or else through a
 //   dense copy, its taps prefetched; U's positions lie u_plane() rows apart
 //   (docs/lowerings.md, "Winograd");
+// - a tile that runs past y's last row (column) skips the products of its last position row
+//   (column), the point at infinity, which reach only its last output: the tiles are
+//   numbered by kind so that the tiles using each position are one run (winograd_tiles.h,
+//   "Short tiles");
 // - the products are jaxconv's own register-blocked kernel (AVX-512: 12 rows x 32 columns,
 //   AVX2: 6 x 16); K is padded to a multiple of 32 in U, M and dM;
 // - every pass runs on oneDNN's OpenMP team (openmp.h), split between its threads.
