@@ -81,3 +81,34 @@ def test_each_timed_call_follows_an_untimed_call_of_its_own_method():
         assert [m for m, timed in calls if timed] == list(methods if r % 2 == 0 else methods[::-1])
         for i, (m, timed) in enumerate(calls):
             assert timed == (i > 0 and calls[i - 1] == (m, False))
+
+
+@pytest.mark.parametrize("times, want", [
+    # the 2x2 tile 10% faster than the 4x4 one (which multiplies least): within the margin
+    ({"winograd_4x4": 1.0, "winograd_2x2": 0.9, "onednn": 2.0}, "winograd_4x4"),
+    # 20% faster: taken
+    ({"winograd_4x4": 1.0, "winograd_2x2": 0.8, "onednn": 2.0}, "winograd_2x2"),
+    # oneDNN faster than the kept tile, though not than the other tile
+    ({"winograd_4x4": 1.0, "winograd_2x2": 0.9, "onednn": 0.95}, "onednn"),
+    # a tie with oneDNN: the tile
+    ({"winograd_4x4": 1.0, "winograd_2x2": 1.2, "onednn": 1.0}, "winograd_4x4"),
+])
+def test_a_winograd_tile_other_than_the_fewest_products_one_needs_a_clear_lead(times, want):
+    assert measured._winograd_verdict(times, "winograd_4x4") == want
+
+
+def test_auto_keeps_the_tile_that_multiplies_least_against_a_small_lead(measuring, monkeypatch):
+    timed = []
+
+    def fake(kernel, p, methods, *args):  # (..., dtype, precision, type, run, seconds)
+        timed.append(methods)
+        return {m: 0.95 if m == "winograd_2x2" else 1.0 if m.startswith("winograd") else 2.0
+                for m in methods}
+
+    monkeypatch.setattr(measured, "_median_times", fake)
+    x, w = jnp.ones((8, 10, 10, 64)), jnp.ones((3, 3, 64, 64))
+    text = jax.jit(lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1)).lower(
+        x, w).as_text()
+    assert timed == [("winograd_4x4", "winograd_2x2", "onednn")]
+    assert "jaxconv_winograd_forward" in text and "m = 4" in text
+    assert set(measured._disk().values()) == {"winograd_4x4"}

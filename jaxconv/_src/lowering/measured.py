@@ -20,7 +20,9 @@ image) is timed the same way, each tile that its accuracy rule allows
 ``"winograd_2x2"``) against oneDNN's direct kernel (``"onednn"``), up to
 :data:`WINOGRAD_MEASURE_MAX_MACS`: whether the transforms cost less than the products they
 save, and which tile wastes less at the output's edges, depend on the channels, the batch, the
-output size and the machine's caches and memory (docs/lowerings.md, "Winograd").
+output size and the machine's caches and memory (docs/lowerings.md, "Winograd"). The tile that
+multiplies least (``winograd.fewest_products_tile``) is kept unless another tile timed faster
+by more than :data:`WINOGRAD_TILE_MARGIN` (:func:`_winograd_verdict`).
 
 ``JAXCONV_MEASURE=0`` in the environment (read once per process) keeps the table's method
 everywhere (the test suite sets it: its thousands of tiny problems would each be timed).
@@ -59,6 +61,12 @@ MEASURE_MAX_MACS = 2 ** 25
 #: there (not measured on Intel CPUs)
 WINOGRAD_MEASURE_MAX_MACS = 2 ** 32
 
+#: how much faster (a fraction of its median) another tile must time than the one that
+#: multiplies least to be taken instead: on a noisy machine the windows of timing put the 2x2
+#: tile ahead of the 4x4 one by up to 11% where the 4x4 one is the faster (docs/lowerings.md,
+#: "Winograd")
+WINOGRAD_TILE_MARGIN = 0.15
+
 #: each program runs at least this many times, and more until both have run this long (s);
 #: Winograd's candidates (milliseconds each) until they have run _WINOGRAD_SECONDS: over a
 #: tenth of a second, a noisy machine's pauses once took the median of 7 rounds to oneDNN
@@ -73,6 +81,8 @@ _MIN_ROUNDS, _MAX_ROUNDS, _MIN_SECONDS, _WINOGRAD_SECONDS = 7, 41, 0.02, 0.3
 #: Winograd's calls, 2.0 after its own; Winograd's 2.6 won, and in the training step oneDNN's
 #: ran in 2.05: docs/lowerings.md, "Winograd")
 _TIMING = "each timed call after an untimed one of its own"
+#: how a Winograd verdict is drawn from the times, also part of the disk cache's key
+_WINOGRAD_RULE = f"fewest products unless {WINOGRAD_TILE_MARGIN:.0%} slower"
 
 _LOCK = threading.RLock()  # a combinator's timing lowers (and may time) its sub-problems
 _VERDICTS: dict[str, str] = {}
@@ -97,7 +107,7 @@ def _cache_file() -> pathlib.Path:
         handler = library.artefact().name
     except OSError:
         handler = ""
-    key = f"{cpu}|{jax.__version__}|{os.cpu_count()}|{handler}|{_TIMING}"
+    key = f"{cpu}|{jax.__version__}|{os.cpu_count()}|{handler}|{_TIMING}|{_WINOGRAD_RULE}"
     tag = hashlib.sha256(key.encode()).hexdigest()[:16]
     return library.cache_dir() / f"measured-{tag}.json"
 
@@ -134,14 +144,17 @@ def pick(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Pre
          preferred_element_type: DType, *, run: Callable[..., Any], xla_applies: bool) -> str:
     """``method`` (the CPU table's) or XLA's own program for ``kernel`` (where ``xla_applies``),
     whichever ran faster on this machine (timed once per problem: the module docstring);
-    for ``"winograd"``, the fastest of its tiles that the accuracy rule allows
-    (``winograd.tile``) and oneDNN's direct kernel; ``run`` is the registry's dispatch
+    for ``"winograd"``, of the tiles that the accuracy rule allows (``winograd.tile``) the one
+    that multiplies least unless another timed clearly faster (:func:`_winograd_verdict`),
+    or oneDNN's direct kernel where it timed faster; ``run`` is the registry's dispatch
     (``registry.run``), which compiles each."""
+    fewest = ""
     if method == "winograd":  # the table picks it only where oneDNN applies
         from jaxconv._src.lowering import winograd
         candidates = (*(f"winograd_{m}x{m}" for m in winograd.timed_tiles(kernel, p, dtype)),
                       "onednn")
-        cap = WINOGRAD_MEASURE_MAX_MACS
+        m = winograd.fewest_products_tile(kernel, p, dtype)
+        fewest, cap = f"winograd_{m}x{m}", WINOGRAD_MEASURE_MAX_MACS
     else:
         if not xla_applies or method == XLA_OWN[kernel]:
             return method
@@ -157,10 +170,22 @@ def pick(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Pre
                                       preferred_element_type, run,
                                       _WINOGRAD_SECONDS if method == "winograd" else
                                       2 * _MIN_SECONDS)
-                verdict = min(candidates, key=lambda m: times[m])  # a tie: the first
+                verdict = (_winograd_verdict(times, fewest) if fewest else
+                           min(candidates, key=lambda m: times[m]))  # a tie: the first
                 _store(key, verdict)
             _VERDICTS[key] = verdict
         return _VERDICTS[key]
+
+
+def _winograd_verdict(times: dict[str, float], fewest: str) -> str:
+    """Of Winograd's timed tiles and ``"onednn"`` (``times``: their medians), the tile that
+    multiplies least (``fewest``) or another that timed faster by more than
+    :data:`WINOGRAD_TILE_MARGIN`, then that tile or oneDNN's direct kernel, whichever timed
+    faster (a tie: the tile)."""
+    tile = min((m for m in times if m.startswith("winograd_")
+                and times[m] < (1 - WINOGRAD_TILE_MARGIN) * times[fewest]),
+               key=lambda m: times[m], default=fewest)
+    return tile if times[tile] <= times["onednn"] else "onednn"
 
 
 def _median_times(kernel: Kernel, p: ConvProblem, methods: tuple[str, ...], dtype: Any,
