@@ -63,7 +63,8 @@ WINOGRAD_MEASURE_MAX_MACS = 2 ** 32
 
 #: how much faster (a fraction of its median) another tile must time than the one that
 #: multiplies least to be taken instead: on a noisy machine the windows of timing put the 2x2
-#: tile ahead of the 4x4 one by up to 11% where the 4x4 one is the faster (docs/lowerings.md,
+#: tile ahead of the 4x4 one by up to 11% where the 4x4 one is the faster (a 2-core Zen 4;
+#: not measured on Intel CPUs, where a lead beyond the margin still decides: docs/lowerings.md,
 #: "Winograd")
 WINOGRAD_TILE_MARGIN = 0.15
 
@@ -153,8 +154,8 @@ def pick(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Pre
         from jaxconv._src.lowering import winograd
         candidates = (*(f"winograd_{m}x{m}" for m in winograd.timed_tiles(kernel, p, dtype)),
                       "onednn")
-        m = winograd.fewest_products_tile(kernel, p, dtype)
-        fewest, cap = f"winograd_{m}x{m}", WINOGRAD_MEASURE_MAX_MACS
+        side = winograd.fewest_products_tile(kernel, p, dtype)
+        fewest, cap = f"winograd_{side}x{side}", WINOGRAD_MEASURE_MAX_MACS
     else:
         if not xla_applies or method == XLA_OWN[kernel]:
             return method
