@@ -97,6 +97,32 @@ def test_a_winograd_tile_other_than_the_fewest_products_one_needs_a_clear_lead(t
     assert measured._winograd_verdict(times, "winograd_4x4") == want
 
 
+@pytest.mark.parametrize("onednn, want", [
+    (1.05, "onednn"),        # the tile 5% faster: within the margin
+    (1.0, "onednn"),         # a tie
+    (1.2, "winograd_4x4"),   # 17% faster: taken
+])
+def test_winograd_needs_a_clear_lead_over_onednn_on_bfloat16(onednn, want):
+    times = {"winograd_4x4": 1.0, "winograd_2x2": 1.3, "onednn": onednn}
+    assert measured._winograd_verdict(times, "winograd_4x4",
+                                      measured.WINOGRAD_BFLOAT16_MARGIN) == want
+    assert measured._winograd_verdict(times, "winograd_4x4") == "winograd_4x4"
+
+
+@pytest.mark.parametrize("dtype, want", [(jnp.float32, "jaxconv_winograd_forward"),
+                                         (jnp.bfloat16, "jaxconv_onednn_forward")])
+def test_auto_takes_onednn_over_a_small_winograd_lead_on_bfloat16(measuring, monkeypatch,
+                                                                   dtype, want):
+    def fake(kernel, p, methods, *args):  # the 4x4 tile 5% ahead of oneDNN
+        return {m: 1.0 if m == "winograd_4x4" else 1.05 for m in methods}
+
+    monkeypatch.setattr(measured, "_median_times", fake)
+    x, w = jnp.ones((8, 14, 14, 64), dtype), jnp.ones((3, 3, 64, 64), dtype)
+    text = jax.jit(lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1)).lower(
+        x, w).as_text()
+    assert want in text
+
+
 def test_auto_keeps_the_tile_that_multiplies_least_against_a_small_lead(measuring, monkeypatch):
     timed = []
 

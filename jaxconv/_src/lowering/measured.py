@@ -22,7 +22,9 @@ image) is timed the same way, each tile that its accuracy rule allows
 save, and which tile wastes less at the output's edges, depend on the channels, the batch, the
 output size and the machine's caches and memory (docs/lowerings.md, "Winograd"). The tile that
 multiplies least (``winograd.fewest_products_tile``) is kept unless another tile timed faster
-by more than :data:`WINOGRAD_TILE_MARGIN` (:func:`_winograd_verdict`).
+by more than :data:`WINOGRAD_TILE_MARGIN`, and on bfloat16 operands it is taken over oneDNN's
+direct kernel only where it timed faster by :data:`WINOGRAD_BFLOAT16_MARGIN`
+(:func:`_winograd_verdict`).
 
 ``JAXCONV_MEASURE=0`` in the environment (read once per process) keeps the table's method
 everywhere (the test suite sets it: its thousands of tiny problems would each be timed).
@@ -43,6 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxconv._src import backends
@@ -68,6 +71,14 @@ WINOGRAD_MEASURE_MAX_MACS = 2 ** 32
 #: "Winograd")
 WINOGRAD_TILE_MARGIN = 0.15
 
+#: how much faster than oneDNN's direct kernel (a fraction of oneDNN's median) Winograd must
+#: time on bfloat16 operands to be taken: it computes in float32, at half the rate of oneDNN's
+#: bfloat16 kernels on AVX-512 BF16, and at ResNet-18's 14x14 and 7x7 layers the timing's
+#: windows put the two within 10% of each other, either ahead. A machine's cached verdicts took
+#: the 4x4 tile for all six of those kernels; with oneDNN's for them, the bfloat16 step ran
+#: 1-1.5% faster (a 2-core Zen 4; not measured on Intel CPUs: docs/lowerings.md, "Winograd")
+WINOGRAD_BFLOAT16_MARGIN = 0.10
+
 #: each program runs at least this many times, and more until both have run this long (s);
 #: Winograd's candidates (milliseconds each) until they have run _WINOGRAD_SECONDS: over a
 #: tenth of a second, a noisy machine's pauses once took the median of 7 rounds to oneDNN
@@ -83,7 +94,8 @@ _MIN_ROUNDS, _MAX_ROUNDS, _MIN_SECONDS, _WINOGRAD_SECONDS = 7, 41, 0.02, 0.3
 #: ran in 2.05: docs/lowerings.md, "Winograd")
 _TIMING = "each timed call after an untimed one of its own"
 #: how a Winograd verdict is drawn from the times, also part of the disk cache's key
-_WINOGRAD_RULE = f"fewest products unless {WINOGRAD_TILE_MARGIN:.0%} slower"
+_WINOGRAD_RULE = (f"fewest products unless {WINOGRAD_TILE_MARGIN:.0%} slower; bfloat16 "
+                  f"{WINOGRAD_BFLOAT16_MARGIN:.0%} ahead of oneDNN")
 
 _LOCK = threading.RLock()  # a combinator's timing lowers (and may time) its sub-problems
 _VERDICTS: dict[str, str] = {}
@@ -171,22 +183,24 @@ def pick(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Pre
                                       preferred_element_type, run,
                                       _WINOGRAD_SECONDS if method == "winograd" else
                                       2 * _MIN_SECONDS)
-                verdict = (_winograd_verdict(times, fewest) if fewest else
+                margin = WINOGRAD_BFLOAT16_MARGIN if np.dtype(dtype) == jnp.bfloat16 else 0.0
+                verdict = (_winograd_verdict(times, fewest, margin) if fewest else
                            min(candidates, key=lambda m: times[m]))  # a tie: the first
                 _store(key, verdict)
             _VERDICTS[key] = verdict
         return _VERDICTS[key]
 
 
-def _winograd_verdict(times: dict[str, float], fewest: str) -> str:
+def _winograd_verdict(times: dict[str, float], fewest: str, onednn_margin: float = 0.0) -> str:
     """Of Winograd's timed tiles and ``"onednn"`` (``times``: their medians), the tile that
     multiplies least (``fewest``) or another that timed faster by more than
-    :data:`WINOGRAD_TILE_MARGIN`, then that tile or oneDNN's direct kernel, whichever timed
-    faster (a tie: the tile)."""
+    :data:`WINOGRAD_TILE_MARGIN`; then that tile where it timed faster than oneDNN's direct
+    kernel by at least ``onednn_margin`` (:data:`WINOGRAD_BFLOAT16_MARGIN` for bfloat16
+    operands; 0: a tie is the tile's), else ``"onednn"``."""
     tile = min((m for m in times if m.startswith("winograd_")
                 and times[m] < (1 - WINOGRAD_TILE_MARGIN) * times[fewest]),
                key=lambda m: times[m], default=fewest)
-    return tile if times[tile] <= times["onednn"] else "onednn"
+    return tile if times[tile] <= (1 - onednn_margin) * times["onednn"] else "onednn"
 
 
 def _median_times(kernel: Kernel, p: ConvProblem, methods: tuple[str, ...], dtype: Any,

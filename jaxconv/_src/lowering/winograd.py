@@ -168,7 +168,8 @@ def dtype_why(dtype: DType | None, preferred_element_type: DType = None) -> str 
 #: the two are close: N8, forward / data / weight gradient, best of 20, ms, oneDNN against the
 #: 4x4 tile: 56x56 64 -> 64 4.35 / 4.24 / 4.93 against 3.60 / 3.53 / 3.65; 28x28 128 -> 128
 #: 4.05 / 4.98 / 4.33 against 3.08 / 3.01 / 3.80; 14x14 256 -> 256 3.97 / 3.90 / 4.25 against
-#: 4.71 / 4.65 / 4.53 (2-core Zen 4; docs/lowerings.md, "Winograd").
+#: 4.71 / 4.65 / 4.53 (2-core Zen 4; docs/lowerings.md, "Winograd"); so in bfloat16 Winograd
+#: must time clearly faster (measured.WINOGRAD_BFLOAT16_MARGIN).
 AUTO_DTYPES = (np.dtype(np.float32), np.dtype(jnp.bfloat16))
 
 
