@@ -73,8 +73,8 @@ WINOGRAD_TILE_MARGIN = 0.15
 
 #: how much faster than oneDNN's direct kernel (a fraction of oneDNN's median) Winograd must
 #: time on bfloat16 operands to be taken: it computes in float32, at half the rate of oneDNN's
-#: bfloat16 kernels on AVX-512 BF16, and at ResNet-18's 14x14 and 7x7 layers the timing's
-#: windows put the two within 10% of each other, either ahead. A machine's cached verdicts took
+#: bfloat16 kernels on AVX-512 BF16, and at ResNet-18's 14x14 and 7x7 layers the two are
+#: close and either can lead a window of the timing. A machine's cached verdicts took
 #: the 4x4 tile for all six of those kernels; with oneDNN's for them, the bfloat16 step ran
 #: 1-1.5% faster (a 2-core Zen 4; not measured on Intel CPUs: docs/lowerings.md, "Winograd")
 WINOGRAD_BFLOAT16_MARGIN = 0.10
