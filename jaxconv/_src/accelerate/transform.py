@@ -37,7 +37,7 @@ from jax._src.interpreters import partial_eval as pe  # tracing a nested jaxpr a
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
 from jaxconv._src import host_memory
-from jaxconv._src.accelerate import patterns, products, sums, widening
+from jaxconv._src.accelerate import patterns, products, recompute, sums, widening
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -134,6 +134,8 @@ def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
     unread = patterns.pads_only_spread_sums_read(jaxpr, spread_pads)  # not bound at all
     product_operands = {v for e in jaxpr.eqns if e.primitive.name in widening.PRODUCTS
                         for v in e.invars if not isinstance(v, Literal)}
+    program = recompute.program(jaxpr.eqns, jaxpr.outvars)
+    copies = recompute.Copies()
     for eqn in jaxpr.eqns:
         if eqn in unread:
             continue
@@ -151,6 +153,8 @@ def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
                 outs = _spread_sum(eqn, spread, invals[0])
             elif factored is not None:
                 outs = sums.run(eqn, factored, read(factored.other), read(factored.factor))
+            elif (again := _again(eqn, program, env)) is not None:
+                outs = _equation(eqn, [_recomputed(again, eqn, env, copies), *invals[1:]])
             elif product is not None:  # the product in the layout the transpose makes
                 outs = products.swapped(product, *(widening.narrow(read(v))
                                                    for v in product.invars))
@@ -165,6 +169,38 @@ def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
             env[var] = value
     results = [read(v) for v in jaxpr.outvars]
     return results if wide_results else [widening.narrow(v) for v in results]
+
+
+def _again(eqn: Any, program: recompute.Program, env: dict[Any, Any]) -> Any:
+    """The chain ``eqn`` computes again (:mod:`recompute`), or None. A value computed in
+    float32 for a 16-bit one (a :class:`widening.Wide` one not stored as it is) is a source."""
+    def kept(v: Any) -> bool:
+        value = env.get(v)
+        return isinstance(value, widening.Wide) and not value.stored
+
+    def is_source(v: Any) -> bool:
+        producer = program.producer.get(v)
+        return kept(v) or (producer is not None and any(
+            kept(u) for u in producer.invars if not isinstance(u, Literal)))
+    return recompute.chain(eqn, program, env.get, is_source)
+
+
+def _recomputed(again: recompute.Chain, eqn: Any, env: dict[Any, Any],
+                copies: recompute.Copies) -> Any:
+    """``eqn``'s operand computed again by ``again``'s equations from copies of its sources."""
+    operand = eqn.invars[0]
+    size = int(np.prod(operand.aval.shape))
+    values = [env[v] for v in again.sources]
+    plain = copies.of(again.sources, [widening.narrow(v) for v in values], size)
+    local = {v: widening.Wide.of(p) if isinstance(x, widening.Wide) else p
+             for v, x, p in zip(again.sources, values, plain)}
+    for e in again.eqns:
+        ins = [v.val if isinstance(v, Literal) else local[v] for v in e.invars]
+        if widening.targets(e):
+            ins = [widening.widened(x) for x in ins]
+        local[e.outvars[0]] = _equation(e, ins)
+    value = local[operand]
+    return widening.widened(value) if widening.targets(eqn) else value
 
 
 def _spread_sum(eqn: Any, pad: Any, ct: Any) -> Any:
@@ -293,7 +329,9 @@ def accelerate(fun: F) -> F:
     (XLA:CPU computes it in float32; docs/onednn.md, "Matrix products"). A float32 sum of a
     product by a factor constant along the summed axes (autodiff's gradient of a BatchNorm's
     mean) is the factor times the sum, which XLA then shares with the program's sum of the
-    same operand. The model's code does not change. An equation jaxconv
+    same operand; a sum of an element-wise chain that other equations read too (a BatchNorm's
+    statistics of a bfloat16 input) computes the chain again from its sources, which XLA then
+    reads without writing the chain in full. The model's code does not change. An equation jaxconv
     has no kernel for runs exactly as before (:func:`jaxconv.explain` lists them, with the
     reason). The values are the unmodified
     function's, within the per-dtype tolerances of docs/precision.md (a max pool's gradient

@@ -104,6 +104,12 @@ class Wide:
         return self._widened
 
     @property
+    def stored(self) -> bool:
+        """Whether the value is a 16-bit array as it is (:meth:`of`): no float32 computation
+        produced it."""
+        return self._wide is None
+
+    @property
     def taken(self) -> bool:
         """Whether a reader has taken the 16-bit value."""
         return self._narrow is not None

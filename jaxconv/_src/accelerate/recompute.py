@@ -1,0 +1,133 @@
+"""Sums that recompute the element-wise chain they read, from its sources, where other
+equations read the chain too.
+
+XLA:CPU computes a ``reduce_sum`` (and a ``reduce_max`` or ``reduce_min``) with a library
+fusion (YNNPACK) that takes in the element-wise operations feeding it, but only where no other
+instruction reads them: an element-wise value that two sums read, or a sum and anything else,
+is written to memory in full and read back by each. A BatchNorm's statistics are such sums:
+flax converts the bfloat16 input to float32, sums it, and reads it again to centre it. XLA
+wrote the float32 input (twice the input's bytes) and summed it from memory: the sum of a
+bfloat16 8 x 112 x 112 x 64 array and of its square, both of the one float32 conversion, took
+3.33 ms that way against 0.50 ms with each sum reading the bfloat16 array itself (2-core Zen 4,
+docs/performance.md, "bfloat16 (mixed precision)").
+
+The rule (:func:`chain`): a sum whose operand is an element-wise chain of the operand's size
+(:data:`CHEAP` primitives; its sources are the values of another kind of producer), where some
+value of the chain has another reader, computes the chain again from its sources. Each such sum
+reads its sources through an ``optimization_barrier`` of its own (:class:`Copies`): the same
+operations on the same values would be merged back into one by XLA's common-subexpression pass.
+A chain that reads a value of another size (a broadcast: the two-pass variance's centred input)
+runs as written, since the library fusion does not take in a broadcast and XLA would write the
+broadcast in full instead. The values are the program's: the same operations on the same
+values.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+from jax import lax
+from jax.extend.core import Literal
+
+#: the sums that recompute their operand's chain
+SUMS = frozenset({"reduce_sum", "reduce_max", "reduce_min"})
+
+#: element-wise primitives (and moves) cheap enough to compute once per reader
+CHEAP = frozenset({
+    "convert_element_type", "add", "add_any", "sub", "mul", "neg", "square", "integer_pow",
+    "max", "min", "abs", "select_n", "broadcast_in_dim", "reshape", "squeeze", "expand_dims",
+})
+
+#: the most equations a chain computes again
+MAX_CHAIN = 8
+
+
+class Chain(NamedTuple):
+    """The equations that compute a sum's operand (in order) and the values they read."""
+
+    eqns: list[Any]
+    sources: list[Any]
+
+
+class Program(NamedTuple):
+    """What :func:`chain` needs of a jaxpr: each variable's producer and its readers' count."""
+
+    producer: dict[Any, Any]
+    readers: collections.Counter[Any]
+
+
+def program(eqns: Sequence[Any], outvars: Sequence[Any]) -> Program:
+    """The producers and reader counts of ``eqns``' variables (a result counts as a reader)."""
+    producer = {v: e for e in eqns for v in e.outvars}
+    readers: collections.Counter[Any] = collections.Counter(
+        v for e in eqns for v in e.invars if not isinstance(v, Literal))
+    readers.update(v for v in outvars if not isinstance(v, Literal))
+    return Program(producer, readers)
+
+
+def chain(eqn: Any, prog: Program, computed: Callable[[Any], Any],
+          is_source: Callable[[Any], bool]) -> Chain | None:
+    """The chain ``eqn`` (a sum) recomputes, or None where it reads its operand as it is.
+
+    ``computed(v)`` is ``v``'s value, or None where the evaluation holds none; ``is_source(v)``
+    says a value stops the chain whatever its producer (a value the evaluation holds in a form
+    it cannot compute again)."""
+    if eqn.primitive.name not in SUMS or isinstance(eqn.invars[0], Literal):
+        return None
+    operand = eqn.invars[0]
+    size = int(np.prod(operand.aval.shape))
+    eqns: list[Any] = []
+    sources: list[Any] = []
+    seen: set[Any] = set()
+    shared = False
+
+    def visit(v: Any) -> bool:
+        nonlocal shared
+        if isinstance(v, Literal) or v in seen:
+            return True
+        seen.add(v)
+        p = prog.producer.get(v)
+        if (p is None or p.primitive.name not in CHEAP or len(p.outvars) != 1
+                or int(np.prod(v.aval.shape)) != size or is_source(v)
+                or len(eqns) >= MAX_CHAIN):
+            if computed(v) is None:
+                return False
+            sources.append(v)
+            return True
+        if any(not isinstance(u, Literal) and int(np.prod(u.aval.shape)) != size
+               for u in p.invars):
+            return False  # a broadcast: XLA writes it in full for the library fusion to read
+        if not all(visit(u) for u in p.invars):
+            return False
+        eqns.append(p)
+        shared = shared or prog.readers[v] > 1
+        return True
+
+    if not visit(operand) or not eqns or not shared:
+        return None
+    return Chain(eqns, sources)
+
+
+class Copies:
+    """Each full-size source's latest copy: every recomputing sum reads a copy of its own,
+    one ``optimization_barrier`` further than the last one's."""
+
+    def __init__(self) -> None:
+        self._last: dict[Any, Any] = {}
+
+    def of(self, sources: Sequence[Any], values: Sequence[Any], size: int) -> list[Any]:
+        """``values`` (those of ``sources``), each of ``size`` elements through a new
+        barrier."""
+        full = [i for i, v in enumerate(values) if int(np.prod(np.shape(v))) == size]
+        if not full:
+            return list(values)
+        fresh = lax.optimization_barrier(  # type: ignore[no-untyped-call]
+            tuple(self._last.get(sources[i], values[i]) for i in full))
+        out = list(values)
+        for i, value in zip(full, fresh):
+            self._last[sources[i]] = value
+            out[i] = value
+        return out
