@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
 
 import jaxconv
 from tests import helpers as h
@@ -32,6 +33,19 @@ def _centred(x):
     f = x.astype(jnp.float32)
     mean = jnp.mean(f, AXES, keepdims=True)
     return jnp.sum(jnp.square(f - mean), AXES), f - mean
+
+
+def _masked(x):
+    """A leaky ReLU: a ``select_n`` on a mask, which the library fusion does not take in."""
+    f = x.astype(jnp.float32)
+    g = lax.select(f > 0, f * 3.0, f * 0.5)
+    return jnp.sum(g, AXES), g * 2.0
+
+
+def _tripled(x):
+    """A float32 chain that two sums and a product read."""
+    f = x.astype(jnp.float32) * 3.0
+    return jnp.sum(f, AXES), jnp.sum(jnp.square(f), AXES), f * 2.0
 
 
 def _alone(x):
@@ -60,12 +74,16 @@ def test_sums_of_a_shared_chain_read_copies_of_its_source():
         h.assert_close(g, w, jnp.float32)
 
 
-@pytest.mark.parametrize("fn, copies", [(_centred, 1), (_alone, 0)],
-                         ids=["through a broadcast", "unshared"])
-def test_other_chains_run_as_written(fn, copies):
+@pytest.mark.parametrize("fn, dtype, copies", [
+    (_centred, jnp.bfloat16, 1), (_masked, jnp.bfloat16, 0), (_tripled, jnp.float32, 0),
+    (_alone, jnp.bfloat16, 0)],
+    ids=["through a broadcast", "through a mask", "float32 sources", "unshared"])
+def test_other_chains_run_as_written(fn, dtype, copies):
     """The centred variance's sum reads its operand as written (the mean's sum, of the shared
-    float32 input, reads a copy); a chain that nothing else reads is fused as it is."""
-    x = _x()
+    float32 input, reads a copy), and so do a sum of a masked value and a sum of a float32
+    chain of float32 values (its copy is no wider than its sources); a chain that nothing
+    else reads is fused as it is."""
+    x = _x().astype(dtype)
     assert _barriers(jaxconv.accelerate(fn), x) == copies
     for g, w in zip(jax.tree.leaves(jax.jit(jaxconv.accelerate(fn))(x)),
                     jax.tree.leaves(jax.jit(fn)(x))):

@@ -12,13 +12,16 @@ bfloat16 8 x 112 x 112 x 64 array and of its square, both of the one float32 con
 docs/performance.md, "bfloat16 (mixed precision)").
 
 The rule (:func:`chain`): a sum whose operand is an element-wise chain of the operand's size
-(:data:`CHEAP` primitives; its sources are the values of another kind of producer), where some
-value of the chain has another reader, computes the chain again from its sources. Each such sum
-reads its sources through an ``optimization_barrier`` of its own (:class:`Copies`): the same
-operations on the same values would be merged back into one by XLA's common-subexpression pass.
-A chain that reads a value of another size (a broadcast: the two-pass variance's centred input)
-runs as written, since the library fusion does not take in a broadcast and XLA would write the
-broadcast in full instead. The values are the program's: the same operations on the same
+(:data:`CHEAP` primitives on floating values; its sources are the values of another kind of
+producer), where some value of the chain has another reader and every full-size source is
+narrower than the operand (a 16-bit input converted to float32), computes the chain again from
+its sources. Each such sum reads its sources through an ``optimization_barrier`` of its own
+(:class:`Copies`): the same operations on the same values would be merged back into one by
+XLA's common-subexpression pass. Other chains run as written: one through a broadcast (the
+two-pass variance's centred input), which the library fusion does not take in, so that XLA
+wrote the broadcast in full instead; one through a mask (a ReLU's gradient), likewise; and one
+of float32 sources, which reads as many bytes either way and whose copy XLA may share with
+another sum (:mod:`sums`). The values are the program's: the same operations on the same
 values.
 """
 
@@ -28,6 +31,7 @@ import collections
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.extend.core import Literal
@@ -35,10 +39,11 @@ from jax.extend.core import Literal
 #: the sums that recompute their operand's chain
 SUMS = frozenset({"reduce_sum", "reduce_max", "reduce_min"})
 
-#: element-wise primitives (and moves) cheap enough to compute once per reader
+#: element-wise primitives that XLA:CPU's library fusions of sums take in (on floating
+#: operands only: a comparison's mask or a ``select_n`` on one is written in full either way)
 CHEAP = frozenset({
     "convert_element_type", "add", "add_any", "sub", "mul", "neg", "square", "integer_pow",
-    "max", "min", "abs", "select_n", "broadcast_in_dim", "reshape", "squeeze", "expand_dims",
+    "max", "min", "abs", "reshape",
 })
 
 #: the most equations a chain computes again
@@ -100,6 +105,8 @@ def chain(eqn: Any, prog: Program, computed: Callable[[Any], Any],
         if any(not isinstance(u, Literal) and int(np.prod(u.aval.shape)) != size
                for u in p.invars):
             return False  # a broadcast: XLA writes it in full for the library fusion to read
+        if not all(_floating(u) for u in [*p.invars, v]):
+            return False
         if not all(visit(u) for u in p.invars):
             return False
         eqns.append(p)
@@ -108,7 +115,18 @@ def chain(eqn: Any, prog: Program, computed: Callable[[Any], Any],
 
     if not visit(operand) or not eqns or not shared:
         return None
+    # only where the sources are narrower than the copy XLA would write (a 16-bit input
+    # converted to float32): a float32 chain of float32 values reads as many bytes either way,
+    # and its copy may be the one XLA shares with another sum (:mod:`sums`)
+    width = np.dtype(operand.aval.dtype).itemsize
+    if any(np.dtype(v.aval.dtype).itemsize >= width for v in sources
+           if int(np.prod(v.aval.shape)) == size):
+        return None
     return Chain(eqns, sources)
+
+
+def _floating(v: Any) -> bool:
+    return bool(jnp.issubdtype(v.aval.dtype, jnp.floating))
 
 
 class Copies:
