@@ -23,6 +23,9 @@ wrote the broadcast in full instead; one through a mask (a ReLU's gradient), lik
 of float32 sources, which reads as many bytes either way and whose copy XLA may share with
 another sum (:mod:`sums`). The values are the program's: the same operations on the same
 values.
+
+The rule applies wherever ``accelerate`` runs; it was measured on XLA:CPU only, whose library
+fusions of sums it works around (its effect on a GPU's or TPU's program is not measured).
 """
 
 from __future__ import annotations

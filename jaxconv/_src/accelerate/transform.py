@@ -174,6 +174,9 @@ def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
 def _again(eqn: Any, program: recompute.Program, env: dict[Any, Any]) -> Any:
     """The chain ``eqn`` computes again (:mod:`recompute`), or None. A value computed in
     float32 for a 16-bit one (a :class:`widening.Wide` one not stored as it is) is a source."""
+    if eqn.primitive.name not in recompute.SUMS:
+        return None
+
     def kept(v: Any) -> bool:
         value = env.get(v)
         return isinstance(value, widening.Wide) and not value.stored
