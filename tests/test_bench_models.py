@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -107,6 +108,21 @@ def test_one_step_is_as_exact_as_torch_nn(request, name, batchnorm, batch, image
     assert abs(float(loss) - loss64) <= 4 * abs(loss32 - loss64) + 4 * eps * abs(loss64)
 
 
+def test_models_off_the_cpu_is_a_usage_error(monkeypatch, capsys):
+    """Where JAX's default backend is not the CPU, ``jaxconv bench models`` says so and exits 2
+    before it computes anything (its contenders are CPU programs)."""
+    from jaxconv._src import cli
+    from jaxconv._src.bench import machine
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(machine, "describe", lambda: pytest.fail("described the machine"))
+    with pytest.raises(SystemExit) as e:
+        cli.main(["bench", "models", "--models", "mnist_cnn", "--parts", "steps"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "default backend here is gpu" in err and "JAX_PLATFORMS=cpu" in err, err
+
+
 def test_runner_end_to_end(tmp_path):
     """``jaxconv bench models`` on ResNet-18 at 32x32 without BatchNorm (its 1x1 maps of two
     examples would leave BatchNorm no variance to speak of): a child process whose three
@@ -115,9 +131,14 @@ def test_runner_end_to_end(tmp_path):
     (both oneDNN versions, threads, a positive peak and how it was obtained), a plot."""
     from jaxconv._src import cli
     out = tmp_path / "models.json"
-    assert cli.main(["bench", "models", "--models", "resnet18", "--image", "32", "--batch", "2",
-                     "--reps", "1", "--runs", "1", "--modes", "kept", "--no-batchnorm",
-                     "--out", str(out)]) == 0
+    argv = ["bench", "models", "--models", "resnet18", "--image", "32", "--batch", "2", "--reps",
+            "1", "--runs", "1", "--modes", "kept", "--no-batchnorm", "--out", str(out)]
+    if jax.default_backend() != "cpu":  # it times the CPU's steps: elsewhere a usage error
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == 2 and not out.exists()
+        return
+    assert cli.main(argv) == 0
     result = json.loads(out.read_text())
     (step,) = result["steps"]
     assert step["mode"] == "kept"

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from jaxconv._src import checks, cli
+from tests import helpers as h
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -101,8 +102,9 @@ def test_no_command_prints_help_and_exits_2(capsys):
 
 def test_bench_runs_the_runner(capsys, tmp_path):
     out = tmp_path / "r.json"
-    rc, text, _ = run(capsys, "bench", "--lists", "conv_shapes_dilated", "--per-list", "1",
-                      "--reps", "1", "--no-torch", "--out", str(out))
+    rc, text, _ = run(capsys, "bench", "--backend", h.BENCH_BACKEND, "--lists",
+                      "conv_shapes_dilated", "--per-list", "1", "--reps", "1", "--no-torch",
+                      "--out", str(out))
     assert rc == 0 and out.exists() and "dilated_conv:1" in text
     assert json.loads(out.read_text())["rows"][0]["speedup_vs_vjp"] > 0
 
@@ -129,11 +131,13 @@ def test_bench_runs_from_a_built_wheel_outside_the_checkout(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", "import jaxconv, sys; from jaxconv._src import cli; "
          "print(jaxconv.__file__); sys.exit(cli.main(sys.argv[1:]))",
-         "bench", "--lists", "conv_shapes_mobilenet_dw", "--per-list", "1", "--reps", "1",
-         "--no-torch"], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+         "bench", "--backend", h.BENCH_BACKEND, "--lists", "conv_shapes_mobilenet_dw",
+         "--per-list", "1", "--reps", "1", "--no-torch"], cwd=work, env=env,
+        capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith(str(site)), proc.stdout[:200]  # the wheel's copy ran
-    assert (work / "jaxconv-bench-results" / "quick.json").is_file()
+    suffix = "-gpu" if h.BENCH_BACKEND == "gpu" else ""
+    assert (work / "jaxconv-bench-results" / f"quick{suffix}.json").is_file()
     assert "median time per call in ms" in proc.stdout
 
 

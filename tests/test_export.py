@@ -101,9 +101,10 @@ def test_export_is_portable_and_runs_in_a_process_without_jaxconv(tmp_path):
         module = exported.mlir_module()  # ... the export's is not
         assert "jaxconv_onednn" not in module and "jaxconv_winograd" not in module, name
         _save(tmp_path, name, exported, args, want)
-    # the child runs on this process's platform: the export holds only that one's program
-    out = _child(CHILD, str(tmp_path), str(h.TOLERANCE["float32"]),
-                 JAX_PLATFORMS=jax.devices()[0].platform)
+    # the child runs on the platform the export holds a program for (XLA's name, "cuda", as
+    # JAX_PLATFORMS spells it: a device's own name, "gpu", would ask for ROCm too)
+    (platform,) = exported.platforms
+    out = _child(CHILD, str(tmp_path), str(h.TOLERANCE["float32"]), JAX_PLATFORMS=platform)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     assert out.stdout.count("ran ") == len(FUNCTIONS), out.stdout
 

@@ -48,6 +48,7 @@ import pathlib
 import sys
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from jaxconv._src import host_memory
@@ -176,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
             kept_by_call = host_memory.keep_freed_memory()
         except RuntimeError:  # a caller (a test) whose JAX backends exist: its own settings
             pass
+    if (backend := jax.default_backend()) != "cpu":  # starts JAX's backends
+        # the contenders are CPU programs: torch's twin runs on the CPU, and the layers and the
+        # machine's peak are the CPU's
+        ap.error(f"times training steps on the CPU, and JAX's default backend here is {backend}; "
+                 "run it with JAX_PLATFORMS=cpu")
     info = machine.describe()
     if args.dtype == "bfloat16" and "bfloat16" not in info["jaxconv_onednn_dtypes"] \
             and not args.force_dtype:
