@@ -30,9 +30,10 @@ TOLERANCE = jaxconv.testing.TOLERANCE
 rel_error = jaxconv.testing.relative_error
 check_grads = jaxconv.testing.check_grads
 
-# `jaxconv bench --backend` for the platform the suite runs on (JAX_PLATFORMS=cuda leaves JAX
-# no CPU backend, and the runner's default is the CPU)
-BENCH_BACKEND = "cpu" if jax.default_backend() == "cpu" else "gpu"
+def bench_backend() -> str:
+    """`jaxconv bench --backend` for the platform the suite runs on (JAX_PLATFORMS=cuda leaves
+    JAX no CPU backend, and the runner's default is the CPU)."""
+    return "cpu" if jax.default_backend() == "cpu" else "gpu"
 
 
 LEVEL_0 = "--xla_backend_optimization_level=0"

@@ -102,7 +102,7 @@ def test_no_command_prints_help_and_exits_2(capsys):
 
 def test_bench_runs_the_runner(capsys, tmp_path):
     out = tmp_path / "r.json"
-    rc, text, _ = run(capsys, "bench", "--backend", h.BENCH_BACKEND, "--lists",
+    rc, text, _ = run(capsys, "bench", "--backend", h.bench_backend(), "--lists",
                       "conv_shapes_dilated", "--per-list", "1", "--reps", "1", "--no-torch",
                       "--out", str(out))
     assert rc == 0 and out.exists() and "dilated_conv:1" in text
@@ -131,12 +131,12 @@ def test_bench_runs_from_a_built_wheel_outside_the_checkout(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", "import jaxconv, sys; from jaxconv._src import cli; "
          "print(jaxconv.__file__); sys.exit(cli.main(sys.argv[1:]))",
-         "bench", "--backend", h.BENCH_BACKEND, "--lists", "conv_shapes_mobilenet_dw",
+         "bench", "--backend", h.bench_backend(), "--lists", "conv_shapes_mobilenet_dw",
          "--per-list", "1", "--reps", "1", "--no-torch"], cwd=work, env=env,
         capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith(str(site)), proc.stdout[:200]  # the wheel's copy ran
-    suffix = "-gpu" if h.BENCH_BACKEND == "gpu" else ""
+    suffix = "-gpu" if h.bench_backend() == "gpu" else ""
     assert (work / "jaxconv-bench-results" / f"quick{suffix}.json").is_file()
     assert "median time per call in ms" in proc.stdout
 
