@@ -1,6 +1,7 @@
 """Each Winograd tile against oneDNN's direct kernel and XLA's own program (``jax.vjp`` of the
 forward, the baseline) on the 3x3 stride-1 layers of ResNet-18 and ResNet-50, per kernel,
-interleaved in one process (float32, NHWC and HWIO as flax writes them, pads of 1):
+interleaved in one process (float32 or ``--dtype bfloat16``, NHWC and HWIO as flax writes
+them, pads of 1):
 
     python -m benchmarks.winograd_tiles --out docs/benchmarks/winograd-tiles-zen4.json
 
@@ -56,19 +57,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--filters", type=int, default=1)
     ap.add_argument("--layers", nargs="+", choices=sorted(LAYERS), default=list(LAYERS))
+    ap.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS),
+                    help="the methods to time (the baseline always)")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    dtype = jnp.dtype(args.dtype)
+    methods = ("baseline", *(m for m in METHODS if m in args.methods and m != "baseline"))
     rng = np.random.default_rng(0)
     rows = []
     for name in args.layers:
         n, size, c = LAYERS[name]
         x_shape, w_shape = (n, size, size, c), (3, 3, c, c)
-        x = jnp.asarray(rng.standard_normal(x_shape), jnp.float32)
-        ws = [jnp.asarray(0.05 * rng.standard_normal(w_shape), jnp.float32)
+        x = jnp.asarray(rng.standard_normal(x_shape), dtype)
+        ws = [jnp.asarray(0.05 * rng.standard_normal(w_shape), dtype)
               for _ in range(args.filters)]
-        dys = [jnp.asarray(rng.standard_normal(x_shape), jnp.float32)
+        dys = [jnp.asarray(rng.standard_normal(x_shape), dtype)
                for _ in range(args.filters)]
-        fns = {m: _kernels(m, x_shape, w_shape) for m in METHODS}
+        fns = {m: _kernels(m, x_shape, w_shape) for m in methods}
 
         def operands(kernel: str, i: int) -> tuple[jax.Array, jax.Array]:
             w, dy = ws[i % args.filters], dys[i % args.filters]
@@ -77,26 +83,27 @@ def main(argv: list[str] | None = None) -> int:
         for by_kernel in fns.values():
             for kernel, f in by_kernel.items():
                 jax.block_until_ready(f(*operands(kernel, 0)))
-        times = {(m, k): [] for m in METHODS for k in fns[m]}
+        times = {(m, k): [] for m in methods for k in fns[m]}
         for rep in range(args.reps):
-            for i, m in enumerate(METHODS):
+            for i, m in enumerate(methods):
                 for kernel, f in fns[m].items():
-                    a = operands(kernel, rep * len(METHODS) + i)
+                    a = operands(kernel, rep * len(methods) + i)
                     t = time.perf_counter()
                     jax.block_until_ready(f(*a))
                     times[m, kernel].append(time.perf_counter() - t)
         for kernel in ("forward", "data", "weight"):
-            fastest = {m: 1e3 * min(times[m, kernel]) for m in METHODS}
+            fastest = {m: 1e3 * min(times[m, kernel]) for m in methods}
             row = {"layer": name, "kernel": kernel, "x": list(x_shape), "w": list(w_shape),
                    "fastest_ms": {m: round(v, 4) for m, v in fastest.items()},
                    "median_ms": {m: round(1e3 * statistics.median(times[m, kernel]), 4)
-                                 for m in METHODS},
+                                 for m in methods},
                    "over_baseline": {m: round(fastest[m] / fastest["baseline"], 3)
-                                     for m in METHODS}}
+                                     for m in methods}}
             print(json.dumps(row))
             rows.append(row)
     machine.write(args.out, machine.result(
-        "python -m benchmarks.winograd_tiles", reps=args.reps, filters=args.filters, rows=rows))
+        "python -m benchmarks.winograd_tiles", reps=args.reps, filters=args.filters,
+        dtype=args.dtype, rows=rows))
     return 0
 
 

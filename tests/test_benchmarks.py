@@ -300,3 +300,21 @@ def test_winograd_tiles_benchmark_runs(tmp_path):
         for m, fastest in r["fastest_ms"].items():
             assert 0 < fastest <= r["median_ms"][m]
             assert_rounded_ratio(r["over_baseline"][m], fastest, r["fastest_ms"]["baseline"])
+
+
+def test_winograd_tiles_benchmark_bfloat16_and_chosen_methods(tmp_path):
+    """``--dtype bfloat16 --methods onednn winograd_4x4`` times those two and the baseline on
+    bfloat16 operands, and the JSON says which dtype."""
+    from benchmarks import winograd_tiles
+    from jaxconv._src.onednn import library
+
+    if not library.status().available:
+        pytest.skip("needs the onednn extra built")
+    out = tmp_path / "w.json"
+    assert winograd_tiles.main(["--reps", "1", "--layers", "resnet18 7x7 512", "--dtype",
+                                "bfloat16", "--methods", "onednn", "winograd_4x4",
+                                "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["dtype"] == "bfloat16"
+    assert all(set(r["fastest_ms"]) == {"baseline", "onednn", "winograd_4x4"}
+               for r in result["rows"])
