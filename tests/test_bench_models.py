@@ -123,6 +123,18 @@ def test_models_off_the_cpu_is_a_usage_error(monkeypatch, capsys):
     assert "default backend here is gpu" in err and "JAX_PLATFORMS=cpu" in err, err
 
 
+def test_printed_steps_give_each_ratio_its_own_runs(capsys):
+    """The printed line puts each contender's per-run ratios beside its own pooled ratio."""
+    step = {"description": "ResNet-18", "mode": "default", "batchnorm": True, "dtype": "bfloat16",
+            "median_ms": {"jaxconv": 260.0, "accelerate": 234.0, "torch": 305.0},
+            "torch_over_jaxconv": 1.17, "torch_over_accelerate": 1.30,
+            "torch_over_jaxconv_runs": [1.14, 1.04], "torch_over_accelerate_runs": [1.33, 1.18],
+            "loss_gap": 0.0, "param_gap": 0.0}
+    model_run._print({"machine": {"peak": {"gflops": 200.0}}, "steps": [step]})
+    out = capsys.readouterr().out
+    assert "torch/jaxconv 1.17 (runs 1.14, 1.04) torch/accelerate 1.30 (runs 1.33, 1.18)" in out, out
+
+
 def test_runner_end_to_end(tmp_path):
     """``jaxconv bench models`` on ResNet-18 at 32x32 without BatchNorm (its 1x1 maps of two
     examples would leave BatchNorm no variance to speak of): a child process whose three
