@@ -30,6 +30,7 @@ TOLERANCE = jaxconv.testing.TOLERANCE
 rel_error = jaxconv.testing.relative_error
 check_grads = jaxconv.testing.check_grads
 
+
 def bench_backend() -> str:
     """`jaxconv bench --backend` for the platform the suite runs on (JAX_PLATFORMS=cuda leaves
     JAX no CPU backend, and the runner's default is the CPU)."""

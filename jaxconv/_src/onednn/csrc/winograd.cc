@@ -251,8 +251,9 @@ inline __attribute__((always_inline)) void FilterGradRows(const WinogradShape& s
   }
 
 // AVX-512 with BW: without its 16-bit packs, GCC rounded bfloat16 results four at a time
-// (xmm), and the stores took a fifth of a bfloat16 forward at 56x56 x 64 channels (with them
-// 32 at a time; docs/lowerings.md, "Winograd")
+// (xmm), and the output pass, mostly that rounding, took about a fifth of a bfloat16 forward's
+// samples at 56x56 x 64 channels (perf, 2-core Zen 4); with them 32 at a time
+// (docs/lowerings.md, "Winograd")
 JAXCONV_WINOGRAD_ISA(Avx512, __attribute__((target("avx512f,avx512vl,avx512bw,fma"))))
 JAXCONV_WINOGRAD_ISA(Avx2, __attribute__((target("avx2,fma"))))
 JAXCONV_WINOGRAD_ISA(Plain, )
