@@ -351,6 +351,27 @@ WinogradShape ReadableFilter(const WinogradShape& s, const void* g, const void**
   return dense;
 }
 
+// The lines FilterRows reads for U's block of input channels [c0, c0 + kWinogradFilterBlock)
+// and output channels [k0, k0 + kWinogradFilterColumns) of the filter view fs at `from`: per
+// tap, rows of output channels where those are contiguous, else rows of input channels (one
+// line more than their length, for rows that do not start a line).
+Prefetches FilterBlockLines(const WinogradShape& fs, const void* from, int64_t c0, int64_t k0) {
+  const FilterView& f = fs.filter;
+  const int64_t bytes = fs.bf16 ? 2 : 4;
+  const int64_t nc = std::min(kWinogradFilterBlock, fs.c - c0);
+  const int64_t nk = std::min(kWinogradFilterColumns, fs.k - k0);
+  Prefetches p;
+  if (nc <= 0 || nk <= 0) return p;
+  p.base = static_cast<const char*>(from) + (f.offset + c0 * f.in + k0 * f.out) * bytes;
+  p.taps = 9;
+  for (int ij = 0; ij < 9; ++ij) p.tap[ij] = (ij / 3 * f.row + ij % 3 * f.col) * bytes;
+  const bool by_c = f.out == 1;  // rows of output channels, one per input channel
+  p.row = (by_c ? f.in : f.out) * bytes;
+  p.rows = by_c ? nc : nk;
+  p.lines = static_cast<int>(((by_c ? nk : nc) * bytes + 63) / 64 + 1);
+  return p;
+}
+
 // U = G g G^T (alpha^2 x C x K padded), on the team, in blocks of input channels.
 float* TransformFilter(const WinogradShape& s, const void* g) {
   const int64_t a2 = s.alpha() * s.alpha(), kp = s.k_padded();
@@ -437,11 +458,20 @@ void ForwardStaged(const WinogradShape& s, const void* x, const void* g, void* y
           const int64_t c1 = std::min(s.c, c0 + kWinogradFilterBlock);
           JAXCONV_WINOGRAD_BY_TILE(Filter, s.m, fs, from, ub, plane, nk, c0, c1, k0, k0 + nk,
                                    scratch);
+          // the products fetch the lines of this thread's next block of the filter (its next
+          // input channels, else its next column group's first) as they run: the transform
+          // had spent most of its time waiting for them (docs/lowerings.md, "Winograd")
+          const bool last = c0 + kWinogradFilterBlock >= s.c;
+          const int64_t next = last ? w + 1 : w;
+          Prefetches lines;
+          if (next < w1)
+            lines = FilterBlockLines(fs, from, last ? 0 : c0 + kWinogradFilterBlock,
+                                     next / splits * kWinogradFilterColumns);
           for (int xi = 0; xi < a2; ++xi) {
             const Run r = Using(s, xi, r0, r1);
             if (r.hi > r.lo)
               Product({vc.at(xi, r.lo) + c0, s.c, 1, ub + xi * plane * nk, nk,
-                       mc.at(xi, r.lo) + k0, kp}, r.hi - r.lo, c1 - c0, nk, c0 > 0);
+                       mc.at(xi, r.lo) + k0, kp, &lines}, r.hi - r.lo, c1 - c0, nk, c0 > 0);
           }
         }
       }

@@ -3,11 +3,46 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 namespace jaxconv_onednn {
 namespace {
+
+// The lines of a Prefetches a kernel call asks for: at most one every other step of `inner`,
+// its cursor kept in registers and written back at the end.
+class Fetcher {
+ public:
+  Fetcher(Prefetches* p, int64_t inner) : p_(p) {
+    if (p_ == nullptr || p_->r >= p_->rows) return;
+    left_ = std::min<int64_t>((inner + 1) / 2,
+                              ((p_->rows - p_->r) * p_->taps - p_->t) * p_->lines - p_->l);
+    t_ = p_->t, l_ = p_->l;
+    at_ = p_->base + p_->r * p_->row + p_->tap[t_] + l_ * 64;
+  }
+  ~Fetcher() {
+    if (p_ != nullptr) p_->t = t_, p_->l = l_;
+  }
+  __attribute__((always_inline)) void Step(int64_t i) {
+    if ((i & 1) != 0 || left_ == 0) return;
+    _mm_prefetch(at_, _MM_HINT_T0);
+    --left_;
+    if (++l_ < p_->lines) {
+      at_ += 64;
+      return;
+    }
+    l_ = 0;
+    if (++t_ == p_->taps) t_ = 0, ++p_->r;
+    at_ = p_->base + p_->r * p_->row + p_->tap[t_];
+  }
+
+ private:
+  Prefetches* p_;
+  const char* at_ = nullptr;
+  int64_t left_ = 0;
+  int t_ = 0, l_ = 0;
+};
 
 // c (rows x cols, row stride ldc) = or += a (rows x inner: element (r, i) at a[r*ar + i*ai])
 // times b (inner x cols, row stride ldb); cols a multiple of 32. Each kernel call keeps a
@@ -23,7 +58,9 @@ __attribute__((target("avx512f"), always_inline)) inline void Block512(
       s[r][v] = accumulate ? _mm512_loadu_ps(o.c + r * o.ldc + 16 * v) : _mm512_setzero_ps();
   const float* a = o.a;
   const float* b = o.b;
+  Fetcher fetch(o.prefetch, inner);
   for (int64_t i = 0; i < inner; ++i, a += o.ai, b += o.ldb) {
+    fetch.Step(i);
     const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
     for (int r = 0; r < R; ++r) {
       const __m512 x = _mm512_set1_ps(a[r * o.ar]);
@@ -46,7 +83,9 @@ __attribute__((target("avx2,fma"), always_inline)) inline void Block256(
                              : _mm256_setzero_ps();
     const float* a = o.a;
     const float* b = o.b + 16 * half;
+    Fetcher fetch(o.prefetch, inner);
     for (int64_t i = 0; i < inner; ++i, a += o.ai, b += o.ldb) {
+      fetch.Step(i);
       const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
       for (int r = 0; r < R; ++r) {
         const __m256 x = _mm256_broadcast_ss(a + r * o.ar);
