@@ -172,7 +172,7 @@ def small_chunks():
 # tiles, and the forward transforms U block by block from the filter, read in runs of output
 # channels (XIO), of input channels (the data gradient's swapped view of XIO), or through a
 # dense copy (OIX); 200 x 184 channels leave partial blocks (and 3x3 tiles partial ones of an
-# 11 x 10 output). Unchunked with more than 64 tiles, U is transformed whole. The 2x2 weight
+# 11 x 10 output). Unchunked with more than 96 tiles, U is transformed whole. The 2x2 weight
 # gradient's chunks accumulate. Unchunked, the weight gradient computes dU block by block
 # (partial blocks of input and output channels at 200 x 184; blocks of fewer input channels
 # where 128 x 64 would leave the threads too few).

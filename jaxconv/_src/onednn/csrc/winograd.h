@@ -28,8 +28,9 @@
 //   a forward's chunk of more than kWinogradBlockedMaxTiles tiles is multiplied by the whole U
 //   (transformed first; the threads share positions and column blocks), a smaller one block
 //   by block, each thread transforming kWinogradFilterBlock input x kWinogradFilterColumns
-//   output channels of U from the filter into its cache as it goes (writing all of U and
-//   reading it back cost more than a 7x7 layer's products); the weight gradient's sum over
+//   output channels of U from the filter into its cache as it goes, the products fetching
+//   the filter's next block (writing all of U and reading it back cost more than a 7x7
+//   layer's products); the weight gradient's sum over
 //   tiles stays in registers, and where all tiles fit one chunk and number at most twice a
 //   block's input channels (kWinogradWeightRows), dU is computed block by block in the cache
 //   and dW from there (WeightBlocked); working memory is kept between calls up to
@@ -57,7 +58,9 @@ constexpr size_t kWinogradFusedMaxFilterBytes = size_t{4} << 20;
 constexpr size_t kWinogradFusedMaxWeightBytes = size_t{1} << 20;
 constexpr size_t kWinogradChunkBytes = size_t{64} << 20;
 constexpr size_t kWinogradKeepBytes = size_t{128} << 20;
-constexpr int64_t kWinogradBlockedMaxTiles = 64;  // tiles: at 128, the whole U was as fast
+// tiles (2-core Zen 4, 256 -> 256: blocked 0.7-0.8x the whole U's time at 72 and 90 tiles,
+// 1.1-1.3x at 108 and 128)
+constexpr int64_t kWinogradBlockedMaxTiles = 96;
 constexpr int64_t kWinogradFilterBlock = 64;      // input channels of U's block
 constexpr int64_t kWinogradFilterColumns = 64;    // output channels of U's block (of 32)
 constexpr int64_t kWinogradWeightRows = 48;       // input channels of dU's block
