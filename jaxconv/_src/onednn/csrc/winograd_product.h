@@ -17,10 +17,11 @@ Isa IsaForCpu();
 // Rows of c each kernel call keeps in registers (AVX-512: 12, AVX2: 6).
 int RowsPerBlock();
 
-// Cache lines a product asks for while it runs, one every other step of its inner loop: `lines`
-// lines from base + r * row + tap[t], for r in [0, rows) and t in [0, taps), rows outermost.
-// The blocked forward (winograd.cc) has it fetch the next block of the filter, whose rows lie far
-// apart, while the arithmetic keeps the core busy.
+// Cache lines a product asks for while it runs, one every other step of its inner loop (the
+// AVX-512 and AVX2 kernels; the plain one ignores them): `lines` lines from
+// base + r * row + tap[t], for r in [0, rows) and t in [0, taps), rows outermost. The blocked
+// forward (winograd.cc) has it fetch the next block of the filter, whose rows lie far apart,
+// while the arithmetic keeps the core busy.
 struct Prefetches {
   const char* base = nullptr;
   int64_t row = 0, rows = 0;
