@@ -142,9 +142,7 @@ inline __attribute__((always_inline)) void FilterRows(const WinogradShape& s, co
     const int64_t nk = std::min(kBlock, k1 - kb), valid = std::clamp(s.k - kb, int64_t{0}, nk);
     if (runs_of_c) {  // tap ij of (c, kb + q) read in runs of c, transposed in 8 x 8 blocks
       // float32 runs are transposed where they are, bfloat16 ones widened into `runs` first
-      const auto tap = [&](int ij, int64_t q) {
-        return f.offset + ij / 3 * f.row + ij % 3 * f.col + c0 + (kb + q) * f.out;
-      };
+      const auto tap = [&](int ij, int64_t q) { return f.at(ij, c0, kb + q); };
       if (s.bf16)
         for (int ij = 0; ij < 9; ++ij)
           for (int64_t q = 0; q < valid; ++q) {
@@ -180,7 +178,7 @@ inline __attribute__((always_inline)) void FilterRows(const WinogradShape& s, co
         float* dst = rows + ij * kBlock;
         taps[ij] = dst;
         if (!runs_of_c) {
-          const int64_t src = f.offset + ij / 3 * f.row + ij % 3 * f.col + c * f.in + kb;
+          const int64_t src = f.at(ij, c, kb);  // f.out == 1
           if (c + kPrefetch < c1) Prefetch(g, src + kPrefetch * f.in, valid, s.bf16);
           if (!s.bf16 && valid == nk) {  // a whole float32 run, read where it is
             taps[ij] = static_cast<const float*>(g) + src;
@@ -216,7 +214,7 @@ inline __attribute__((always_inline)) void FilterGradRows(const WinogradShape& s
           [&](int xi, int nu) { return du + ((xi * A + nu) * plane + c - c0) * ld + kb - k0; },
           [&](int i, int j) { return o + (i * 3 + j) * kBlock; }, t, nk);
       for (int ij = 0; ij < 9; ++ij) {
-        const int64_t dst = f.offset + ij / 3 * f.row + ij % 3 * f.col + c * f.in + kb * f.out;
+        const int64_t dst = f.at(ij, c, kb);
         if (f.out == 1) StoreRow(o + ij * kBlock, g, dst, nk, s.bf16);
         else for (int64_t q = 0; q < nk; ++q) Put(g, dst + q * f.out, o[ij * kBlock + q], s.bf16);
       }
@@ -337,7 +335,7 @@ WinogradShape ReadableFilter(const WinogradShape& s, const void* g, const void**
   OnTeam(9 * ((s.c + 15) / 16), [&](int64_t w0, int64_t w1) {
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t ij = w % 9, c0 = w / 9 * 16, c1 = std::min(s.c, c0 + 16);
-      const int64_t tap = f.offset + ij / 3 * f.row + ij % 3 * f.col;
+      const int64_t tap = f.at(ij, 0, 0);
       for (int64_t k0 = 0; k0 < s.k; k0 += 16)
         for (int64_t c = c0; c < c1; ++c)
           for (int64_t k = k0; k < std::min(s.k, k0 + 16); ++k)
@@ -362,9 +360,9 @@ Prefetches FilterBlockLines(const WinogradShape& fs, const void* from, int64_t c
   const int64_t nk = std::min(kWinogradFilterColumns, fs.k - k0);
   Prefetches p;
   if (nc <= 0 || nk <= 0) return p;
-  p.base = static_cast<const char*>(from) + (f.offset + c0 * f.in + k0 * f.out) * bytes;
+  p.base = static_cast<const char*>(from) + f.at(0, c0, k0) * bytes;
   p.taps = 9;
-  for (int ij = 0; ij < 9; ++ij) p.tap[ij] = (ij / 3 * f.row + ij % 3 * f.col) * bytes;
+  for (int ij = 0; ij < 9; ++ij) p.tap[ij] = (f.at(ij, c0, k0) - f.at(0, c0, k0)) * bytes;
   const bool by_c = f.out == 1;  // rows of output channels, one per input channel
   p.row = (by_c ? f.in : f.out) * bytes;
   p.rows = by_c ? nc : nk;

@@ -72,6 +72,10 @@ constexpr int64_t kWinogradFilterScratch = 2 * 9 * 64 * kWinogradFilterBlock;
 // offset + i * row + j * col + c * in + k * out (strides may be negative: a flipped filter).
 struct FilterView {
   int64_t offset = 0, row = 0, col = 0, in = 0, out = 0;
+  // the element of tap ij (i * 3 + j), input channel c and output channel k
+  int64_t at(int ij, int64_t c, int64_t k) const {
+    return offset + ij / 3 * row + ij % 3 * col + c * in + k * out;
+  }
 };
 
 struct WinogradShape {
