@@ -11,8 +11,10 @@ no kernel, the call is ``lax.conv_general_dilated`` itself (same value, lax's
 gradients): operands that are not real floating point (complex, integer, bool),
 0 or more than 3 spatial axes, an input dilation (``lhs_dilation`` > 1, a
 transposed convolution: use :func:`jaxconv.conv_transpose` for jaxconv's
-gradients), ``batch_group_count`` > 1, negative padding, ``out_sharding``, or a
-zero-size extent (of lhs, rhs or the result). A call lax rejects is rejected
+gradients), ``batch_group_count`` > 1, ``out_sharding``, or a zero-size extent (of
+lhs, rhs or the result); lax's hand-offs crop a negative pad with ``lax.slice`` first. A
+negative pad (a crop) elsewhere is a ``lax.slice`` of lhs, then jaxconv's kernel: no negative
+pad reaches XLA (``lax_refs``). A call lax rejects is rejected
 before anything runs, with lax's exception type (TypeError or ValueError) and a
 message prefixed ``conv_general_dilated:``; lax's unknown padding string
 (RuntimeError there) and a non-array operand (AttributeError there) raise
@@ -140,7 +142,7 @@ def conv_general_dilated(
       32.0
     """
     lax_call = functools.partial(
-        lax_refs.conv_general_dilated, window_strides=window_strides, padding=padding,
+        lax_refs.conv, window_strides=window_strides, padding=padding,
         lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation,
         dimension_numbers=typing.cast(Any, dimension_numbers),  # lax checks the kind itself
         feature_group_count=feature_group_count, batch_group_count=batch_group_count,
@@ -221,7 +223,6 @@ HANDED_TO_LAX: dict[str, str] = {
     "input dilation": "`lhs_dilation` > 1 (a transposed convolution: `jaxconv.conv_transpose` "
                       "has jaxconv's derivatives)",
     "batch_group_count > 1": "`batch_group_count` > 1",
-    "negative padding": "a negative pad (a crop) on any side",
     "out_sharding": "an `out_sharding` (explicit sharding mode)",
     "a zero-size extent": "a zero-size batch, channel or spatial extent, or an empty output",
 }
@@ -236,7 +237,6 @@ def _lax_computes(n: int, lhs_dil: Sequence[int], batch_groups: int,
         (not 1 <= n <= 3, "not 1 to 3 spatial axes"),
         (any(d > 1 for d in lhs_dil), "input dilation"),
         (batch_groups > 1, "batch_group_count > 1"),
-        (any(lo < 0 or hi < 0 for lo, hi in pads), "negative padding"),
         (out_sharding is not None, "out_sharding"),
         (min(extents, default=1) <= 0, "a zero-size extent"),  # lhs, rhs or the result
     ]
@@ -287,6 +287,11 @@ def _jaxconv(lhs: ArrayLike, rhs: ArrayLike, lax_call: Any, window_strides: Sequ
     window = [(w.shape[a] - 1) * d + 1 for a, d in zip(rhs_spec[2:], rhs_dil)]
     pads = _pads(padding, [(i - 1) * d + 1 for i, d in zip(in_size, lhs_dil)], window, strides)
     out_size = [(i + lo + hi - k) // s + 1 for i, (lo, hi), k, s in zip(in_size, pads, window, strides)]
+    if all(d == 1 for d in lhs_dil) and min(out_size, default=1) > 0:
+        # a negative pad is a crop: lax.slice first (XLA:CPU computes a convolution with a
+        # negative pad from the memory beside its input: lax_refs), then jaxconv's kernel
+        x, cropped = lax_refs.crop_operands(x, {"padding": pads, "dimension_numbers": dn})
+        pads = [tuple(p) for p in cropped["padding"]]
     why_lax = _lax_computes(n, lhs_dil, batch_groups, pads, out_sharding,
                             (*x.shape, *w.shape, *out_size))
     if why_lax is not None:

@@ -34,6 +34,7 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
+from jaxconv._src import lax_refs
 from jaxconv._src.geometry.pooling import PoolProblem, pool_problem
 from jaxconv._src.kernel import Array
 
@@ -52,7 +53,7 @@ def _pad(x: Array, p: PoolProblem, value: Any) -> Array:
     cfg = [(0, 0, 0)] * x.ndim
     for axis, (lo, hi) in zip(p.data.spatial_axes, p.pads):
         cfg[axis] = (lo, hi, 0)
-    return lax.pad(x, jnp.asarray(value, x.dtype), cfg)
+    return lax_refs.pad(x, jnp.asarray(value, x.dtype), cfg)
 
 
 def _tap(xp: Array, p: PoolProblem, offset: tuple[int, ...]) -> Array:
@@ -110,7 +111,7 @@ def _scatter(ct: Array, arg: Array, p: PoolProblem) -> Array:
             for axis, t, s, o, r in zip(axes, offset, strides, p.output_size, rows):
                 cfg[axis] = (t // s, r - o - t // s, 0)
             picked = jnp.where(arg == n, ct, jnp.zeros((), ct.dtype))
-            acc = acc + lax.pad(picked, jnp.zeros((), ct.dtype), cfg)
+            acc = acc + lax_refs.pad(picked, jnp.zeros((), ct.dtype), cfg)
         phases.append(acc)
     # interleaved: each spatial axis k of size rows_k becomes (rows_k, stride_k), stacked right
     # after it (the last axis first), then merged into rows_k * stride_k

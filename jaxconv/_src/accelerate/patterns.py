@@ -21,8 +21,10 @@ read back into the forward problem ``y = conv(x, W)`` (stride ``S``, dilation ``
   forward convolution; it is read as a weight gradient where its lhs holds the batch role
   after the feature role (the swap autodiff writes) and its result is spatially no larger
   than its rhs (a filter, from an image).
-* **forward**: everything else; :func:`jaxconv.conv_general_dilated` computes it (and hands
-  to lax what it hands to lax).
+* **forward**: everything else; :func:`jaxconv.conv_general_dilated` computes it (a negative
+  pad cropped by ``lax.slice`` first; it hands to lax what it hands to lax). No equation
+  reaches XLA with a negative pad: those that run as lax wrote them are cropped the same way
+  (``lax_refs.crop_operands``), since XLA:CPU computes such a convolution wrong.
 
 A stride-1 convolution's data gradient has no input dilation: it is a forward convolution
 of the reversed, role-swapped filter. Where the equation's filter is a ``rev`` over its
@@ -54,7 +56,7 @@ from jax import lax
 from jax.extend.core import Literal
 from jax.sharding import AxisType
 
-from jaxconv._src import geometry, lax_conv, options, pooling, primitive
+from jaxconv._src import geometry, lax_conv, lax_refs, options, pooling, primitive
 from jaxconv._src.geometry import ConvProblem, Names
 from jaxconv._src.geometry.pooling import PoolProblem, pool_problem
 from jaxconv._src.kernel import Array, Kernel
@@ -69,7 +71,6 @@ UNRECOGNISED: dict[str, str] = {
     "rank": "not 1 to 3 spatial axes",
     "sharding": "an out_sharding over Explicit mesh axes",
     "empty": "a zero-size extent",
-    "negative pad": "a negative pad (a crop)",
     "dilation and stride": "input dilation with a window stride or batch groups (no kernel's "
                            "transpose)",
     "groups": "feature and batch groups together",
@@ -187,8 +188,6 @@ def conv_kind(params: dict[str, Any], lhs: Any, rhs: Any, out_shape: Sequence[in
     rhs_sp = math.prod(rhs.shape[a] for a in rhs_spec[2:])
     if params["feature_group_count"] == 1 and lhs_spec[0] > lhs_spec[1] and out_sp <= rhs_sp:
         return Kernel.WEIGHT
-    if any(lo < 0 or hi < 0 for lo, hi in params["padding"]):  # a gradient's crop is its own
-        return _why("negative pad")
     if (reversed_filter and params["feature_group_count"] == 1
             and all(s == 1 for s in params["window_strides"])):
         return Kernel.DATA  # autodiff's stride-1 data gradient (module docstring)
@@ -376,7 +375,7 @@ def window_sum_pattern(params: dict[str, Any], x: Array) -> Array | str:
     if math.prod(window) > WINDOW_SUM_MAX_TAPS:
         return _why("window size")
     wide = pooling.wide(x)
-    xp = lax.pad(wide, jnp.zeros((), wide.dtype),
+    xp = lax_refs.pad(wide, jnp.zeros((), wide.dtype),
                  [(lo, hi, 0) for lo, hi in params["padding"]])
     out = [(n - k) // s + 1 for n, k, s in zip(xp.shape, window, strides)]
     acc = None
@@ -454,4 +453,4 @@ def spread_sum(pad: Any, ct: Array, out_shape: Sequence[int]) -> Array:
         d = s - 1 - lo
         crops.append((-d, out_shape[axis] - n * s + d, 0))
     zero = jnp.asarray(pad.invars[1].val, ct.dtype)  # the pad's own zero (a -0.0 stays one)
-    return lax.pad(ct, zero, crops)
+    return lax_refs.pad(ct, zero, crops)  # the crops: a slice

@@ -36,7 +36,7 @@ from jax._src import linear_util as lu  # wrapping a function for tracing (no pu
 from jax._src.interpreters import partial_eval as pe  # tracing a nested jaxpr again
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
-from jaxconv._src import host_memory
+from jaxconv._src import host_memory, lax_refs
 from jaxconv._src.accelerate import patterns, products, recompute, sums, widening
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -217,7 +217,11 @@ def _spread_sum(eqn: Any, pad: Any, ct: Any) -> Any:
 
 
 def _bind(eqn: Any, invals: Sequence[Any], params: dict[str, Any] | None = None) -> Any:
-    bind_params = eqn.primitive.get_bind_params(eqn.params if params is None else params)
+    params = eqn.params if params is None else params
+    if eqn.primitive.name == "conv_general_dilated":  # a negative pad: a lax.slice (lax_refs)
+        lhs, params = lax_refs.crop_operands(invals[0], params)
+        invals = [lhs, *invals[1:]]
+    bind_params = eqn.primitive.get_bind_params(params)
     return eqn.primitive.bind(*invals, **bind_params)
 
 

@@ -1,6 +1,7 @@
 """What the formulations share: accumulation types, padding, windows and per-tap products.
 
-Padding stays explicit (``lax.pad``, which also crops with negative widths) wherever the
+Padding stays explicit (``lax_refs.pad``: ``lax.pad`` with its crops done by ``lax.slice``, so
+that no negative pad reaches XLA, docs/semantics.md, "Negative pads") wherever the
 transposes JAX derives under ``grad`` would otherwise reach the pattern that aborts jaxlib
 0.10.2 on CPU (the strided + dilated convolution bug: docs/semantics.md, "A toolchain
 hazard", tests/test_hazards.py).
@@ -47,7 +48,7 @@ def conv(lhs: Array, rhs: Array, *, dtype: DType, precision: Precision,
     The result has ``preferred_element_type`` if given, else ``dtype`` (a
     narrow integer result is the wide accumulator cast back, wrapping like C).
     """
-    out = lax_refs.conv_general_dilated(
+    out = lax_refs.conv(
         lhs, rhs, precision=precision,
         preferred_element_type=accumulation_dtype(dtype, preferred_element_type), **kwargs
     )
@@ -60,9 +61,7 @@ def pad_spatial(a: Array, axes: Sequence[int], pads: Pads,
     config = [(0, 0, 0)] * a.ndim
     for j, (ax, (lo, hi)) in enumerate(zip(axes, pads)):
         config[ax] = (lo, hi, 0 if interior is None else interior[j])
-    if all(c == (0, 0, 0) for c in config):
-        return a
-    return lax.pad(a, jnp.zeros((), a.dtype), config)
+    return lax_refs.pad(a, jnp.zeros((), a.dtype), config)  # negative widths: a slice
 
 
 def fit(a: Array, axes: Sequence[int], pads: Pads,
@@ -82,9 +81,7 @@ def fit(a: Array, axes: Sequence[int], pads: Pads,
         in_lo, in_hi = min(max(lo, 0), cap), min(max(hi, 0), cap)
         config[ax] = (lo - in_lo, hi - in_hi, 0)
         conv_pads.append((in_lo, in_hi))
-    if any(c != (0, 0, 0) for c in config):
-        a = lax.pad(a, jnp.zeros((), a.dtype), config)  # negative widths crop
-    return a, conv_pads
+    return lax_refs.pad(a, jnp.zeros((), a.dtype), config), conv_pads  # crops: a slice
 
 
 def strided_and_dilated(p: ConvProblem) -> bool:

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxconv._src import lax_refs
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Array, DType, Kernel, Precision
 from jaxconv._src.lowering import common, phases
@@ -151,7 +152,7 @@ def _data_grad_whole_window(dy: Array, w: Array, p: ConvProblem, precision: Prec
     for ax, i, pb, dk, dl in zip(p.data.spatial_axes, p.input_size, p.pads_begin,
                                  p.dilated_kernel, p.dilations):
         config[ax] = (-pb, i + pb - dk, dl - 1)  # tap k lands on k*D - pb; negative widths crop
-    return lax.pad(dxw.astype(out_dtype), jnp.zeros((), out_dtype), config)
+    return lax_refs.pad(dxw.astype(out_dtype), jnp.zeros((), out_dtype), config)
 
 
 def _data_grad_dot(dy: Array, w: Array, p: ConvProblem, precision: Precision,
