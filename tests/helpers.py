@@ -230,3 +230,20 @@ def equations(fn, *args) -> list:
 def lax_convolutions(fn, *args) -> int:
     """How many lax convolutions ``fn`` runs outside jaxconv's kernels."""
     return sum(e.primitive.name == "conv_general_dilated" for e in equations(fn, *args))
+
+
+def negative_widths(fn, *args) -> list[str]:
+    """The convolutions and pads of ``fn``'s lowered program (StableHLO) with a negative pad."""
+    text = jax.jit(fn).lower(*args).as_text()
+    bad = []
+    for m in re.finditer(r"pad = \[\[([-\d, \[\]]*)\]\]", text):  # convolution's pad attribute
+        if "-" in m.group(1):
+            bad.append(m.group(0))
+    for m in re.finditer(r"stablehlo\.pad[^\n]*low = \[([-\d, ]*)\], high = \[([-\d, ]*)\]",
+                         text):
+        if "-" in m.group(1) + m.group(2):
+            bad.append(m.group(0))
+    for m in re.finditer(r"padding = dense<([^>]*)>", text):  # convolution's generic form
+        if "-" in m.group(1):
+            bad.append(m.group(0))
+    return bad

@@ -8,7 +8,7 @@ taken at import, so that the assignment never sends jaxconv back into itself.
 
 No negative pad reaches XLA from jaxconv. lax allows a negative pad (it crops), and XLA:CPU
 (jaxlib 0.10.2) computes a convolution with one from the memory beside its input
-(docs/semantics.md, "Negative pads"; openxla/xla issue 48713). :func:`conv` and :func:`pad`
+(docs/semantics.md, "Negative pads"; openxla/xla#48713). :func:`conv` and :func:`pad`
 compute the same values with the crop done by ``lax.slice`` first:
 
     a pad (lo, hi) on an axis of n elements spread by s (lhs_dilation, or interior + 1)
@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -43,9 +44,10 @@ def _negative(pads: Sequence[Sequence[int]]) -> bool:
     return any(lo < 0 or hi < 0 for lo, hi, *_ in pads)
 
 
-def pad(operand: Any, padding_value: Any, padding_config: Sequence[Sequence[int]]) -> Any:
+def pad(operand: jax.Array, padding_value: Any,
+        padding_config: Sequence[Sequence[int]]) -> jax.Array:
     """``lax.pad`` with its negative widths done by ``lax.slice`` (module docstring)."""
-    config = [tuple(int(v) for v in c) for c in padding_config]
+    config = [(int(lo), int(hi), int(interior)) for lo, hi, interior in padding_config]
     if all(c == (0, 0, 0) for c in config):
         return operand
     sizes = [(n - 1) * (i + 1) + 1 + lo + hi if n else lo + hi
@@ -63,7 +65,7 @@ def pad(operand: Any, padding_value: Any, padding_config: Sequence[Sequence[int]
     return pad(lax.slice(operand, starts, limits), padding_value, kept)
 
 
-def crop_operands(lhs: Any, params: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+def crop_operands(lhs: jax.Array, params: dict[str, Any]) -> tuple[jax.Array, dict[str, Any]]:
     """A ``conv_general_dilated`` equation's lhs and params with its negative pads cropped
     from the lhs (module docstring): the same convolution with no negative pad. Where the
     crop leaves no element of an axis, every window reads padding only: the lhs is then one
@@ -89,9 +91,9 @@ def crop_operands(lhs: Any, params: dict[str, Any]) -> tuple[Any, dict[str, Any]
     return lax.slice(lhs, starts, limits), {**params, "padding": tuple(kept)}
 
 
-def conv(lhs: Any, rhs: Any, window_strides: Sequence[int], padding: Any,
+def conv(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], padding: Any,
          lhs_dilation: Sequence[int] | None = None, rhs_dilation: Sequence[int] | None = None,
-         dimension_numbers: Any = None, **kwargs: Any) -> Any:
+         dimension_numbers: Any = None, **kwargs: Any) -> jax.Array:
     """``lax.conv_general_dilated`` (as imported) with its negative pads cropped from ``lhs``
     first (module docstring): the same value, and no negative pad reaches XLA."""
     if not isinstance(padding, str) and _negative(padding):
