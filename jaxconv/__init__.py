@@ -5,7 +5,12 @@ pure JAX functions that run under ``jit``, ``vmap`` and ``grad`` on any
 backend. See ``README.md`` and ``docs/``.
 """
 
-from jaxconv import tbe
+# first, before any module computes: keep the memory XLA:CPU frees (docs/training.md, "Host memory")
+from jaxconv._src.host_memory import keep_at_import as _keep_at_import
+
+_keep_at_import()
+
+from jaxconv import tbe  # noqa: E402
 from jaxconv._src.accelerate import Explanation, accelerate, explain
 from jaxconv._src.config import xla_cpu_compiler_options
 from jaxconv._src.conv_transpose import (

@@ -45,7 +45,7 @@ def test_line_says_which_case_and_only_on_cpu():
     assert host_memory.RECOMMENDED in host_memory.line("cpu", {})
     assert "fewer faults" in host_memory.line("cpu", {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"})
     assert "keeps freed memory" in host_memory.line("cpu", RECOMMENDED)
-    assert "jaxconv.keep_freed_memory()" in host_memory.line("cpu", {})
+    assert "import jaxconv before JAX's first computation" in host_memory.line("cpu", {})
     assert host_memory.line("gpu", {}) is None
 
 
@@ -135,33 +135,40 @@ def test_keep_freed_memory_does_nothing_without_glibc(monkeypatch):
 
 
 _DEFAULT_PROBE = """
-import resource, statistics, sys, jax, jax.numpy as jnp
+import resource, statistics, sys, warnings
+import jax, jax.numpy as jnp
+if sys.argv[1] == "late":
+    jnp.ones(3).block_until_ready()  # the first computation comes before jaxconv's import
 import jaxconv
 from jaxconv._src import host_memory
-if sys.argv[1] == "late":
-    jnp.ones(3).block_until_ready()  # the first computation comes first
-if sys.argv[1] != "never":
-    f = jax.jit(jaxconv.accelerate(lambda x, v: jnp.sin(x) @ v))
-else:
-    f = jax.jit(lambda x, v: jnp.sin(x) @ v)
 x = jnp.ones((4096, 4096), jnp.float32)  # sin(x) is a 64 MiB temporary of each call
 v = jnp.ones((4096, 1), jnp.float32)
-if sys.argv[1] == "late":  # a jaxconv CPU kernel compiled after the first computation
-    jaxconv.convolution(jnp.ones((1, 8, 8, 4)), jnp.ones((3, 3, 4, 4))).block_until_ready()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    if sys.argv[1] != "never":
+        f = jax.jit(jaxconv.accelerate(lambda x, v: jnp.sin(x) @ v))
+        for _ in range(2):  # a jaxconv CPU kernel, twice: one warning at most
+            jaxconv.convolution(jnp.ones((1, 8, 8, 4)), jnp.ones((3, 3, 4, 4))).block_until_ready()
+    else:
+        f = jax.jit(lambda x, v: jnp.sin(x) @ v)
+late = [w for w in caught if issubclass(w.category, host_memory.LateImportWarning)]
 faults = []
 for _ in range(20):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     f(x, v).block_until_ready()
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(host_memory.mode(), host_memory.line("cpu"), statistics.median(faults[5:]), sep="|")
+print(host_memory.mode(), host_memory.line("cpu"), statistics.median(faults[5:]),
+      jax.config.read("jax_cpu_enable_async_dispatch"), len(late),
+      str(late[0].message) if late else "", sep="|")
 """
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's allocator settings (Linux only)")
-def test_jaxconv_keeps_freed_memory_by_default_where_its_cpu_kernels_run():
-    """accelerate before the first computation keeps XLA:CPU's temporaries (no faults per call);
-    after it, glibc's settings are applied and explain/check say that the worker threads' heaps
-    are not; opted out, or never using jaxconv's kernels, nothing changes."""
+def test_importing_jaxconv_first_keeps_freed_memory_with_asynchronous_dispatch():
+    """The usual script (``import jaxconv`` at the top, arrays, then the wrap) keeps XLA:CPU's
+    temporaries (no faults per call) and keeps asynchronous dispatch; imported after JAX's
+    first computation, the first jaxconv kernel warns once with the cost and the fix, and
+    check/explain's line says the same; opted out, nothing changes and nothing warns."""
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD", "JAXCONV_KEEP"))}
     base["JAX_PLATFORMS"] = "cpu"
@@ -169,18 +176,24 @@ def test_jaxconv_keeps_freed_memory_by_default_where_its_cpu_kernels_run():
     def probe(case, **env):
         out = subprocess.run([sys.executable, "-c", _DEFAULT_PROBE, case], env={**base, **env},
                              capture_output=True, text=True, timeout=300, check=True)
-        mode, line, faults = out.stdout.strip().splitlines()[-1].split("|")
-        return mode, line, float(faults)
+        mode, line, faults, dispatch, warned, message = out.stdout.strip().splitlines()[-1].split("|")
+        return mode, line, float(faults), dispatch == "True", int(warned), message
 
     pages = (4096 * 4096 * 4) // 4096 // (512 if "[always]" in _thp_mode() else 1)
     # three fresh processes, one of which must keep the memory (the one-in-some process that
     # faults every call whatever the settings: test_recommended_settings_end_the_page_faults...)
-    runs = [probe("early") for _ in range(3)]
-    assert all(mode == "kept" and "kept by jaxconv's default" in line for mode, line, _ in runs)
-    assert min(faults for _, _, faults in runs) < pages / 50
-    mode, line, faults = probe("early", JAXCONV_KEEP_FREED_MEMORY="0")
-    assert mode == "default" and faults > pages / 2
-    mode, _, _ = probe("never")
-    assert mode == "default"
-    mode, line, _ = probe("late")
-    assert mode == "late" and "kept on the main thread only" in line
+    runs = [probe("usual") for _ in range(3)]
+    for mode, line, _, dispatch, warned, _ in runs:
+        assert (mode, dispatch, warned) == ("kept", True, 0)
+        assert "kept since jaxconv was imported" in line
+    assert min(faults for _, _, faults, *_ in runs) < pages / 50
+    mode, _, _, _, warned, _ = probe("never")  # kept from the import on, no kernel needed
+    assert (mode, warned) == ("kept", 0)
+    mode, line, faults, _, warned, _ = probe("usual", JAXCONV_KEEP_FREED_MEMORY="0")
+    assert (mode, warned) == ("default", 0) and faults > pages / 2
+    mode, line, faults, dispatch, warned, message = probe("late")
+    assert (mode, dispatch, warned) == ("late", True, 1) and faults > pages / 2
+    assert message == host_memory.late_message() and line == "host memory: " + message
+    assert "import jaxconv before JAX computes anything" in message
+    mode, line, _, _, warned, _ = probe("late", JAXCONV_KEEP_FREED_MEMORY="0")
+    assert (mode, warned) == ("default", 0) and "glibc's defaults" in line

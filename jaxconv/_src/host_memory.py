@@ -3,10 +3,18 @@
 XLA:CPU allocates the temporaries of each execution of a compiled program as one block and
 frees it at the end. With glibc's default settings a block above 32 MiB (a training step's,
 usually) comes from a fresh ``mmap`` every call, so every page of it is faulted in and zeroed
-again (docs/performance.md, "Host memory"). glibc reads
-its settings from the environment at start-up (:data:`RECOMMENDED`); :func:`keep_freed_memory`
-sets them from inside Python, before JAX's CPU client exists. :func:`line` says which case the
-process is in, for ``jaxconv check``.
+again (docs/performance.md, "Host memory"), and a thread other than the main one allocates
+from an arena of its own, which maps large blocks afresh whatever the other settings say.
+
+``import jaxconv`` keeps freed memory (:func:`keep_at_import`): before JAX's CPU client
+exists, glibc's arena count is set to one, so that XLA:CPU's worker threads, created with the
+client, allocate from the main heap, and large blocks stay in it (no ``mmap``, no trim below
+2 GiB). Asynchronous dispatch stays. Where jaxconv is imported after JAX's first computation
+the worker threads already have their arenas: the first jaxconv CPU kernel or ``accelerate``
+then warns once (:class:`LateImportWarning`). :func:`keep_freed_memory` is the explicit form
+(synchronous dispatch as well); :data:`RECOMMENDED` the environment's. :func:`line` says
+which case the process is in, for ``jaxconv check`` and ``explain``; docs/training.md, "Host
+memory", for a user.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import warnings
 from collections.abc import Mapping
 
 #: the settings that keep freed memory in the process (glibc's names, environment and tunables)
@@ -26,16 +35,31 @@ RECOMMENDED = ("MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=400
 
 #: whether :func:`keep_freed_memory` took effect in this process
 _KEPT_BY_CALL = False
-#: how :func:`keep_by_default` found the process: None (not called yet, or nothing to do),
-#: "early" (before JAX's backends existed: :func:`keep_freed_memory` applied), "late" (after:
-#: glibc's settings applied, the CPU client's worker threads keep their own heaps)
+#: how jaxconv's default found the process: None (nothing done: not glibc, opted out, kept by
+#: the environment, or JAX not on the CPU), "import" (:func:`keep_at_import` applied, before
+#: JAX's backends existed), "early" (applied by :func:`keep_by_default` before they existed),
+#: "late" (after: glibc's settings applied, XLA:CPU's worker threads keep their own arenas)
 _DEFAULT: str | None = None
+#: whether :func:`keep_at_import` found JAX's backends already created (imported late)
+_IMPORTED_LATE = False
+#: whether the late-import warning was given (once per process)
+_WARNED = False
 
-#: the one way to opt out of :func:`keep_by_default` (set it to 0 before the first jaxconv call)
+#: the one way to opt out of jaxconv's default (set it to 0 before importing jaxconv)
 OPT_OUT = "JAXCONV_KEEP_FREED_MEMORY"
 
 # glibc's mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -2, -4, -8
+
+#: what importing jaxconv after JAX's first computation costs, measured
+#: (docs/performance.md, "Host memory": the usual script per import order)
+LATE_COST = ("training steps up to 1.4x slower on a 2-core AMD EPYC: each step's temporaries "
+             "are fresh pages, faulted in and zeroed")
+
+
+class LateImportWarning(RuntimeWarning):
+    """jaxconv was imported after JAX's first computation: XLA:CPU's worker threads allocate
+    each execution's temporaries afresh (docs/training.md, "Host memory")."""
 
 
 def _glibc() -> bool:
@@ -71,20 +95,28 @@ def keeps_freed_memory(env: Mapping[str, str] | None = None) -> bool:
             and trim is not None and trim >= 1 << 28)
 
 
+def _mallopt_keep() -> bool:
+    """glibc keeps freed memory: one arena (threads created from now on allocate from the main
+    heap), large blocks from the heap (no ``mmap``), no trim below 2 GiB, 256 MiB of headroom
+    at the top. True where every setting took (``mallopt`` returns 1 on success)."""
+    libc = ctypes.CDLL(None)
+    settings = [(_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, (1 << 31) - 1),
+                (_M_TOP_PAD, 1 << 28)]
+    return all([libc.mallopt(param, value) for param, value in settings])
+
+
 def keep_freed_memory() -> bool:
     """Makes this process keep the memory XLA:CPU frees, so that the next execution reuses it.
 
-    For CPU training: a step's temporaries above 32 MiB are otherwise fresh pages every call,
-    each faulted in and zeroed (docs/performance.md, "Host memory"). Call it first,
-    before JAX computes anything on the CPU. It turns off JAX's asynchronous dispatch on the CPU
-    (``jax_cpu_enable_async_dispatch``: each computation then runs on the thread that calls
-    it, and from Python's main thread its temporaries come from glibc's main heap, which the
-    settings below govern; a worker thread's heap maps large blocks afresh whatever they say;
-    computations across several devices are dispatched as before), and sets glibc's
-    ``M_MMAP_MAX`` to 0 (large blocks come from the heap), ``M_TRIM_THRESHOLD`` to 2 GiB and
-    ``M_TOP_PAD`` to 256 MiB (freed memory stays in the process). The process's resident
-    memory then stays at its peak. Starting Python with :data:`RECOMMENDED` in the environment
-    does the same and keeps asynchronous dispatch.
+    ``import jaxconv`` already does so on the CPU (:func:`keep_at_import`, docs/training.md,
+    "Host memory"), keeping asynchronous dispatch; this is the explicit form, which also
+    works with ``JAXCONV_KEEP_FREED_MEMORY=0`` set and turns off JAX's asynchronous dispatch
+    on the CPU (``jax_cpu_enable_async_dispatch``: each computation then runs on the thread
+    that calls it). Call it before JAX computes anything. It sets glibc's ``M_ARENA_MAX`` to
+    1 (threads allocate from the main heap), ``M_MMAP_MAX`` to 0 (large blocks come from the
+    heap), ``M_TRIM_THRESHOLD`` to 2 GiB and ``M_TOP_PAD`` to 256 MiB (freed memory stays in
+    the process). The process's resident memory then stays at its peak. Starting Python with
+    :data:`RECOMMENDED` in the environment does the same and keeps asynchronous dispatch.
 
     Returns:
       True where the settings were applied (Linux with glibc), False elsewhere (nothing done).
@@ -110,10 +142,7 @@ def keep_freed_memory() -> bool:
             "Python with " + RECOMMENDED)
     import jax
 
-    libc = ctypes.CDLL(None)
-    done = [libc.mallopt(_M_MMAP_MAX, 0), libc.mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1),
-            libc.mallopt(_M_TOP_PAD, 1 << 28)]
-    if not all(done):  # mallopt returns 1 on success
+    if not _mallopt_keep():
         return False
     jax.config.update("jax_cpu_enable_async_dispatch", False)  # type: ignore[no-untyped-call]
     _KEPT_BY_CALL = True
@@ -139,39 +168,77 @@ def _cpu_is_default() -> bool:
     return not any(importlib.util.find_spec(name) is not None for name in plugins)
 
 
+def _nothing_to_do(env: Mapping[str, str]) -> bool:
+    return (_DEFAULT is not None or _KEPT_BY_CALL or not _glibc() or _opted_out(env)
+            or keeps_freed_memory(env))
+
+
+def keep_at_import(env: Mapping[str, str] | None = None) -> str | None:
+    """jaxconv's default, applied by ``import jaxconv``: keeps freed memory where JAX will run on
+    the CPU and its backends do not exist yet (glibc's settings of :func:`keep_freed_memory`,
+    asynchronous dispatch kept: the arena count set before XLA:CPU's worker threads first
+    allocate reaches them). Where the backends already exist it only records that jaxconv came
+    late (:func:`keep_by_default` warns at the first CPU kernel). Nothing happens where glibc
+    is not the allocator, the environment already keeps freed memory, or :data:`OPT_OUT` is 0.
+
+    Returns:
+      "import" where it applied the settings, else None.
+    """
+    global _DEFAULT, _IMPORTED_LATE
+    from jax._src import xla_bridge
+
+    env = os.environ if env is None else env
+    if _nothing_to_do(env):
+        return None
+    if xla_bridge.backends_are_initialized():
+        _IMPORTED_LATE = True
+        return None
+    if not _cpu_is_default() or not _mallopt_keep():
+        return None
+    _DEFAULT = "import"
+    return _DEFAULT
+
+
 def keep_by_default(env: Mapping[str, str] | None = None) -> str | None:
-    """Keeps freed memory where jaxconv's CPU kernels are about to run, unless opted out.
+    """jaxconv's default where its CPU kernels are about to run, unless opted out.
 
     Called by :func:`jaxconv.accelerate` (when JAX runs on the CPU) and by the lowering of
-    jaxconv's kernels for the CPU; once per process. Before JAX's backends exist it is
-    :func:`keep_freed_memory`; after, it applies glibc's settings (freed memory of this
-    thread's heap stays), and the executions XLA:CPU dispatches to its worker threads keep
-    allocating their temporaries afresh: ``jaxconv explain`` then says so
-    (docs/training.md, "Host memory"). Nothing happens where glibc is not the allocator,
-    where the process already keeps freed memory, or where :data:`OPT_OUT` is ``0``.
+    jaxconv's kernels for the CPU. Where :func:`keep_at_import` applied it, nothing more.
+    Before JAX's backends exist it applies the same settings ("early"). After, it applies
+    glibc's settings (freed memory of this thread's heap stays) and warns once
+    (:class:`LateImportWarning`): the executions XLA:CPU dispatches to its worker threads keep
+    allocating their temporaries afresh (docs/training.md, "Host memory").
 
     Returns:
       "early" or "late" (as above) where it acted, else None.
     """
-    global _DEFAULT
+    global _DEFAULT, _WARNED
     from jax._src import xla_bridge
 
     env = os.environ if env is None else env
-    if _DEFAULT is not None or _KEPT_BY_CALL or not _glibc() or _opted_out(env):
-        return None
-    if keeps_freed_memory(env):
+    if _nothing_to_do(env):
         return None
     if not xla_bridge.backends_are_initialized():
-        if not _cpu_is_default() or not keep_freed_memory():
+        if not _cpu_is_default() or not _mallopt_keep():
             return None
         _DEFAULT = "early"
         return _DEFAULT
-    libc = ctypes.CDLL(None)
-    if not all([libc.mallopt(_M_MMAP_MAX, 0), libc.mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1),
-                libc.mallopt(_M_TOP_PAD, 1 << 28)]):
+    if not _mallopt_keep():
         return None
     _DEFAULT = "late"
+    if not _WARNED:
+        _WARNED = True
+        warnings.warn(late_message(), LateImportWarning, stacklevel=3)
     return _DEFAULT
+
+
+def late_message() -> str:
+    """What a late import costs and the one-line fix (the warning, ``check`` and ``explain``)."""
+    return ("jaxconv was imported after JAX's first computation, so XLA:CPU's worker threads "
+            f"allocate each execution's temporaries afresh ({LATE_COST}). Fix: import jaxconv "
+            "before JAX computes anything (the top of the script, a notebook's first cell); or "
+            f"start Python with {RECOMMENDED}; silence: {OPT_OUT}=0 (docs/training.md, "
+            "\"Host memory\")")
 
 
 def mode() -> str:
@@ -180,30 +247,29 @@ def mode() -> str:
     "default" (glibc's defaults) or "n/a" (not glibc)."""
     if not _glibc():
         return "n/a"
-    if _KEPT_BY_CALL or keeps_freed_memory():
+    if _KEPT_BY_CALL or _DEFAULT in ("import", "early") or keeps_freed_memory():
         return "kept"
-    return "late" if _DEFAULT == "late" else "default"
+    return "late" if _DEFAULT == "late" or _IMPORTED_LATE else "default"
 
 
 def line(backend: str, env: Mapping[str, str] | None = None) -> str | None:
-    """One line for ``jaxconv check`` on CPU under glibc; None elsewhere (nothing to say)."""
+    """One line for ``jaxconv check`` and ``explain`` on CPU under glibc; None elsewhere."""
     if backend != "cpu" or not _glibc():
         return None
-    if _DEFAULT == "early" and env is None:
-        return (f"host memory: kept by jaxconv's default (XLA:CPU's temporaries are reused; opt "
-                f"out with {OPT_OUT}=0)")
-    if _KEPT_BY_CALL and env is None:
-        return "host memory: kept by jaxconv.keep_freed_memory() (XLA:CPU's temporaries are reused)"
-    if _DEFAULT == "late" and env is None:
-        return ("host memory: kept on the main thread only: jaxconv's first CPU kernel came after "
-                "JAX's first computation, and XLA:CPU's worker threads allocate their temporaries "
-                "afresh; apply jaxconv.accelerate (or call jaxconv.keep_freed_memory()) before "
-                "the first computation (docs/training.md, \"Host memory\")")
+    if env is None:
+        if _KEPT_BY_CALL:
+            return ("host memory: kept by jaxconv.keep_freed_memory() (XLA:CPU's temporaries "
+                    "are reused; synchronous dispatch)")
+        if _DEFAULT in ("import", "early"):
+            return (f"host memory: kept since jaxconv was imported (XLA:CPU's temporaries are "
+                    f"reused; opt out with {OPT_OUT}=0)")
+        if _DEFAULT == "late" or (_IMPORTED_LATE and not _opted_out(os.environ)):
+            return "host memory: " + late_message()
     if keeps_freed_memory(env):
         return "host memory: glibc keeps freed memory (XLA:CPU's temporaries are reused)"
     hugetlb = _settings(os.environ if env is None else env).get("hugetlb")
     extra = " (glibc.malloc.hugetlb set: fewer faults, still zeroed)" if hugetlb in ("1", "2") else ""
     return ("host memory: glibc's defaults" + extra + ": XLA:CPU's temporaries above 32 MiB are "
-            "fresh pages every call; for CPU training apply jaxconv.accelerate before the first "
-            "computation (it keeps them), call jaxconv.keep_freed_memory() first, or start "
-            "Python with " + RECOMMENDED + " (docs/training.md, \"Host memory\")")
+            "fresh pages every call; for CPU training import jaxconv before JAX's first "
+            f"computation without {OPT_OUT}=0 (it keeps them), or start Python with "
+            + RECOMMENDED + " (docs/training.md, \"Host memory\")")

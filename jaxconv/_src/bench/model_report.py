@@ -17,6 +17,11 @@ import sys
 from typing import Any
 
 
+
+#: the memory column per mode (``default``: results from before the usual script was a mode)
+_MEMORY = {"kept": "kept first", "usual": "usual script"}
+
+
 def _ms(v: float | None) -> str:
     """A median in ms, or "-" where the contender did not run."""
     return "-" if v is None else f"{v:.0f}"
@@ -39,7 +44,7 @@ def steps_table(results: list[dict[str, Any]]) -> str:
                 _ms(pool["median_ms"].get(k)) for k in ("xla", "jaxconv", "torch"))
             lines.append(
                 f"| {r['description']} ({r['batch']}, {r['image']}) | {'yes' if r['batchnorm'] else 'no'} "
-                f"| {'kept' if r['mode'] == 'kept' else 'glibc defaults'} "
+                f"| {_MEMORY.get(r['mode'], 'glibc defaults')} "
                 f"| {_ms(m.get('lax'))} | {m['jaxconv']:.0f} | {_ms(m.get('torch'))} "
                 f"| **{r['torch_over_jaxconv']:.2f}** ({runs}) "
                 f"| {_ratio(r['lax_over_jaxconv'])} "

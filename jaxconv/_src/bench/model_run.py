@@ -13,12 +13,12 @@ interleaved in one process (a fresh random order each repetition, medians):
   Each contender carries its state from step to step as a training loop does: torch's
   optimizer updates in place, and the flax steps donate their parameters, statistics and
   optimizer state (``donate_argnums``) so that XLA does too.
-  ``--modes kept default`` runs each mode in a child process of its own: ``kept`` calls
-  ``jaxconv.keep_freed_memory()`` first (PyTorch's allocations are the same process's, so it
-  keeps them too), ``default`` does what a program that calls nothing gets: glibc's settings,
-  or jaxconv's default where ``accelerate`` is a contender (applied before the first
-  computation, as a decorator on the step is; each mode's peak resident memory is
-  reported); ``--runs N`` repeats each mode in N processes and reports the median.
+  ``--modes usual kept`` runs each mode in a child process of its own: ``usual`` is the
+  script people write (``import jaxconv`` at the top, the arrays and the model's variables,
+  then the wrap of the step: jaxconv's default host memory, applied at the import), ``kept``
+  calls ``jaxconv.keep_freed_memory()`` first (synchronous dispatch as well; PyTorch's
+  allocations are the same process's, so both keep them); each mode's peak resident memory
+  is reported; ``--runs N`` repeats each mode in N processes and reports the median.
   ``--no-batchnorm`` replaces BatchNorm by identity in both.
   A ResNet's stem max pool (``jaxconv.max_pool`` in the jaxconv contender, flax's
   ``nn.max_pool`` in lax's) is timed alone too, forward and backward, on every side
@@ -34,7 +34,7 @@ interleaved in one process (a fresh random order each repetition, medians):
 Writes JSON (the machine, both oneDNN versions and thread counts included) and a plot.
 
 usage: jaxconv bench models [--models resnet18 ...] [--batch 8] [--reps 5] [--runs 3]
-         [--lax-runs 1] [--modes kept default] [--no-batchnorm] [--parts steps layers] [--dtype float32]
+         [--lax-runs 1] [--modes usual kept] [--no-batchnorm] [--parts steps layers] [--dtype float32]
          [--layer-runs 1]
          [--out benchmarks/results/models.json]
 """
@@ -85,7 +85,7 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> None:
                       fontsize=7)
         ax.set_ylabel("ms per training step (median)")
         ax.set_title(f"{'BatchNorm' if bn else 'no BatchNorm'}, memory "
-                     f"{'kept by keep_freed_memory()' if mode == 'kept' else 'jaxconv default'}",
+                     f"{'kept by keep_freed_memory()' if mode == 'kept' else 'the usual script'}",
                      fontsize=8)
         ax.legend(fontsize=7)
     cpu = result["machine"]["cpu"]
@@ -145,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lax-runs", type=int, default=1,
                     help="the runs that time lax too (default 1: its step is far slower, and "
                          "the runs compare jaxconv with torch)")
-    ap.add_argument("--modes", nargs="+", choices=("kept", "default"), default=["kept", "default"])
+    ap.add_argument("--modes", nargs="+", choices=("usual", "kept"), default=["usual"],
+                    help="usual: the script people write (import jaxconv, arrays, the model, "
+                         "then the wrap); kept: jaxconv.keep_freed_memory() first")
     ap.add_argument("--no-batchnorm", action="store_true", help="BatchNorm replaced by identity")
     ap.add_argument("--parts", nargs="+", choices=("steps", "layers"), default=["steps", "layers"])
     ap.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
@@ -162,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                          "ratio beside it")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child-layers", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--mode", choices=("kept", "default"), help=argparse.SUPPRESS)
+    ap.add_argument("--mode", choices=("usual", "kept"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(steps_child(args)))

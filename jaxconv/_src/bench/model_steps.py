@@ -241,10 +241,8 @@ def steps_child(args: argparse.Namespace) -> dict[str, Any]:
     import jaxconv
     if args.mode == "kept" and not jaxconv.keep_freed_memory():
         raise SystemExit("models: --mode kept needs Linux with glibc")
-    if args.mode == "default" and "accelerate" in args.contenders:
-        # what `jaxconv.accelerate` does where a program applies it before its first
-        # computation (a decorator on its training step): jaxconv's default host memory
-        host_memory.keep_by_default()
+    # "usual": nothing more; jaxconv's default host memory came with its import (this module's
+    # first line of jaxconv), and measure_steps makes the arrays and variables before the wrap
     rows = [measure_steps(m, args.batch, args.image or models.MODELS[m].image, args.reps,
                           not args.no_batchnorm, tuple(args.contenders),
                           bfloat16=args.dtype == "bfloat16") for m in args.models]
