@@ -423,19 +423,30 @@ def _named_like(wrapper: Callable[..., Any], fun: Callable[..., Any]) -> None:
 
 def _call(fun: Callable[..., Any], inputs: tuple[Any, Any]) -> Any:
     """``fun(*inputs)`` traced and evaluated by :func:`evaluate`: array leaves are traced, the
-    others are constants of the trace."""
+    others are constants of the trace; so are the result's leaves that are not arrays (an
+    equinox model's activation function, returned with the updated model), as under
+    ``eqx.filter_jit``."""
     leaves, tree = jax.tree_util.tree_flatten(inputs)
     traced = [i for i, v in enumerate(leaves) if _is_array(v)]
+    result: dict[str, Any] = {}
 
-    def flat(*values: Any) -> Any:
+    def flat(*values: Any) -> list[Any]:
         full = list(leaves)
         for i, v in zip(traced, values):
             full[i] = v
-        return fun(*jax.tree_util.tree_unflatten(tree, full))
+        out_leaves, result["tree"] = jax.tree_util.tree_flatten(
+            fun(*jax.tree_util.tree_unflatten(tree, full)))
+        result["leaves"] = out_leaves
+        result["arrays"] = [i for i, v in enumerate(out_leaves)
+                            if isinstance(v, jax.core.Tracer) or _is_array(v)]
+        return [out_leaves[i] for i in result["arrays"]]
 
-    closed, out_shape = jax.make_jaxpr(flat, return_shape=True)(*(leaves[i] for i in traced))
+    closed = jax.make_jaxpr(flat)(*(leaves[i] for i in traced))
     outs = evaluate(closed.jaxpr, closed.consts, [leaves[i] for i in traced])
-    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), outs)
+    full = list(result["leaves"])
+    for i, v in zip(result["arrays"], outs):
+        full[i] = v
+    return jax.tree_util.tree_unflatten(result["tree"], full)
 
 
 def _nnx_kinds() -> tuple[type, ...]:
