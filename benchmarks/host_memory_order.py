@@ -4,10 +4,10 @@ Each mode runs in processes of its own (several, round-robin, so that a VM's slo
 every mode alike), each the script people write: ``import jaxconv`` at the top, arrays,
 the model's variables, then ``jax.jit(jaxconv.accelerate(step), donate_argnums=...)``:
 
-* ``import``: jaxconv's default (``keep_at_import``: glibc's arena count set to one before
-  XLA:CPU's worker threads exist, asynchronous dispatch kept);
-* ``keep-first``: ``jaxconv.keep_freed_memory()`` right after the import (the same glibc
-  settings with synchronous dispatch: the figure the mechanism must match);
+* ``import``: jaxconv's default (``keep_at_import``: ``jaxconv.keep_freed_memory()`` at the
+  import, before XLA:CPU's client exists: glibc keeps freed memory, dispatch synchronous);
+* ``arena-only``: the alternative it was measured against: glibc's settings alone at the
+  import (one arena, no ``mmap``, no trim), asynchronous dispatch kept;
 * ``late``: JAX computes before ``import jaxconv`` (the worker threads keep their own arenas);
 * ``off``: ``JAXCONV_KEEP_FREED_MEMORY=0`` (glibc's defaults).
 
@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 
-MODES = ("import", "keep-first", "late", "off")
+MODES = ("import", "arena-only", "late", "off")
 
 
 def _minflt() -> int:
@@ -38,7 +38,7 @@ def _minflt() -> int:
 
 
 def child(mode: str, name: str, batchnorm: bool, steps: int, prepare_ms: float) -> dict:
-    if mode in ("off", "keep-first"):
+    if mode in ("off", "arena-only"):
         os.environ["JAXCONV_KEEP_FREED_MEMORY"] = "0"
     if mode == "late":
         import jax.numpy as jnp
@@ -47,8 +47,9 @@ def child(mode: str, name: str, batchnorm: bool, steps: int, prepare_ms: float) 
 
     warnings.simplefilter("ignore")  # the late mode's warning (it is what this mode measures)
     import jaxconv
-    if mode == "keep-first":
-        jaxconv.keep_freed_memory()
+    from jaxconv._src import host_memory
+    if mode == "arena-only":
+        host_memory._mallopt_keep()  # glibc's settings alone, dispatch left asynchronous
     import resource
 
     import jax
@@ -56,7 +57,6 @@ def child(mode: str, name: str, batchnorm: bool, steps: int, prepare_ms: float) 
     import numpy as np
     import optax
 
-    from jaxconv._src import host_memory
     from jaxconv._src.bench import models
 
     spec = models.MODELS[name]
@@ -173,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             med = {m: statistics.median(r["step_ms"] for r in rs) for m, rs in per.items() if rs}
             summary.append({
                 "model": name, "batchnorm": bool(bn), "median_step_ms": med,
-                "over_keep_first": {m: v / med["keep-first"] for m, v in med.items()}
-                if "keep-first" in med else None,
+                "over_import": {m: v / med["import"] for m, v in med.items()}
+                if "import" in med else None,
                 "faults_per_step": {m: statistics.median(r["minor_faults_per_step"] for r in rs)
                                     for m, rs in per.items() if rs},
                 "peak_rss_mib": {m: max(r["peak_rss_mib"] for r in rs) for m, rs in per.items()

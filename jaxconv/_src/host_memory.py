@@ -3,18 +3,19 @@
 XLA:CPU allocates the temporaries of each execution of a compiled program as one block and
 frees it at the end. With glibc's default settings a block above 32 MiB (a training step's,
 usually) comes from a fresh ``mmap`` every call, so every page of it is faulted in and zeroed
-again (docs/performance.md, "Host memory"), and a thread other than the main one allocates
+again (docs/performance.md, "Host memory"), and a thread other than the main one may allocate
 from an arena of its own, which maps large blocks afresh whatever the other settings say.
 
 ``import jaxconv`` keeps freed memory (:func:`keep_at_import`): before JAX's CPU client
-exists, glibc's arena count is set to one, so that XLA:CPU's worker threads, created with the
-client, allocate from the main heap, and large blocks stay in it (no ``mmap``, no trim below
-2 GiB). Asynchronous dispatch stays. Where jaxconv is imported after JAX's first computation
-the worker threads already have their arenas: the first jaxconv CPU kernel or ``accelerate``
-then warns once (:class:`LateImportWarning`). :func:`keep_freed_memory` is the explicit form
-(synchronous dispatch as well); :data:`RECOMMENDED` the environment's. :func:`line` says
-which case the process is in, for ``jaxconv check`` and ``explain``; docs/training.md, "Host
-memory", for a user.
+exists, it applies :func:`keep_freed_memory`: glibc keeps large freed blocks in the main heap,
+and JAX runs each CPU computation on the calling thread, whose heap that is. (glibc's arena
+count alone, set at the import with dispatch left asynchronous, did not reach XLA:CPU's
+worker threads in every process: threads that a library started before the import, such as
+OpenBLAS's, may hold arenas of their own, which the workers then share; measured in
+docs/training.md, "Host memory".) Where jaxconv is imported after JAX's first computation,
+the first jaxconv CPU kernel or ``accelerate`` warns once (:class:`LateImportWarning`).
+:data:`RECOMMENDED` is the environment's form. :func:`line` says which case the process is
+in, for ``jaxconv check`` and ``explain``.
 """
 
 from __future__ import annotations
@@ -109,14 +110,16 @@ def keep_freed_memory() -> bool:
     """Makes this process keep the memory XLA:CPU frees, so that the next execution reuses it.
 
     ``import jaxconv`` already does so on the CPU (:func:`keep_at_import`, docs/training.md,
-    "Host memory"), keeping asynchronous dispatch; this is the explicit form, which also
-    works with ``JAXCONV_KEEP_FREED_MEMORY=0`` set and turns off JAX's asynchronous dispatch
-    on the CPU (``jax_cpu_enable_async_dispatch``: each computation then runs on the thread
-    that calls it). Call it before JAX computes anything. It sets glibc's ``M_ARENA_MAX`` to
-    1 (threads allocate from the main heap), ``M_MMAP_MAX`` to 0 (large blocks come from the
-    heap), ``M_TRIM_THRESHOLD`` to 2 GiB and ``M_TOP_PAD`` to 256 MiB (freed memory stays in
-    the process). The process's resident memory then stays at its peak. Starting Python with
-    :data:`RECOMMENDED` in the environment does the same and keeps asynchronous dispatch.
+    "Host memory"); this is the explicit form, which also works with
+    ``JAXCONV_KEEP_FREED_MEMORY=0`` set. Call it before JAX computes anything. It turns off
+    JAX's asynchronous dispatch on the CPU (``jax_cpu_enable_async_dispatch``: each
+    computation then runs on the thread that calls it, and from Python's main thread its
+    temporaries come from glibc's main heap; computations across several devices are
+    dispatched as before), and sets glibc's ``M_ARENA_MAX`` to 1, ``M_MMAP_MAX`` to 0 (large
+    blocks come from the heap), ``M_TRIM_THRESHOLD`` to 2 GiB and ``M_TOP_PAD`` to 256 MiB
+    (freed memory stays in the process). The process's resident memory then stays at its
+    peak. Starting Python with :data:`RECOMMENDED` in the environment does the same and keeps
+    asynchronous dispatch.
 
     Returns:
       True where the settings were applied (Linux with glibc), False elsewhere (nothing done).
@@ -174,17 +177,16 @@ def _nothing_to_do(env: Mapping[str, str]) -> bool:
 
 
 def keep_at_import(env: Mapping[str, str] | None = None) -> str | None:
-    """jaxconv's default, applied by ``import jaxconv``: keeps freed memory where JAX will run on
-    the CPU and its backends do not exist yet (glibc's settings of :func:`keep_freed_memory`,
-    asynchronous dispatch kept: the arena count set before XLA:CPU's worker threads first
-    allocate reaches them). Where the backends already exist it only records that jaxconv came
-    late (:func:`keep_by_default` warns at the first CPU kernel). Nothing happens where glibc
-    is not the allocator, the environment already keeps freed memory, or :data:`OPT_OUT` is 0.
+    """jaxconv's default, applied by ``import jaxconv``: :func:`keep_freed_memory` where JAX will
+    run on the CPU and its backends do not exist yet. Where they already exist it only records
+    that jaxconv came late (:func:`keep_by_default` warns at the first CPU kernel). Nothing
+    happens where glibc is not the allocator, the environment already keeps freed memory, or
+    :data:`OPT_OUT` is 0.
 
     Returns:
       "import" where it applied the settings, else None.
     """
-    global _DEFAULT, _IMPORTED_LATE
+    global _DEFAULT, _IMPORTED_LATE, _KEPT_BY_CALL
     from jax._src import xla_bridge
 
     env = os.environ if env is None else env
@@ -193,8 +195,9 @@ def keep_at_import(env: Mapping[str, str] | None = None) -> str | None:
     if xla_bridge.backends_are_initialized():
         _IMPORTED_LATE = True
         return None
-    if not _cpu_is_default() or not _mallopt_keep():
+    if not _cpu_is_default() or not keep_freed_memory():
         return None
+    _KEPT_BY_CALL = False  # applied by the default, not by the user's call
     _DEFAULT = "import"
     return _DEFAULT
 
@@ -204,23 +207,24 @@ def keep_by_default(env: Mapping[str, str] | None = None) -> str | None:
 
     Called by :func:`jaxconv.accelerate` (when JAX runs on the CPU) and by the lowering of
     jaxconv's kernels for the CPU. Where :func:`keep_at_import` applied it, nothing more.
-    Before JAX's backends exist it applies the same settings ("early"). After, it applies
-    glibc's settings (freed memory of this thread's heap stays) and warns once
-    (:class:`LateImportWarning`): the executions XLA:CPU dispatches to its worker threads keep
-    allocating their temporaries afresh (docs/training.md, "Host memory").
+    Before JAX's backends exist it applies :func:`keep_freed_memory` ("early"). After, it
+    applies glibc's settings (freed memory of this thread's heap stays) and warns once
+    (:class:`LateImportWarning`): XLA:CPU's worker threads keep allocating their temporaries
+    afresh (docs/training.md, "Host memory").
 
     Returns:
       "early" or "late" (as above) where it acted, else None.
     """
-    global _DEFAULT, _WARNED
+    global _DEFAULT, _WARNED, _KEPT_BY_CALL
     from jax._src import xla_bridge
 
     env = os.environ if env is None else env
     if _nothing_to_do(env):
         return None
     if not xla_bridge.backends_are_initialized():
-        if not _cpu_is_default() or not _mallopt_keep():
+        if not _cpu_is_default() or not keep_freed_memory():
             return None
+        _KEPT_BY_CALL = False
         _DEFAULT = "early"
         return _DEFAULT
     if not _mallopt_keep():
@@ -262,7 +266,7 @@ def line(backend: str, env: Mapping[str, str] | None = None) -> str | None:
                     "are reused; synchronous dispatch)")
         if _DEFAULT in ("import", "early"):
             return (f"host memory: kept since jaxconv was imported (XLA:CPU's temporaries are "
-                    f"reused; opt out with {OPT_OUT}=0)")
+                    f"reused; synchronous dispatch; opt out with {OPT_OUT}=0)")
         if _DEFAULT == "late" or (_IMPORTED_LATE and not _opted_out(os.environ)):
             return "host memory: " + late_message()
     if keeps_freed_memory(env):
