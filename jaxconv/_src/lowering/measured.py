@@ -153,6 +153,43 @@ def _key(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Pre
                  str(preferred_element_type), sorted(fields.items(), key=lambda kv: kv[0])))
 
 
+# What "auto" may run on one CPU device, per problem class: the candidates it times. Each
+# class's candidates are checked against PyTorch on problems of that class, pads past the
+# kernel and strided remainders included (tests/test_lowering_candidates.py); a method wrong
+# for a class must not be one of its candidates (docs/lowerings.md, "What auto may run").
+CANDIDATE_CLASSES = {
+    "winograd": "the table's Winograd (3x3, stride 1): the tiles its accuracy rule allows and "
+                "oneDNN's direct kernel, up to WINOGRAD_MEASURE_MAX_MACS",
+    "small": "any other table method, up to MEASURE_MAX_MACS: it and XLA's own program "
+             "(XLA_OWN: the forward's one convolution, the gradients' jax.vjp program)",
+    "table": "the table's method alone: XLA's own program, a larger problem, or XLA's program "
+             "not applying",
+}
+
+
+def candidate_class(kernel: Kernel, p: ConvProblem, method: str, *, xla_applies: bool) -> str:
+    """Which of :data:`CANDIDATE_CLASSES` a call whose CPU table picked ``method`` is in."""
+    if method == "winograd":  # the table picks it only where oneDNN applies
+        return "winograd" if backends.macs(p) <= WINOGRAD_MEASURE_MAX_MACS else "table"
+    if not xla_applies or method == XLA_OWN[kernel] or backends.macs(p) > MEASURE_MAX_MACS:
+        return "table"
+    return "small"
+
+
+def timed(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, *,
+          xla_applies: bool) -> tuple[str, ...]:
+    """The methods ``"auto"`` times for ``kernel`` of ``p`` where the CPU table picked
+    ``method`` (:data:`CANDIDATE_CLASSES`); one method: nothing is timed."""
+    klass = candidate_class(kernel, p, method, xla_applies=xla_applies)
+    if klass == "winograd":
+        from jaxconv._src.lowering import winograd
+        return (*(f"winograd_{m}x{m}" for m in winograd.timed_tiles(kernel, p, dtype)),
+                "onednn")
+    if klass == "small":
+        return (method, XLA_OWN[kernel])
+    return (method,)
+
+
 def pick(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Precision,
          preferred_element_type: DType, *, run: Callable[..., Any], xla_applies: bool) -> str:
     """``method`` (the CPU table's) or XLA's own program for ``kernel`` (where ``xla_applies``),
@@ -161,19 +198,14 @@ def pick(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Pre
     that multiplies least unless another timed clearly faster (:func:`_winograd_verdict`),
     or oneDNN's direct kernel where it timed faster; ``run`` is the registry's dispatch
     (``registry.run``), which compiles each."""
-    fewest = ""
-    if method == "winograd":  # the table picks it only where oneDNN applies
-        from jaxconv._src.lowering import winograd
-        candidates = (*(f"winograd_{m}x{m}" for m in winograd.timed_tiles(kernel, p, dtype)),
-                      "onednn")
-        side = winograd.fewest_products_tile(kernel, p, dtype)
-        fewest, cap = f"winograd_{side}x{side}", WINOGRAD_MEASURE_MAX_MACS
-    else:
-        if not xla_applies or method == XLA_OWN[kernel]:
-            return method
-        candidates, cap = (method, XLA_OWN[kernel]), MEASURE_MAX_MACS
-    if not enabled() or backends.macs(p) > cap:
+    candidates = timed(kernel, p, method, dtype, xla_applies=xla_applies)
+    if len(candidates) < 2 or not enabled():
         return method
+    fewest = ""
+    if method == "winograd":
+        from jaxconv._src.lowering import winograd
+        side = winograd.fewest_products_tile(kernel, p, dtype)
+        fewest = f"winograd_{side}x{side}"
     key = _key(kernel, p, method, dtype, precision, preferred_element_type)
     with _LOCK:
         if key not in _VERDICTS:

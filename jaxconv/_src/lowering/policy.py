@@ -78,15 +78,27 @@ def one_device_method(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any,
     """What ``lowering="auto"`` runs for ``kernel`` on one device of ``backend``: the table's
     method, on the CPU checked against XLA's own program by timing where the problem is small
     (Winograd against oneDNN's direct kernel: ``measured.py``)."""
-    ok = backend == "cpu" and onednn.applies(kernel, p, dtype, preferred_element_type) is None
-    method = choose(kernel, p, backend, onednn_ok=ok)
     if backend != "cpu":
-        return method
+        return choose(kernel, p, backend, onednn_ok=False)
+    method = cpu_table_method(kernel, p, dtype, precision, preferred_element_type)
+    return measured.pick(kernel, p, method, dtype, precision, preferred_element_type,
+                         run=_run_forced, xla_applies=xla_own_applies(kernel, p))
+
+
+def cpu_table_method(kernel: Kernel, p: ConvProblem, dtype: Any, precision: Precision = None,
+                     preferred_element_type: DType = None) -> str:
+    """The CPU table's method for ``kernel`` of ``p`` on one device, before any timing (the
+    method ``measured.timed`` reads the candidates of)."""
+    ok = onednn.applies(kernel, p, dtype, preferred_element_type) is None
+    method = choose(kernel, p, "cpu", onednn_ok=ok)
     if method == "winograd" and (not winograd.pays_for(dtype) or _highest(precision)):
         method = "onednn"  # the dtypes and precisions "auto" leaves to the direct kernel
-    xla = measured.XLA_OWN[kernel]
-    return measured.pick(kernel, p, method, dtype, precision, preferred_element_type,
-                         run=_run_forced, xla_applies=METHODS[xla].why_not(kernel, p) is None)
+    return method
+
+
+def xla_own_applies(kernel: Kernel, p: ConvProblem) -> bool:
+    """Whether XLA's own program for ``kernel`` (``measured.XLA_OWN``) computes ``p``."""
+    return METHODS[measured.XLA_OWN[kernel]].why_not(kernel, p) is None
 
 
 def _run_forced(kernel: Kernel, a: Any, b: Any, *, p: ConvProblem, method: str, backend: str,
