@@ -1,12 +1,14 @@
-"""Synthetic images for the examples: the class is where a bright square sits, under noise.
+"""What the examples share: synthetic images, the command line, the line printed per epoch.
 
-Learnable in a few epochs by any CNN, generated in memory (nothing to download). Each example
-imports it (``python examples/NAME.py`` puts this folder on ``sys.path``).
+The images' class is where a bright square sits, under noise: learnable in a few epochs by any
+CNN, generated in memory (nothing to download). Each example imports this module (``python
+examples/NAME.py`` puts this folder on ``sys.path``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import argparse
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -34,3 +36,23 @@ def batches(x: np.ndarray, labels: np.ndarray, batch: int,
     for i in range(0, len(x) - batch + 1, batch):
         idx = order[i:i + batch]
         yield x[idx], labels[idx]
+
+
+def parse_args(doc: str, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The examples' options: epochs, the training and held-out set sizes, batch, image side."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--train", type=int, default=2048, help="training images")
+    ap.add_argument("--test", type=int, default=512, help="held-out images")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--image", type=int, default=32)
+    return ap.parse_args(argv)
+
+
+def report(epoch: int, epochs: int, losses: Sequence[float], accuracy: float,
+           seconds: float) -> dict[str, float]:
+    """Prints the epoch's line (mean training loss, held-out accuracy, time) and returns both."""
+    result = {"loss": float(np.mean(losses)), "accuracy": float(accuracy)}
+    print(f"epoch {epoch}/{epochs}: loss {result['loss']:.4f}, held-out accuracy "
+          f"{result['accuracy']:.3f}, {seconds:.1f} s ({len(losses)} steps)", flush=True)
+    return result

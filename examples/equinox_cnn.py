@@ -3,7 +3,7 @@
 The usual equinox script plus two lines: ``import jaxconv`` at the top (before JAX computes
 anything: it keeps the memory XLA:CPU frees between steps) and ``jaxconv.accelerate`` inside
 ``eqx.filter_jit``. Equinox layers take one example, channels first: the loss maps the model
-over the batch with ``jax.vmap``. Synthetic data (``data.py``); one line per epoch.
+over the batch with ``jax.vmap``. Synthetic data (``common.py``); one line per epoch.
 
     python examples/equinox_cnn.py
     python examples/equinox_cnn.py --epochs 1 --train 64 --image 16   # a smoke run
@@ -11,7 +11,6 @@ over the batch with ``jax.vmap``. Synthetic data (``data.py``); one line per epo
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Sequence
 
@@ -22,7 +21,7 @@ import numpy as np
 import optax
 
 import jaxconv  # before the first computation: docs/training.md, "Host memory"
-from data import batches, synthetic_images
+from common import batches, parse_args, report, synthetic_images
 
 
 class CNN(eqx.Module):
@@ -47,13 +46,7 @@ class CNN(eqx.Module):
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--train", type=int, default=2048, help="training images")
-    ap.add_argument("--test", type=int, default=512, help="held-out images")
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--image", type=int, default=32)
-    args = ap.parse_args(argv)
+    args = parse_args(__doc__, argv)
 
     x_train, y_train = synthetic_images(args.train, args.image, seed=0)
     x_test, y_test = synthetic_images(args.test, args.image, seed=1)
@@ -87,10 +80,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             losses.append(loss)
         losses = jax.device_get(losses)  # waits for the last step (dispatch is asynchronous)
         seconds = time.perf_counter() - start
-        result = {"loss": float(np.mean(losses)),
-                  "accuracy": float(accuracy(model, x_test, y_test))}
-        print(f"epoch {epoch}/{args.epochs}: loss {result['loss']:.4f}, held-out accuracy "
-              f"{result['accuracy']:.3f}, {seconds:.1f} s ({len(losses)} steps)", flush=True)
+        result = report(epoch, args.epochs, losses, accuracy(model, x_test, y_test), seconds)
     return result
 
 

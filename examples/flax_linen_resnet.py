@@ -4,7 +4,7 @@ The usual script, as written without jaxconv, plus two lines: ``import jaxconv``
 (before JAX computes anything: it keeps the memory XLA:CPU frees between steps) and the
 training step wrapped in ``jaxconv.accelerate`` (every convolution, its gradients and the max
 pool through jaxconv's kernels). The model, the arrays and ``model.init`` come first, as
-usual. Synthetic data (``data.py``); one line per epoch.
+usual. Synthetic data (``common.py``); one line per epoch.
 
     python examples/flax_linen_resnet.py                  # 3 epochs, 32 x 32 images
     python examples/flax_linen_resnet.py --epochs 1 --train 64 --image 16   # a smoke run
@@ -12,7 +12,6 @@ usual. Synthetic data (``data.py``); one line per epoch.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import time
 from collections.abc import Sequence
@@ -24,7 +23,7 @@ import numpy as np
 import optax
 
 import jaxconv  # before the first computation: docs/training.md, "Host memory"
-from data import batches, synthetic_images
+from common import batches, parse_args, report, synthetic_images
 
 
 class BasicBlock(nn.Module):
@@ -64,13 +63,7 @@ class ResNet(nn.Module):
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--train", type=int, default=2048, help="training images")
-    ap.add_argument("--test", type=int, default=512, help="held-out images")
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--image", type=int, default=32)
-    args = ap.parse_args(argv)
+    args = parse_args(__doc__, argv)
 
     x_train, y_train = synthetic_images(args.train, args.image, seed=0)
     x_test, y_test = synthetic_images(args.test, args.image, seed=1)
@@ -108,10 +101,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             losses.append(loss)
         losses = jax.device_get(losses)  # waits for the last step (dispatch is asynchronous)
         seconds = time.perf_counter() - start
-        result = {"loss": float(np.mean(losses)),
-                  "accuracy": float(accuracy(params, batch_stats, x_test, y_test))}
-        print(f"epoch {epoch}/{args.epochs}: loss {result['loss']:.4f}, held-out accuracy "
-              f"{result['accuracy']:.3f}, {seconds:.1f} s ({len(losses)} steps)", flush=True)
+        held_out = accuracy(params, batch_stats, x_test, y_test)
+        result = report(epoch, args.epochs, losses, held_out, seconds)
     return result
 
 

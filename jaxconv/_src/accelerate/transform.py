@@ -350,9 +350,10 @@ def accelerate(fun: F) -> F:
     ``fun``: array arguments are traced; other arguments (Python numbers, flags, strings) are
     constants of the trace, as ``static_argnums`` makes them. ``flax.nnx`` objects among the
     arguments (a model, an optimizer) may be mutated in place, as under ``nnx.jit``:
-    ``nnx.jit(jaxconv.accelerate(train_step))`` updates them. Applied before the program's
-    first computation on the CPU, it also keeps the memory XLA:CPU frees
-    (:func:`jaxconv.keep_freed_memory`; opt out with ``JAXCONV_KEEP_FREED_MEMORY=0``).
+    ``nnx.jit(jaxconv.accelerate(train_step))`` updates them. The memory XLA:CPU frees is kept
+    where ``import jaxconv`` came before the program's first computation; where it came after,
+    the first call warns once with the cost and the fix (docs/training.md, "Host memory"; opt
+    out with ``JAXCONV_KEEP_FREED_MEMORY=0``).
 
     Args:
       fun: the function to accelerate (a training step, a loss, a model's apply).
@@ -377,7 +378,7 @@ def accelerate(fun: F) -> F:
     """
     if not callable(fun):
         raise TypeError(f"accelerate: fun must be callable, got {type(fun).__name__}")
-    host_memory.keep_by_default()  # before the first computation, where JAX runs on the CPU
+    host_memory.keep_by_default()  # kept at the import already, or the late import's warning
 
     def accelerated(*args: Any, **kwargs: Any) -> Any:
         kinds = _nnx_kinds()

@@ -1,6 +1,7 @@
 """Markdown tables of ``jaxconv bench models`` results (the opening of docs/performance.md).
 
 usage: python -m jaxconv._src.bench.model_report JSON [JSON ...]  (results of jaxconv bench models)
+       python -m jaxconv._src.bench.model_report --lead JSON [JSON ...]  (the headline table)
 
 Each file's ``steps`` rows become one table (model, BatchNorm, memory mode, the three
 contenders' medians, torch/jaxconv and lax/jaxconv, every run's torch/jaxconv, the max pool
@@ -15,8 +16,6 @@ import json
 import pathlib
 import sys
 from typing import Any
-
-
 
 #: the memory column per mode (``default``: results from before the usual script was a mode)
 _MEMORY = {"kept": "kept first", "usual": "usual script"}
@@ -52,6 +51,43 @@ def steps_table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def runs(r: dict[str, Any], contender: str, label: str = "") -> str:
+    """Each run's torch/``contender`` ratio, in parentheses (after ``label``); empty where none
+    was timed."""
+    ratios = [v for v in r.get(f"torch_over_{contender}_runs") or [] if v]
+    return f" ({label}{', '.join(f'{v:.2f}' for v in ratios)})" if ratios else ""
+
+
+def lead_table(results: list[dict[str, Any]]) -> str:
+    """The headline (docs/performance.md, README): per model, torch/accelerate and
+    torch/jaxconv (the hooks) in the usual script, without and with BatchNorm, each process's
+    ratio beside; and accelerate's step time in the usual script over its time with
+    ``keep_freed_memory()`` first (the ``kept`` mode), where both were run."""
+    rows: dict[str, dict[tuple[str, bool], dict[str, Any]]] = {}
+    for res in results:
+        for r in res.get("steps", []):
+            rows.setdefault(f"{r['description']} ({r['batch']}, {r['image']})", {})[
+                (r["mode"], r["batchnorm"])] = r
+    lines = ["| model (batch, image) | torch / accelerate, no BatchNorm | with BatchNorm "
+             "| torch / jaxconv (hooks), no BatchNorm | with BatchNorm "
+             "| accelerate: usual script / kept first, no BatchNorm, with |",
+             "|---|---|---|---|---|---|"]
+    for model, by in rows.items():
+        cells = []
+        for contender in ("accelerate", "jaxconv"):
+            for bn in (False, True):
+                r = by.get(("usual", bn), {})
+                ratio = r.get(f"torch_over_{contender}")
+                cells.append("-" if ratio is None else f"**{ratio:.2f}**{runs(r, contender)}")
+        usual_over_kept = []
+        for bn in (False, True):
+            u = by.get(("usual", bn), {}).get("median_ms", {}).get("accelerate")
+            k = by.get(("kept", bn), {}).get("median_ms", {}).get("accelerate")
+            usual_over_kept.append("-" if u is None or k is None else f"{u / k:.2f}")
+        lines.append(f"| {model} | " + " | ".join(cells) + f" | {', '.join(usual_over_kept)} |")
+    return "\n".join(lines)
+
+
 def layers_summary(result: dict[str, Any]) -> str:
     peak = result["machine"]["peak"]["gflops"]
     lines = ["| model | rows | step-weighted jaxconv/torch | worst row | convolutions' GFLOP/s, "
@@ -79,8 +115,12 @@ def layers_rows(result: dict[str, Any], over: float = 1.05) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    paths = [pathlib.Path(p) for p in (argv if argv is not None else sys.argv[1:])]
-    results = [json.loads(p.read_text()) for p in paths]
+    args = list(argv if argv is not None else sys.argv[1:])
+    lead = "--lead" in args
+    results = [json.loads(pathlib.Path(p).read_text()) for p in args if p != "--lead"]
+    if lead:
+        print(lead_table(results))
+        return 0
     print(steps_table(results))
     for res in results:
         if res.get("layers"):

@@ -54,6 +54,7 @@ import jax.numpy as jnp
 from jaxconv._src import host_memory
 from jaxconv._src.bench import machine, models
 from jaxconv._src.bench.model_layers import layers
+from jaxconv._src.bench.model_report import runs
 from jaxconv._src.bench.model_steps import CONTENDERS, steps, steps_child
 
 
@@ -96,12 +97,6 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> None:
     plt.close(fig)
 
 
-def _runs(r: dict[str, Any], contender: str) -> str:
-    """Each run's torch/``contender`` ratio, in parentheses; empty where none was timed."""
-    runs = [v for v in r.get(f"torch_over_{contender}_runs") or [] if v]
-    return f" (runs {', '.join(f'{v:.2f}' for v in runs)})" if runs else ""
-
-
 def _print(result: dict[str, Any]) -> None:
     peak = result["machine"]["peak"]["gflops"]
     peak_bf16 = result["machine"]["peak"].get("bfloat16_gflops")
@@ -110,8 +105,8 @@ def _print(result: dict[str, Any]) -> None:
         print(f"{r['description']:12s} {r['mode']:8s} bn={int(r['batchnorm'])} "
               f"{r.get('dtype', 'float32').split(' ')[0]} "
               + " ".join(f"{k} {m.get(k, math.nan):8.1f}" for k in CONTENDERS)
-              + f"  torch/jaxconv {r['torch_over_jaxconv'] or math.nan:.2f}{_runs(r, 'jaxconv')} "
-              f"torch/accelerate {r.get('torch_over_accelerate') or math.nan:.2f}{_runs(r, 'accelerate')}"
+              + f"  torch/jaxconv {r['torch_over_jaxconv'] or math.nan:.2f}{runs(r, 'jaxconv', 'runs ')} "
+              f"torch/accelerate {r.get('torch_over_accelerate') or math.nan:.2f}{runs(r, 'accelerate', 'runs ')}"
               f"  loss gap {r['loss_gap']:.1e} param gap {r['param_gap']:.1e}")
         if r.get("max_pool"):
             t = r["max_pool"]["median_ms"]
