@@ -26,7 +26,7 @@ from jaxconv._src.convolution import (
     convolution_backward_weights,
 )
 from jaxconv._src.export import onednn_export_checks
-from jaxconv._src.host_memory import keep_freed_memory
+from jaxconv._src.host_memory import LateImportWarning, keep_freed_memory
 from jaxconv._src.lax_conv import conv_general_dilated
 from jaxconv._src.openvino import (
     convolution_backprop_data,
@@ -40,6 +40,7 @@ from jaxconv._src.version import __version__
 
 __all__ = [
     "Explanation",
+    "LateImportWarning",
     "__version__",
     "accelerate",
     "conv2d_backprop_filter",

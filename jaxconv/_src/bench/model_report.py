@@ -61,8 +61,8 @@ def runs(r: dict[str, Any], contender: str, label: str = "") -> str:
 def lead_table(results: list[dict[str, Any]]) -> str:
     """The headline (docs/performance.md, README): per model, torch/accelerate and
     torch/jaxconv (the hooks) in the usual script, without and with BatchNorm, each process's
-    ratio beside; and accelerate's step time in the usual script over its time with
-    ``keep_freed_memory()`` first (the ``kept`` mode), where both were run."""
+    ratio beside; and torch/accelerate with ``keep_freed_memory()`` called first (the ``kept``
+    mode), where it was run."""
     rows: dict[str, dict[tuple[str, bool], dict[str, Any]]] = {}
     for res in results:
         for r in res.get("steps", []):
@@ -70,21 +70,20 @@ def lead_table(results: list[dict[str, Any]]) -> str:
                 (r["mode"], r["batchnorm"])] = r
     lines = ["| model (batch, image) | torch / accelerate, no BatchNorm | with BatchNorm "
              "| torch / jaxconv (hooks), no BatchNorm | with BatchNorm "
-             "| accelerate: usual script / kept first, no BatchNorm, with |",
+             "| torch / accelerate, kept first: no BatchNorm, with |",
              "|---|---|---|---|---|---|"]
+
+    def cell(r: dict[str, Any], contender: str, bold: bool = True) -> str:
+        ratio = r.get(f"torch_over_{contender}")
+        if ratio is None:
+            return "-"
+        return (f"**{ratio:.2f}**" if bold else f"{ratio:.2f}") + runs(r, contender)
+
     for model, by in rows.items():
-        cells = []
-        for contender in ("accelerate", "jaxconv"):
-            for bn in (False, True):
-                r = by.get(("usual", bn), {})
-                ratio = r.get(f"torch_over_{contender}")
-                cells.append("-" if ratio is None else f"**{ratio:.2f}**{runs(r, contender)}")
-        usual_over_kept = []
-        for bn in (False, True):
-            u = by.get(("usual", bn), {}).get("median_ms", {}).get("accelerate")
-            k = by.get(("kept", bn), {}).get("median_ms", {}).get("accelerate")
-            usual_over_kept.append("-" if u is None or k is None else f"{u / k:.2f}")
-        lines.append(f"| {model} | " + " | ".join(cells) + f" | {', '.join(usual_over_kept)} |")
+        cells = [cell(by.get(("usual", bn), {}), contender)
+                 for contender in ("accelerate", "jaxconv") for bn in (False, True)]
+        kept = [cell(by.get(("kept", bn), {}), "accelerate", bold=False) for bn in (False, True)]
+        lines.append(f"| {model} | " + " | ".join(cells) + f" | {'; '.join(kept)} |")
     return "\n".join(lines)
 
 
