@@ -3,10 +3,9 @@
 A flax model (written with ``lax``; the step under ``jaxconv.accelerate``) trains for a few
 steps in one of three modes, each in its own process:
 
-* ``early``: jaxconv's default applied before JAX's backends exist (what
-  ``jaxconv.accelerate`` does when it wraps the step first);
-* ``late``: the default applied after JAX's first computation (glibc's settings only: XLA:CPU's
-  dispatch and worker threads keep their own arenas);
+* ``early``: jaxconv's default, applied by ``import jaxconv`` before JAX's backends exist;
+* ``late``: ``import jaxconv`` after JAX's first computation (glibc's settings only, at the
+  first kernel: XLA:CPU's dispatch and worker threads keep their own arenas);
 * ``default``: opted out (``JAXCONV_KEEP_FREED_MEMORY=0``), glibc's defaults.
 
 For each it reports the step's median time, the mode jaxconv reports, and the minor page
@@ -43,16 +42,17 @@ def _faults() -> dict[str, tuple[str, int]]:
 def child(mode: str, model_name: str, batch: int, steps: int) -> dict:
     if mode == "default":
         os.environ["JAXCONV_KEEP_FREED_MEMORY"] = "0"
-    from jaxconv._src import host_memory
+    import warnings
 
-    if mode == "early":
-        host_memory.keep_by_default()
     import jax
     import jax.numpy as jnp
     import optax
 
-    jnp.zeros(3).block_until_ready()  # JAX's backends exist from here on
+    if mode == "late":
+        jnp.zeros(3).block_until_ready()  # JAX's backends exist from here on
+    warnings.simplefilter("ignore")  # the late import's warning (what that mode measures)
     import jaxconv
+    from jaxconv._src import host_memory
     from jaxconv._src.bench import models
 
     x = jnp.ones((batch, 224, 224, 3))

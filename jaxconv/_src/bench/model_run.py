@@ -85,8 +85,8 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> None:
                                          for r in rows],
                       fontsize=7)
         ax.set_ylabel("ms per training step (median)")
-        ax.set_title(f"{'BatchNorm' if bn else 'no BatchNorm'}, memory "
-                     f"{'kept by keep_freed_memory()' if mode == 'kept' else 'the usual script'}",
+        ax.set_title(f"{'BatchNorm' if bn else 'no BatchNorm'}, "
+                     f"{'keep_freed_memory() first' if mode == 'kept' else 'the usual script'}",
                      fontsize=8)
         ax.legend(fontsize=7)
     cpu = result["machine"]["cpu"]
