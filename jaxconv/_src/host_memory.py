@@ -8,14 +8,12 @@ from an arena of its own, which maps large blocks afresh whatever the other sett
 
 ``import jaxconv`` keeps freed memory (:func:`keep_at_import`): before JAX's CPU client
 exists, it applies :func:`keep_freed_memory`: glibc keeps large freed blocks in the main heap,
-and JAX runs each CPU computation on the calling thread, whose heap that is. (glibc's arena
-count alone, set at the import with dispatch left asynchronous, did not reach XLA:CPU's
-worker threads in every process: threads that a library started before the import, such as
-OpenBLAS's, may hold arenas of their own, which the workers then share; measured in
-docs/training.md, "Host memory".) Where jaxconv is imported after JAX's first computation,
-the first jaxconv CPU kernel or ``accelerate`` warns once (:class:`LateImportWarning`).
-:data:`RECOMMENDED` is the environment's form. :func:`line` says which case the process is
-in, for ``jaxconv check`` and ``explain``.
+and JAX runs each CPU computation on the calling thread, whose heap that is. (glibc's
+settings alone at the import, dispatch left asynchronous, left a 25 MiB block faulted in
+afresh on most MobileNetV2 steps measured: docs/performance.md, "Host memory".) Where jaxconv
+is imported after JAX's first computation, the first jaxconv CPU kernel or ``accelerate``
+warns once (:class:`LateImportWarning`). :data:`RECOMMENDED` is the environment's form.
+:func:`line` says which case the process is in, for ``jaxconv check`` and ``explain``.
 """
 
 from __future__ import annotations
