@@ -98,7 +98,6 @@ def test_lax_negative_pads(entry, case, dtype, pet):
     rng = np.random.default_rng(0)
     size, kernel, strides, dil, pads = case
     x, w = _lax_problem(case, dtype, rng)
-    n = len(size)
     dy = h.random(rng, (2, 4, *_out_shape(case)), pet or dtype)
     conv = jaxconv.conv_general_dilated if entry == "jaxconv" else lax.conv_general_dilated
 
@@ -116,7 +115,6 @@ def test_lax_negative_pads(entry, case, dtype, pet):
                          dilations=dil)
     for _ in range(2):
         _check(run(*_dirty(x, w, dy)), ref, dtype, pet)
-    assert n == len(pads)
 
 
 @pytest.mark.parametrize("pads", [[(4, 4)], [(5, 1)]], ids=str)

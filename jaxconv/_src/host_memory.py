@@ -141,12 +141,20 @@ def keep_freed_memory() -> bool:
             "keep_freed_memory: JAX's backends already exist (asynchronous dispatch is fixed "
             "when the CPU client is created); call it before the first computation, or start "
             "Python with " + RECOMMENDED)
+    if not _keep():
+        return False
+    _KEPT_BY_CALL = True
+    return True
+
+
+def _keep() -> bool:
+    """glibc's settings (:func:`_mallopt_keep`) and synchronous CPU dispatch; before JAX's
+    backends exist. True where the settings took."""
     import jax
 
     if not _mallopt_keep():
         return False
     jax.config.update("jax_cpu_enable_async_dispatch", False)  # type: ignore[no-untyped-call]
-    _KEPT_BY_CALL = True
     return True
 
 
@@ -184,7 +192,7 @@ def keep_at_import(env: Mapping[str, str] | None = None) -> str | None:
     Returns:
       "import" where it applied the settings, else None.
     """
-    global _DEFAULT, _IMPORTED_LATE, _KEPT_BY_CALL
+    global _IMPORTED_LATE
     from jax._src import xla_bridge
 
     env = os.environ if env is None else env
@@ -193,11 +201,16 @@ def keep_at_import(env: Mapping[str, str] | None = None) -> str | None:
     if xla_bridge.backends_are_initialized():
         _IMPORTED_LATE = True
         return None
-    if not _cpu_is_default() or not keep_freed_memory():
+    return _keep_as_default("import")
+
+
+def _keep_as_default(how: str) -> str | None:
+    """:func:`_keep` where JAX will run on the CPU, recorded as jaxconv's default (``how``)."""
+    global _DEFAULT
+    if not _cpu_is_default() or not _keep():
         return None
-    _KEPT_BY_CALL = False  # applied by the default, not by the user's call
-    _DEFAULT = "import"
-    return _DEFAULT
+    _DEFAULT = how
+    return how
 
 
 def keep_by_default(env: Mapping[str, str] | None = None) -> str | None:
@@ -213,18 +226,14 @@ def keep_by_default(env: Mapping[str, str] | None = None) -> str | None:
     Returns:
       "early" or "late" (as above) where it acted, else None.
     """
-    global _DEFAULT, _WARNED, _KEPT_BY_CALL
+    global _DEFAULT, _WARNED
     from jax._src import xla_bridge
 
     env = os.environ if env is None else env
     if _nothing_to_do(env):
         return None
     if not xla_bridge.backends_are_initialized():
-        if not _cpu_is_default() or not keep_freed_memory():
-            return None
-        _KEPT_BY_CALL = False
-        _DEFAULT = "early"
-        return _DEFAULT
+        return _keep_as_default("early")
     if not _mallopt_keep():
         return None
     _DEFAULT = "late"

@@ -9,13 +9,8 @@ taken at import, so that the assignment never sends jaxconv back into itself.
 No negative pad reaches XLA from jaxconv. lax allows a negative pad (it crops), and XLA:CPU
 (jaxlib 0.10.2) computes a convolution with one from the memory beside its input
 (docs/semantics.md, "Negative pads"; openxla/xla#48713). :func:`conv` and :func:`pad`
-compute the same values with the crop done by ``lax.slice`` first:
-
-    a pad (lo, hi) on an axis of n elements spread by s (lhs_dilation, or interior + 1)
-    spans (n - 1) s + 1 + lo + hi positions. lo < 0 drops the elements j with j s < -lo:
-    the first ql = ceil(-lo / s), leaving lo' = lo + ql s >= 0 zeros before the first kept
-    one. hi < 0 drops the last qh = ceil(-hi / s), leaving hi' = hi + qh s >= 0. The span
-    is unchanged: (n - ql - qh - 1) s + 1 + lo' + hi'.
+compute the same values with the crop done by ``lax.slice`` first (the arithmetic:
+``geometry.crop_of_pads``).
 """
 
 from __future__ import annotations
@@ -27,17 +22,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxconv._src import geometry
+
 #: ``jax.lax.conv_general_dilated`` as imported (never looked up again): the baselines' lax
 conv_general_dilated = lax.conv_general_dilated
-
-
-def _crop(n: int, lo: int, hi: int, s: int) -> tuple[int, int, int, int]:
-    """(first kept element, end of the kept elements, lo', hi') for pads (lo, hi) on an axis of
-    ``n`` elements spread by ``s`` (module docstring); the kept range is empty where the pads
-    crop every element."""
-    ql = -(lo // s) if lo < 0 else 0  # ceil(-lo / s)
-    qh = -(hi // s) if hi < 0 else 0
-    return ql, max(n - qh, ql), lo + ql * s, hi + qh * s
 
 
 def _negative(pads: Sequence[Sequence[int]]) -> bool:
@@ -56,7 +44,7 @@ def pad(operand: jax.Array, padding_value: Any,
         return lax.pad(operand, padding_value, config)
     starts, limits, kept = [], [], []
     for n, (lo, hi, interior) in zip(operand.shape, config):
-        start, limit, lo2, hi2 = _crop(n, lo, hi, interior + 1)
+        start, limit, lo2, hi2 = geometry.crop_of_pads(n, lo, hi, interior + 1)
         if limit == start:  # every element cropped: the result is the padding value
             return jnp.broadcast_to(jnp.asarray(padding_value, operand.dtype), sizes)
         starts.append(start)
@@ -79,7 +67,7 @@ def crop_operands(lhs: jax.Array, params: dict[str, Any]) -> tuple[jax.Array, di
     kept, empty = [], False
     for axis, (lo, hi), s in zip(spatial, pads, dilation):
         n = lhs.shape[axis]
-        start, limit, lo2, hi2 = _crop(n, lo, hi, s)
+        start, limit, lo2, hi2 = geometry.crop_of_pads(n, lo, hi, s)
         if limit == start:  # nothing left: one zero spanning the same (n - 1) s + 1 + lo + hi
             span = (n - 1) * s + 1 + lo + hi if n else lo + hi
             empty, start, limit, lo2, hi2 = True, 0, 1, 0, span - 1

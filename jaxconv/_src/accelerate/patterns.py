@@ -376,7 +376,7 @@ def window_sum_pattern(params: dict[str, Any], x: Array) -> Array | str:
         return _why("window size")
     wide = pooling.wide(x)
     xp = lax_refs.pad(wide, jnp.zeros((), wide.dtype),
-                 [(lo, hi, 0) for lo, hi in params["padding"]])
+                      [(lo, hi, 0) for lo, hi in params["padding"]])
     out = [(n - k) // s + 1 for n, k, s in zip(xp.shape, window, strides)]
     acc = None
     for tap in np.ndindex(*window):

@@ -17,7 +17,7 @@ import pathlib
 import sys
 from typing import Any
 
-#: the memory column per mode (``default``: results from before the usual script was a mode)
+#: the memory column per mode (any other mode name prints as glibc's defaults)
 _MEMORY = {"kept": "kept first", "usual": "usual script"}
 
 

@@ -46,6 +46,7 @@ from jaxconv._src.geometry.padding import (
     canonical_auto_pad,
     conv_output_size,
     conv_transpose_output_size,
+    crop_of_pads,
     dilated_kernel_size,
     end_pad_for_output,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "check_same_dtype",
     "conv_output_size",
     "conv_transpose_output_size",
+    "crop_of_pads",
     "conv_transpose_problem",
     "convolution_problem",
     "data_layout",

@@ -93,6 +93,20 @@ def end_pad_for_output(i: int, k: int, s: int, d: int, pb: int, o: int) -> int |
     return end if pb >= 0 and end <= fitted + s - 1 else None
 
 
+def crop_of_pads(n: int, lo: int, hi: int, spread: int = 1) -> tuple[int, int, int, int]:
+    """Negative pads as a crop: ``(start, stop, lo', hi')`` such that elements ``[start, stop)``
+    of an axis of ``n`` elements, spread by ``spread`` (an input dilation, or lax.pad's interior
+    + 1) and padded by ``(lo', hi') >= 0``, span what pads ``(lo, hi)`` make of the whole axis.
+
+    ``lo < 0`` drops the elements ``j`` with ``j * spread < -lo``: the first
+    ``ceil(-lo / spread)``, leaving ``lo + ceil(-lo / spread) * spread`` zeros before the first
+    kept one; ``hi < 0`` likewise at the end. The kept range is empty where the pads crop
+    every element."""
+    first = -(lo // spread) if lo < 0 else 0  # ceil(-lo / spread)
+    last = -(hi // spread) if hi < 0 else 0
+    return first, max(n - last, first), lo + first * spread, hi + last * spread
+
+
 def conv_transpose_output_size(i: int, k: int, s: int, d: int, pb: int, pe: int, op: int = 0) -> int:
     """``S * (I - 1) + DK - pb - pe + output_padding``."""
     return s * (i - 1) + dilated_kernel_size(k, d) - pb - pe + op
