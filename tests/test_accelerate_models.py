@@ -187,6 +187,7 @@ def test_explain_lists_each_convolution_and_the_fix_for_lax(measure):
     assert "weight" in text and "jaxconv" in text
     if measure:
         t = fast.timing
-        assert set(t) == {"step", "convolutions", "pools", "rest"} and t["step"] > 0
+        cpu = {"faults"} if jax.default_backend() == "cpu" else set()
+        assert set(t) == {"step", "convolutions", "pools", "rest"} | cpu and t["step"] > 0
         assert all(r.ms is not None and r.ms > 0 for r in fast.rows)
         assert "step" in text

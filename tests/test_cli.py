@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import pathlib
 import subprocess
 import sys
 
+import jax
 import pytest
 
 from jaxconv._src import checks, cli
@@ -28,6 +30,8 @@ def test_check_passes_and_prints_a_row_per_op(capsys):
     for op in ops:
         assert any(line.startswith(op + " ") and line.endswith("ok") for line in out.splitlines())
     assert "13 passed, 0 failed" in out
+    if jax.default_backend() == "cpu" and platform.libc_ver()[0] == "glibc":
+        assert "  probe: " in out and "minor page faults a step" in out  # host_faults.probe
 
 
 def test_check_fails_with_a_nonzero_exit(capsys, monkeypatch):

@@ -28,8 +28,12 @@ GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
     ({**RECOMMENDED, "MALLOC_ARENA_MAX": "2"}, False),  # a worker's own arena maps afresh
     ({"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_MAX_": "0"}, False),  # freed top trimmed back
     ({"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "65536"}, False),
+    # trimmed once 4 GB are free at the heap's top (the form recommended before)
+    ({**RECOMMENDED, "MALLOC_TRIM_THRESHOLD_": "4000000000"}, False),
     ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:"
-                        "glibc.malloc.trim_threshold=0x40000000"}, True),
+                        "glibc.malloc.trim_threshold=0x40000000"}, False),
+    ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:"
+                        "glibc.malloc.trim_threshold=0xffffffffffffffff"}, True),
     ({**RECOMMENDED, "GLIBC_TUNABLES": "glibc.malloc.mmap_max=65536"}, False),
     ({"MALLOC_ARENA_MAX": "one"}, False),
 ])
@@ -198,3 +202,91 @@ def test_importing_jaxconv_first_keeps_freed_memory():
     assert "import jaxconv before JAX computes anything" in message
     mode, line, _, _, warned, _ = probe("late", JAXCONV_KEEP_FREED_MEMORY="0")
     assert (mode, warned) == ("default", 0) and "glibc's defaults" in line
+
+
+_PAST_2_GIB = """
+import ctypes, resource, sys
+import jaxconv, jax, jax.numpy as jnp
+from jaxconv._src import host_memory
+assert host_memory.mode() == "kept"
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+if sys.argv[1] == "finite":  # the control: the largest positive threshold, kept before
+    assert libc.mallopt(-1, 2**31 - 1) == 1
+x = jnp.ones((320 << 18,), jnp.float32)
+f = jax.jit(lambda x: jnp.sum(jax.lax.optimization_barrier(x * 2.0)[::-1] * x))  # x * 2: 320 MiB
+f(x).block_until_ready()  # compiled
+faults = [0] * 10
+for i in range(10):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    f(x).block_until_ready()
+    faults[i] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    # another allocation pattern: 2.2 GiB taken and given back at once (address space, never
+    # touched), over the step's freed block: more than 2 GiB free at the heap's top
+    libc.free(libc.malloc(2200 << 20))
+print(*faults)
+"""
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc's allocator settings (Linux only)")
+def test_kept_memory_stays_kept_past_2_gib_of_free_heap():
+    """A kept process never trims: with more than 2 GiB free at the heap's top after each step
+    (the step's 320 MiB block and 2.2 GiB of another allocation), the steps fault nothing once
+    the heap has settled (by the fifth step in 15 processes measured; before, a step's block
+    may land on heap never touched yet). Under glibc's largest positive trim threshold (2 GiB,
+    the control), every step from the second faults in what the trim returned: all of the
+    block above the 256 MiB kept at the top (``M_TOP_PAD``), 64 MiB."""
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD", "JAXCONV_KEEP"))}
+    base["JAX_PLATFORMS"] = "cpu"
+
+    def faults(case):
+        out = subprocess.run([sys.executable, "-c", _PAST_2_GIB, case], env=base,
+                             capture_output=True, text=True, timeout=300, check=True)
+        return [int(v) for v in out.stdout.split()]
+
+    trimmed = (64 << 20) // 4096 // (512 if "[always]" in _thp_mode() else 1)
+    control = faults("finite")
+    assert min(control[1:]) > trimmed / 2, control
+    kept = faults("never")
+    assert max(kept[4:]) < trimmed / 50, kept
+
+
+_TRIM = """
+import ctypes, sys
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+class Mallinfo2(ctypes.Structure):
+    _fields_ = [(f"f{i}", ctypes.c_size_t) for i in range(10)]  # f0: the heap's bytes
+libc.mallinfo2.restype = Mallinfo2
+block = libc.malloc(int(sys.argv[1]))  # never touched: address space, no resident memory
+if not block:
+    print("refused")
+    raise SystemExit
+heap = libc.mallinfo2().f0
+libc.free(block)  # the heap's free top: the whole block
+print(heap - libc.mallinfo2().f0)  # the bytes glibc returned (trimmed)
+"""
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc's allocator settings (Linux only)")
+def test_recommended_environment_never_trims():
+    """The environment form never trims either: 4.5 GiB freed at the heap's top stay in the
+    heap with :data:`RECOMMENDED`; with the threshold recommended before (4 GB) glibc
+    returns them."""
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD"))}
+    size = str(int(4.5 * 2**30))
+
+    def trimmed(**env):
+        out = subprocess.run([sys.executable, "-c", _TRIM, size], env={**base, **env},
+                             capture_output=True, text=True, timeout=60, check=True)
+        return out.stdout.strip()
+
+    four_gb = trimmed(**{**RECOMMENDED, "MALLOC_TRIM_THRESHOLD_": "4000000000"})
+    if four_gb == "refused":  # the kernel's overcommit check: less memory than 4.5 GiB here
+        pytest.skip("this machine refuses a 4.5 GiB heap (overcommit): cannot pass 4 GB")
+    assert int(four_gb) > 4 * 2**30
+    assert int(trimmed(**RECOMMENDED)) == 0

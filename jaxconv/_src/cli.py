@@ -89,7 +89,7 @@ def _check(args: argparse.Namespace) -> int:
     """Verifies every op against jax.vjp of lax.conv_general_dilated on this backend."""
     import jax
 
-    from jaxconv._src import checks, host_memory
+    from jaxconv._src import checks, host_faults, host_memory
     from jaxconv._src.onednn import library
 
     print(f"jaxconv check: backend {jax.default_backend()} ({jax.devices()[0].device_kind}), "
@@ -98,6 +98,8 @@ def _check(args: argparse.Namespace) -> int:
     memory = host_memory.line(jax.default_backend())
     if memory:
         print(memory)
+        # what a step with a 64 MiB temporary faults per call here, and why where it is high
+        print("  probe: " + host_faults.probe().line().removeprefix("host memory: "))
     results = checks.run_checks()
     print(checks.format_table(results))
     failed = [r.op for r in results if not r.ok]

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxconv._src import host_memory, lowering
+from jaxconv._src import host_faults, host_memory, lowering
 from jaxconv._src.accelerate import patterns, transform
 from jaxconv._src.kernel import Kernel
 
@@ -58,7 +58,8 @@ class Explanation:
     backend: str
     rows: list[Row]
     notes: list[str]
-    #: ``step``, ``convolutions``, ``pools``, ``rest`` in ms (``measure=True``), else empty
+    #: ``step``, ``convolutions``, ``pools``, ``rest`` in ms and, on the CPU, ``faults`` (the
+    #: step's minor page faults a call) (``measure=True``), else empty
     timing: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def __str__(self) -> str:
@@ -72,7 +73,8 @@ class Explanation:
         lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
         if self.timing:
             t = self.timing
-            lines.append(f"step {t['step']:.2f} ms: convolutions {t['convolutions']:.2f}, "
+            faults = f" ({t['faults']:,.0f} minor page faults a call)" if "faults" in t else ""
+            lines.append(f"step {t['step']:.2f} ms{faults}: convolutions {t['convolutions']:.2f}, "
                          f"pools {t['pools']:.2f}, rest {t['rest']:.2f} (each convolution and "
                          f"pool timed alone; XLA runs independent operations of a step "
                          f"concurrently, so the parts may add up to more than the step)")
@@ -223,10 +225,17 @@ def _random(aval: Any, seed: int) -> jax.Array:
 
 
 def _measure(rows: list[Row], fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-             reps: int) -> dict[str, float]:
+             reps: int) -> tuple[dict[str, float], host_faults.StepFaults | None]:
+    """The step's time split (and, on the CPU, its minor page faults a call), and the faults'
+    measurement (None off the CPU)."""
     inner = getattr(fn, "__wrapped__", fn) if hasattr(fn, "lower") else fn
     step = jax.jit(inner)  # without donation: the caller's arguments stay valid
     total = _median_ms(lambda: step(*args, **kwargs), reps)
+    faults = None
+    if jax.default_backend() == "cpu":
+        faults = host_faults.step_faults(
+            lambda: jax.block_until_ready(step(*args, **kwargs)),  # type: ignore[no-untyped-call]
+            calls=reps, warm=0)
     split = {"convolutions": 0.0, "pools": 0.0}
     for i, r in enumerate(rows):
         if r._bind is None:
@@ -239,7 +248,10 @@ def _measure(rows: list[Row], fn: Any, args: tuple[Any, ...], kwargs: dict[str, 
         split["convolutions" if r.op == "convolution" else "pools"] += r.ms * r.count
     _threading(rows)
     rest = max(total - split["convolutions"] - split["pools"], 0.0)
-    return {"step": total, **split, "rest": rest}
+    out = {"step": total, **split, "rest": rest}
+    if faults is not None:
+        out["faults"] = faults.per_step
+    return out, faults
 
 
 def _threading(rows: list[Row]) -> None:
@@ -275,7 +287,9 @@ def explain(fn: Callable[..., Any], *args: Any, measure: bool = False, reps: int
       *args: example arguments (arrays or ``jax.ShapeDtypeStruct``; ``measure`` needs arrays).
       measure: also time the step (jitted, without donation) and each distinct convolution and
         pool alone on random operands of its shapes, ``reps`` runs each (medians): the step's
-        time split into convolutions, pools and the rest, and each oneDNN call's threading.
+        time split into convolutions, pools and the rest, and each oneDNN call's threading;
+        on the CPU also the step's minor page faults a call, with a note saying why where they
+        are high (fresh memory each step: docs/training.md, "Host memory").
       reps: the timed runs of each (with ``measure``).
       **kwargs: example keyword arguments.
 
@@ -304,6 +318,10 @@ def explain(fn: Callable[..., Any], *args: Any, measure: bool = False, reps: int
     closed = jax.make_jaxpr(fn)(*args, **kwargs)
     rows = _rows(closed.jaxpr, backend)
     notes = _notes(rows, backend, fn, args, kwargs)
-    timing = _measure(rows, fn, args, kwargs, reps) if measure else {}
+    timing: dict[str, float] = {}
+    if measure:
+        timing, faults = _measure(rows, fn, args, kwargs, reps)
+        if faults is not None and faults.high:
+            notes.append(faults.line())
     return Explanation(backend, rows, notes, timing)
 
