@@ -159,6 +159,9 @@ def test_runner_end_to_end(tmp_path):
     assert step["torch_over_accelerate"] == pytest.approx(
         step["median_ms"]["torch"] / step["median_ms"]["accelerate"])
     assert step["host_memory"] == ["kept"] and step["peak_rss_mib"][0] > 0
+    assert step["processes"] == "contenders interleaved in one"
+    faults = step["minor_faults_per_step"]  # each contender's, counted around its samples
+    assert set(faults) == set(step["median_ms"]) and all(v >= 0 for v in faults.values())
     # the max pool timed alone (flax's, jaxconv's, torch's), at the shape the model's pool reads
     # (the 16x16 output of the stride-2 stem), computing the same gradient; and the steps
     # without it (the jaxconv step's pool is jaxconv.max_pool)
@@ -190,6 +193,32 @@ def test_runner_end_to_end(tmp_path):
     assert m["torch"]["onednn"] and m["torch"]["threads"] >= 1 and m["xla_threads"] >= 1
     assert m["peak"]["gflops"] > 0 and m["peak"]["how"]
     assert out.with_suffix(".png").exists()
+
+
+def test_separate_processes_time_each_contender_alone(tmp_path, capsys):
+    """``--separate``: each contender's steps in a process of its own, merged into one row (the
+    ratios, each one's faults, the first steps' loss gap across the processes; no parameter
+    gap), as the report's table prints it."""
+    from jaxconv._src import cli
+    from jaxconv._src.bench import model_report
+    if jax.default_backend() != "cpu":
+        pytest.skip("times the CPU's steps")
+    out = tmp_path / "models.json"
+    assert cli.main(["bench", "models", "--models", "mnist_cnn", "--batch", "2", "--reps", "1",
+                     "--runs", "1", "--parts", "steps", "--separate", "--contenders",
+                     "accelerate", "torch", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    (step,) = result["steps"]
+    assert step["processes"] == "one per contender"
+    assert set(step["median_ms"]) == set(step["minor_faults_per_step"]) == {"accelerate", "torch"}
+    assert step["torch_over_accelerate"] == pytest.approx(
+        step["median_ms"]["torch"] / step["median_ms"]["accelerate"])
+    assert step["loss_gap"] < TOL and step["param_gap"] is None
+    capsys.readouterr()
+    assert model_report.main([str(out)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].endswith("| minor faults a step, jaxconv / accelerate / torch |")
+    assert table[2].split("|")[-2].strip().startswith("- / ")  # no jaxconv contender here
 
 
 def test_layer_tables_of_several_processes_pool_their_samples():

@@ -3,9 +3,11 @@
 usage: python -m jaxconv._src.bench.model_report JSON [JSON ...]  (results of jaxconv bench models)
        python -m jaxconv._src.bench.model_report --lead JSON [JSON ...]  (the headline table)
 
-Each file's ``steps`` rows become one table (model, BatchNorm, memory mode, the three
-contenders' medians, torch/jaxconv and lax/jaxconv, every run's torch/jaxconv, the max pool
-alone on both sides and torch/jaxconv with it taken from both steps); its ``layers``
+Each file's ``steps`` rows become one table (model, BatchNorm, memory mode, the processes
+(one, or one per contender: ``--separate``), the contenders' medians, torch/jaxconv and
+torch/accelerate with every run's, lax/jaxconv, the max pool alone on both sides and
+torch/jaxconv with it taken from both steps, each contender's minor page faults a step); its
+``layers``
 become, per model, the summary (step-weighted jaxconv/torch, worst row, the convolutions'
 GFLOP/s beside the machine's peak) and the rows furthest behind.
 """
@@ -30,25 +32,38 @@ def _ratio(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def _faults(r: dict[str, Any], contenders: tuple[str, ...]) -> str:
+    """The contenders' minor page faults a step (median over runs), "-" where not counted."""
+    faults = r.get("minor_faults_per_step") or {}
+    return " / ".join("-" if k not in faults else f"{faults[k]:,.0f}" for k in contenders)
+
+
 def steps_table(results: list[dict[str, Any]]) -> str:
-    lines = ["| model (batch, image) | BatchNorm | memory | lax ms | jaxconv ms | torch ms "
-             "| torch/jaxconv (runs) | lax/jaxconv | max pool ms, XLA / jaxconv / torch | torch/jaxconv "
-             "without it |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model (batch, image) | BatchNorm | memory | processes | lax ms | jaxconv ms "
+             "| accelerate ms | torch ms | torch/jaxconv (runs) | torch/accelerate (runs) "
+             "| lax/jaxconv | max pool ms, XLA / jaxconv / torch | torch/jaxconv without it "
+             "| minor faults a step, jaxconv / accelerate / torch |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         for r in res.get("steps", []):
             m = r["median_ms"]
-            runs = ", ".join(f"{v:.2f}" for v in r["torch_over_jaxconv_runs"] if v)
             pool, rest = r.get("max_pool"), r.get("torch_over_jaxconv_without_max_pool")
             pool_ms = "-" if not pool else " / ".join(
                 _ms(pool["median_ms"].get(k)) for k in ("xla", "jaxconv", "torch"))
             lines.append(
                 f"| {r['description']} ({r['batch']}, {r['image']}) | {'yes' if r['batchnorm'] else 'no'} "
                 f"| {_MEMORY.get(r['mode'], 'glibc defaults')} "
-                f"| {_ms(m.get('lax'))} | {m['jaxconv']:.0f} | {_ms(m.get('torch'))} "
-                f"| **{r['torch_over_jaxconv']:.2f}** ({runs}) "
-                f"| {_ratio(r['lax_over_jaxconv'])} "
-                f"| {pool_ms} | {_ratio(rest)} |")
+                f"| {'one each' if r.get('processes') == 'one per contender' else 'one'} "
+                + "".join(f"| {_ms(m.get(k))} " for k in ("lax", "jaxconv", "accelerate", "torch"))
+                + "".join(f"| {_bold(r.get(f'torch_over_{k}'))}{runs(r, k)} "
+                          for k in ("jaxconv", "accelerate"))
+                + f"| {_ratio(r['lax_over_jaxconv'])} "
+                f"| {pool_ms} | {_ratio(rest)} | {_faults(r, ('jaxconv', 'accelerate', 'torch'))} |")
     return "\n".join(lines)
+
+
+def _bold(v: float | None) -> str:
+    return "-" if v is None else f"**{v:.2f}**"
 
 
 def runs(r: dict[str, Any], contender: str, label: str = "") -> str:

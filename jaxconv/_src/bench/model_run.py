@@ -19,6 +19,10 @@ interleaved in one process (a fresh random order each repetition, medians):
   calls ``jaxconv.keep_freed_memory()`` first (synchronous dispatch as well; PyTorch's
   allocations are the same process's, so both keep them); each mode's peak resident memory
   is reported; ``--runs N`` repeats each mode in N processes and reports the median.
+  Each sample's minor page faults per step are counted (``minor_faults_per_step``: fresh
+  memory faulted in, docs/training.md "Host memory"). ``--separate`` times each contender in a
+  process of its own instead (the same script, one contender): its ratios against the
+  interleaved ones show what sharing a process costs each side (memory, threads).
   ``--no-batchnorm`` replaces BatchNorm by identity in both.
   A ResNet's stem max pool (``jaxconv.max_pool`` in the jaxconv contender, flax's
   ``nn.max_pool`` in lax's) is timed alone too, forward and backward, on every side
@@ -34,7 +38,8 @@ interleaved in one process (a fresh random order each repetition, medians):
 Writes JSON (the machine, both oneDNN versions and thread counts included) and a plot.
 
 usage: jaxconv bench models [--models resnet18 ...] [--batch 8] [--reps 5] [--runs 3]
-         [--lax-runs 1] [--modes usual kept] [--no-batchnorm] [--parts steps layers] [--dtype float32]
+         [--lax-runs 1] [--modes usual kept] [--separate] [--no-batchnorm] [--parts steps layers]
+         [--dtype float32]
          [--layer-runs 1]
          [--out benchmarks/results/models.json]
 """
@@ -107,7 +112,12 @@ def _print(result: dict[str, Any]) -> None:
               + " ".join(f"{k} {m.get(k, math.nan):8.1f}" for k in CONTENDERS)
               + f"  torch/jaxconv {r['torch_over_jaxconv'] or math.nan:.2f}{runs(r, 'jaxconv', 'runs ')} "
               f"torch/accelerate {r.get('torch_over_accelerate') or math.nan:.2f}{runs(r, 'accelerate', 'runs ')}"
-              f"  loss gap {r['loss_gap']:.1e} param gap {r['param_gap']:.1e}")
+              f"  loss gap {r['loss_gap']:.1e} param gap "
+              + ("-" if r["param_gap"] is None else f"{r['param_gap']:.1e}"))
+        faults = r.get("minor_faults_per_step") or {}
+        if faults:
+            print(f"{'':12s} minor page faults a step ({r.get('processes', '')} process): "
+                  + ", ".join(f"{k} {v:,.0f}" for k, v in faults.items()))
         if r.get("max_pool"):
             t = r["max_pool"]["median_ms"]
             without = r.get("torch_over_jaxconv_without_max_pool") or math.nan
@@ -143,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", nargs="+", choices=("usual", "kept"), default=["usual"],
                     help="usual: the script people write (import jaxconv, arrays, the model, "
                          "then the wrap); kept: jaxconv.keep_freed_memory() first")
+    ap.add_argument("--separate", action="store_true",
+                    help="each contender in a process of its own (default: interleaved in one)")
     ap.add_argument("--no-batchnorm", action="store_true", help="BatchNorm replaced by identity")
     ap.add_argument("--parts", nargs="+", choices=("steps", "layers"), default=["steps", "layers"])
     ap.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))

@@ -1,6 +1,7 @@
 """Whole training steps of the models, per contender and memory mode (``jaxconv bench
 models --parts steps``; the runner: ``model_run.py``): each mode in child processes of its
-own, each step timed interleaved, one step of each contender checked against the others, and
+own, each step timed interleaved (or, ``--separate``, each contender in a process of its
+own) with its minor page faults, one step of each contender checked against the others, and
 a ResNet's stem max pool timed alone."""
 
 from __future__ import annotations
@@ -215,7 +216,8 @@ def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
         diff = {n: float(np.max(np.abs(p[n] - ref[n]))) for n in ref}
         worst = max(diff, key=diff.__getitem__)
         gaps[k] = (abs(loss - ref_loss), diff[worst], worst)
-    times = interleaved(steps, reps, seed=1)
+    faults: dict[str, list[float]] = {}
+    times = interleaved(steps, reps, seed=1, faults=faults)
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     shape = models.max_pool_input(name, batch, image)
     pool = None if shape is None or "torch" not in steps else measure_max_pool(shape, 2 * reps)
@@ -223,6 +225,8 @@ def measure_steps(name: str, batch: int, image: int, reps: int, batchnorm: bool,
             "image": image, "batchnorm": batchnorm,
             "dtype": "bfloat16 (float32 parameters)" if bfloat16 else "float32", "median_ms": med,
             "samples_ms": {k: [t * 1e3 for t in v] for k, v in times.items()},
+            "minor_faults_per_step": {k: statistics.median(v) for k, v in faults.items()},
+            "losses": {k: loss for k, (loss, _) in first.items()},
             "torch_over_jaxconv": ratio(med, "torch", "jaxconv"),
             "lax_over_jaxconv": ratio(med, "lax", "jaxconv"),
             "torch_over_accelerate": ratio(med, "torch", "accelerate"),
@@ -252,37 +256,70 @@ def steps_child(args: argparse.Namespace) -> dict[str, Any]:
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def steps(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Each mode in ``args.runs`` child processes: per mode and model, every run's medians and
-    the median over runs."""
+def _child(args: argparse.Namespace, mode: str, contenders: list[str]) -> dict[str, Any]:
+    """One child process's steps (:func:`steps_child`) of ``contenders``."""
     from jaxconv._src.onednn import library
+    cmd = [sys.executable, "-m", "jaxconv._src.bench.model_run", "--child", "--mode", mode,
+           "--models", *args.models, "--batch", str(args.batch or 0),
+           "--reps", str(args.reps), "--contenders", *contenders]
+    if args.image:
+        cmd += ["--image", str(args.image)]
+    if args.no_batchnorm:
+        cmd.append("--no-batchnorm")
+    cmd += ["--dtype", args.dtype]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"models: the {mode} child failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    # every child must have had the lowering the parent reports (a handler not built for this
+    # source leaves a process on the XLA formulations)
+    if result["onednn"] != library.status().line():
+        raise RuntimeError(f"models: a child's CPU lowering differs from this process's: "
+                           f"{result['onednn']!r} vs {library.status().line()!r}")
+    return result
+
+
+def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One run of contenders each timed in a process of its own (``--separate``), as one
+    child's result: each model's medians, faults and first losses side by side; the losses'
+    gap across the processes (each started from the same parameters), no parameter gap."""
+    rows = []
+    for i in range(len(parts[0]["rows"])):
+        each = [p["rows"][i] for p in parts]
+        row = {**each[0], "max_pool": next((r["max_pool"] for r in each if r.get("max_pool")),
+                                           None)}
+        for key in ("median_ms", "minor_faults_per_step", "losses"):
+            row[key] = {k: v for r in each for k, v in r[key].items()}
+        med, losses = row["median_ms"], list(row["losses"].values())
+        row.update(torch_over_jaxconv=ratio(med, "torch", "jaxconv"),
+                   torch_over_accelerate=ratio(med, "torch", "accelerate"),
+                   lax_over_jaxconv=ratio(med, "lax", "jaxconv"),
+                   loss_gap=max(losses) - min(losses), param_gap=None)
+        rows.append(row)
+    return {**parts[0], "rows": rows, "peak_rss_mib": max(p["peak_rss_mib"] for p in parts)}
+
+
+def steps(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each mode in ``args.runs`` child processes (with ``args.separate``, each contender in
+    a process of its own): per mode and model, every run's medians and the median over
+    runs."""
     out = []
     for mode in args.modes:
         runs = []
         for run in range(args.runs):
             contenders = [c for c in args.contenders if c != "lax" or run < args.lax_runs]
-            cmd = [sys.executable, "-m", "jaxconv._src.bench.model_run", "--child", "--mode", mode,
-                   "--models", *args.models, "--batch", str(args.batch or 0),
-                   "--reps", str(args.reps), "--contenders", *contenders]
-            if args.image:
-                cmd += ["--image", str(args.image)]
-            if args.no_batchnorm:
-                cmd.append("--no-batchnorm")
-            cmd += ["--dtype", args.dtype]
             print(f"steps: mode {mode}, run {run + 1}/{args.runs}", file=sys.stderr, flush=True)
-            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise RuntimeError(f"models: the {mode} child failed:\n{done.stderr[-3000:]}")
-            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-            # every child must have had the lowering the parent reports (a handler not built
-            # for this source leaves a process on the XLA formulations)
-            if runs[-1]["onednn"] != library.status().line():
-                raise RuntimeError(f"models: a child's CPU lowering differs from this process's: "
-                                   f"{runs[-1]['onednn']!r} vs {library.status().line()!r}")
+            if getattr(args, "separate", False):
+                runs.append(_merge([_child(args, mode, [c]) for c in contenders]))
+            else:
+                runs.append(_child(args, mode, contenders))
         for i, name in enumerate(args.models):
             rows = [r["rows"][i] for r in runs]
             med = {k: statistics.median(r["median_ms"][k] for r in rows if k in r["median_ms"])
                    for k in rows[0]["median_ms"]}
+            faults = {k: statistics.median(r["minor_faults_per_step"][k] for r in rows
+                                           if k in r.get("minor_faults_per_step", {}))
+                      for k in rows[0].get("minor_faults_per_step", {})}
             pools = [r["max_pool"] for r in rows if r.get("max_pool")]
             pool = None if not pools else {
                 "input": pools[0]["input"], "gap": max(q["gap"] for q in pools),
@@ -291,7 +328,12 @@ def steps(args: argparse.Namespace) -> list[dict[str, Any]]:
             out.append({**{k: v for k, v in rows[0].items()
                            if k not in ("median_ms", "samples_ms", "max_pool")},
                         "mode": mode, "runs": len(rows), "median_ms": med,
+                        "processes": ("one per contender" if getattr(args, "separate", False)
+                                      else "contenders interleaved in one"),
                         "run_medians_ms": [r["median_ms"] for r in rows],
+                        "minor_faults_per_step": faults,
+                        "run_minor_faults_per_step": [r.get("minor_faults_per_step")
+                                                      for r in rows],
                         "max_pool": pool,
                         "torch_over_jaxconv_without_max_pool": (
                             without_max_pool(med, pool) if "jaxconv" in med else None),
@@ -304,5 +346,6 @@ def steps(args: argparse.Namespace) -> list[dict[str, Any]]:
                         "host_memory": [r["host_memory"] for r in runs],
                         "peak_rss_mib": [r["peak_rss_mib"] for r in runs],
                         "loss_gap": max(r["loss_gap"] for r in rows),
-                        "param_gap": max(r["param_gap"] for r in rows)})
+                        "param_gap": (None if any(r["param_gap"] is None for r in rows)
+                                      else max(r["param_gap"] for r in rows))})
     return out

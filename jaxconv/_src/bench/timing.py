@@ -105,10 +105,18 @@ def settle(fn: Callable, calls: int) -> None:
     _time_n(fn, max(1, calls // 2))
 
 
-def interleaved(fns: dict[str, Callable], reps: int, seed: int = 0) -> dict[str, list[float]]:
+def minor_faults() -> int:
+    """The process's minor page faults so far (every thread's; ``getrusage``)."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def interleaved(fns: dict[str, Callable], reps: int, seed: int = 0,
+                faults: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
     """Seconds per call of each of ``fns``, ``reps`` samples each, interleaved: a fresh random
     order each repetition, each sample back-to-back calls for at least 20 ms after the
-    untimed lead-in of :func:`settle`."""
+    untimed lead-in of :func:`settle`. ``faults``, where given, receives each sample's minor
+    page faults per call (fresh memory: docs/training.md, "Host memory")."""
     import numpy as np
     calls = {k: calls_per_sample(fn) for k, fn in fns.items()}
     order = np.random.default_rng(seed)
@@ -116,5 +124,8 @@ def interleaved(fns: dict[str, Callable], reps: int, seed: int = 0) -> dict[str,
     for _ in range(reps):
         for k in order.permutation(list(fns)):
             settle(fns[k], calls[k])
+            before = minor_faults()
             times[k].append(_time_n(fns[k], calls[k]) / calls[k])
+            if faults is not None:
+                faults.setdefault(k, []).append((minor_faults() - before) / calls[k])
     return times
