@@ -11,7 +11,8 @@ the model's variables, then ``jax.jit(jaxconv.accelerate(step), donate_argnums=.
 * ``late``: JAX computes before ``import jaxconv`` (the worker threads keep their own arenas);
 * ``off``: ``JAXCONV_KEEP_FREED_MEMORY=0`` (glibc's defaults).
 
-Per process: the step's median time, minor page faults per step (``getrusage``), the peak
+Per process: the step's median time, minor page faults per step (``getrusage``; measured
+again with glibc's heap sampled around each step: ``faults_line`` says why where high), the peak
 resident memory, a loop that prepares the next batch in Python (NumPy, ``--prepare-ms`` of
 work) while the step runs, and the time of a small eager operation. JSON with every process's
 figures and the median per mode and model:
@@ -94,6 +95,15 @@ def child(mode: str, name: str, batchnorm: bool, steps: int, prepare_ms: float) 
         loss.block_until_ready()
         times.append(time.perf_counter() - t0)
     faults = (_minflt() - faults) / steps
+    # each step's faults again, with glibc's heap sampled around it: the reason where high
+    from jaxconv._src import host_faults
+    state = [params, stats, opt]
+
+    def one() -> None:
+        *state[:], loss = f(*state, x, labels)
+        loss.block_until_ready()
+    why = host_faults.step_faults(one, calls=steps, warm=0)
+    params, stats, opt = state
     # a loop that prepares the next batch (NumPy work of about prepare_ms) while the step runs
     host = rng.standard_normal(x.shape).astype(np.float32)
 
@@ -126,7 +136,7 @@ def child(mode: str, name: str, batchnorm: bool, steps: int, prepare_ms: float) 
             "image": spec.image, "jaxconv_mode": host_memory.mode(),
             "async_dispatch": bool(jax.config.read("jax_cpu_enable_async_dispatch")),
             "step_ms": statistics.median(times) * 1e3, "steps_ms": [t * 1e3 for t in times],
-            "minor_faults_per_step": faults,
+            "minor_faults_per_step": faults, "faults_line": why.line(),
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "prepare_ms": prep_ms, "loop_ms_per_step": loop_ms, "eager_op_us": eager_us,
             "loss": float(loss)}

@@ -214,6 +214,7 @@ def test_separate_processes_time_each_contender_alone(tmp_path, capsys):
     assert step["torch_over_accelerate"] == pytest.approx(
         step["median_ms"]["torch"] / step["median_ms"]["accelerate"])
     assert step["loss_gap"] < TOL and step["param_gap"] is None
+    assert step["torch_layout"] in ("channels_last", "NCHW")  # from torch's process
     capsys.readouterr()
     assert model_report.main([str(out)]) == 0
     table = capsys.readouterr().out.splitlines()

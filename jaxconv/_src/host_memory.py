@@ -7,13 +7,16 @@ again (docs/performance.md, "Host memory"), and a thread other than the main one
 from an arena of its own, which maps large blocks afresh whatever the other settings say.
 
 ``import jaxconv`` keeps freed memory (:func:`keep_at_import`): before JAX's CPU client
-exists, it applies :func:`keep_freed_memory`: glibc keeps large freed blocks in the main heap,
-and JAX runs each CPU computation on the calling thread, whose heap that is. (glibc's
+exists, it applies :func:`keep_freed_memory`: glibc keeps large freed blocks in the main heap
+and never gives them back (a finite trim threshold is reached once enough is free at the
+heap's top, with another library's buffers for instance, and the next step faults it all in
+again), and JAX runs each CPU computation on the calling thread, whose heap that is. (glibc's
 settings alone at the import, dispatch left asynchronous, left a 25 MiB block faulted in
 afresh on most MobileNetV2 steps measured: docs/performance.md, "Host memory".) Where jaxconv
 is imported after JAX's first computation, the first jaxconv CPU kernel or ``accelerate``
 warns once (:class:`LateImportWarning`). :data:`RECOMMENDED` is the environment's form.
-:func:`line` says which case the process is in, for ``jaxconv check`` and ``explain``.
+:func:`line` says which case the process is in, for ``jaxconv check`` and ``explain``;
+:mod:`jaxconv._src.host_faults` counts a step's page faults and says why they are high.
 """
 
 from __future__ import annotations

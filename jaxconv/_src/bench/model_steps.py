@@ -286,8 +286,8 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     rows = []
     for i in range(len(parts[0]["rows"])):
         each = [p["rows"][i] for p in parts]
-        row = {**each[0], "max_pool": next((r["max_pool"] for r in each if r.get("max_pool")),
-                                           None)}
+        row = {**each[0], **{key: next((r[key] for r in each if r.get(key)), None)
+                             for key in ("max_pool", "torch_layout")}}
         for key in ("median_ms", "minor_faults_per_step", "losses"):
             row[key] = {k: v for r in each for k, v in r[key].items()}
         med, losses = row["median_ms"], list(row["losses"].values())
