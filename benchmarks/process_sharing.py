@@ -10,6 +10,7 @@ ratio:
 
     python -m benchmarks.process_sharing --models mobilenet_v2 --batch 32 --rounds 3 \
         --out sharing.json
+    python -m benchmarks.process_sharing --report sharing.json [more.json ...]  (markdown)
 """
 
 from __future__ import annotations
@@ -19,11 +20,37 @@ import json
 import pathlib
 import statistics
 import sys
+from typing import Any
 
 from jaxconv._src.bench.model_steps import _child, _merge
 
 
+def table(results: list[dict[str, Any]]) -> str:
+    """docs/performance.md's table: per model and batch, each kind of process's medians (ms,
+    the median over rounds), the ratio's median and every round's, the faults a step."""
+    lines = ["| model (batch) | processes | rounds | accelerate ms | torch ms | torch/accelerate "
+             "(each round) | minor faults a step, accelerate / torch |",
+             "|---|---|---|---|---|---|---|"]
+    for res in results:
+        for s in res["summary"]:
+            rows = [r for r in res["rounds"] if r["model"] == s["model"] and r["kind"] == s["kind"]]
+            med = {k: statistics.median(r["median_ms"][k] for r in rows) for k in ("accelerate", "torch")}
+            faults = {k: max(r["minor_faults_per_step"][k] for r in rows) for k in med}
+            each = ", ".join(f"{r['ratio']:.2f}" for r in rows)
+            lines.append(f"| {s['model']} ({res['batch']}) | "
+                         f"{'one, interleaved' if s['kind'] == 'interleaved' else 'one per contender'} "
+                         f"| {len(rows)} | {med['accelerate']:,.0f} | {med['torch']:,.0f} "
+                         f"| **{s['median']:.2f}** ({each}) "
+                         f"| {faults['accelerate']:,.0f} / {faults['torch']:,.0f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--report"]:
+        print(table([json.loads(pathlib.Path(p).read_text()) for p in argv[1:]]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=["mobilenet_v2"])
     ap.add_argument("--batch", type=int, default=32)
@@ -57,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                             "range": [min(ratios), max(ratios)]})
             print(f"{model} {kind}: {a}/{b} {statistics.median(ratios):.2f} "
                   f"({', '.join(f'{v:.2f}' for v in ratios)})")
-    result = {"command": " ".join(["python -m benchmarks.process_sharing",
-                                   *(argv if argv is not None else sys.argv[1:])]),
+    result = {"command": " ".join(["python -m benchmarks.process_sharing", *argv]),
               "batch": args.batch, "rounds": rounds, "summary": summary}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))

@@ -318,3 +318,38 @@ def test_winograd_tiles_benchmark_bfloat16_and_chosen_methods(tmp_path):
     assert result["dtype"] == "bfloat16"
     assert all(set(r["fastest_ms"]) == {"baseline", "onednn", "winograd_4x4"}
                for r in result["rows"])
+
+
+def test_process_sharing_alternates_the_kinds_and_reports_each_round(tmp_path, monkeypatch,
+                                                                     capsys):
+    """``benchmarks/process_sharing.py``: each round an interleaved process, then a process per
+    contender (merged as ``--separate`` merges them); the ratio per kind over rounds; the table
+    from the JSON. The children are stand-ins (the real ones: test_bench_models's
+    ``--separate`` test)."""
+    from benchmarks import process_sharing
+
+    calls = []
+
+    def child(args, mode, contenders):
+        calls.append(tuple(contenders))
+        ms = {"accelerate": 100.0 + len(calls), "torch": 120.0}
+        row = {"model": "mobilenet_v2", "median_ms": {k: ms[k] for k in contenders},
+               "minor_faults_per_step": {k: 0.0 for k in contenders},
+               "losses": {k: 1.0 for k in contenders}}
+        return {"rows": [row], "peak_rss_mib": 10.0}
+
+    monkeypatch.setattr(process_sharing, "_child", child)
+    out = tmp_path / "sharing.json"
+    assert process_sharing.main(["--rounds", "2", "--out", str(out)]) == 0
+    assert calls == [("accelerate", "torch"), ("accelerate",), ("torch",)] * 2
+    result = json.loads(out.read_text())
+    assert [r["kind"] for r in result["rounds"]] == ["interleaved", "separate"] * 2
+    first = result["rounds"][0]
+    assert first["ratio"] == pytest.approx(120.0 / 101.0)
+    summary = {s["kind"]: s for s in result["summary"]}
+    assert summary["separate"]["range"] == pytest.approx([120.0 / 105.0, 120.0 / 102.0])
+    capsys.readouterr()
+    assert process_sharing.main(["--report", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("| mobilenet_v2 (32) | one, interleaved | 2 |")
+    assert lines[3].startswith("| mobilenet_v2 (32) | one per contender | 2 |")
