@@ -10,7 +10,7 @@ ratio:
 
     python -m benchmarks.process_sharing --models mobilenet_v2 --batch 32 --rounds 3 \
         --out sharing.json
-    python -m benchmarks.process_sharing --report sharing.json [more.json ...]  (markdown)
+    python -m benchmarks.process_sharing --report JSON [JSON ...]  (the markdown table)
 """
 
 from __future__ import annotations
