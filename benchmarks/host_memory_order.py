@@ -33,11 +33,6 @@ import time
 MODES = ("import", "arena-only", "late", "off")
 
 
-def _minflt() -> int:
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
 def child(mode: str, name: str, batchnorm: bool, steps: int, prepare_ms: float) -> dict:
     if mode in ("off", "arena-only"):
         os.environ["JAXCONV_KEEP_FREED_MEMORY"] = "0"
@@ -88,20 +83,21 @@ def child(mode: str, name: str, batchnorm: bool, steps: int, prepare_ms: float) 
     for _ in range(2):
         params, stats, opt, loss = f(params, stats, opt, x, labels)
         loss.block_until_ready()
-    faults, times = _minflt(), []
+    from jaxconv._src import host_faults
+    faults, times = host_faults.minor_faults(), []
     for _ in range(steps):
         t0 = time.perf_counter()
         params, stats, opt, loss = f(params, stats, opt, x, labels)
         loss.block_until_ready()
         times.append(time.perf_counter() - t0)
-    faults = (_minflt() - faults) / steps
+    faults = (host_faults.minor_faults() - faults) / steps
     # each step's faults again, with glibc's heap sampled around it: the reason where high
-    from jaxconv._src import host_faults
     state = [params, stats, opt]
 
     def one() -> None:
-        *state[:], loss = f(*state, x, labels)
-        loss.block_until_ready()
+        out = f(*state, x, labels)
+        state[:] = out[:3]
+        out[3].block_until_ready()
     why = host_faults.step_faults(one, calls=steps, warm=0)
     params, stats, opt = state
     # a loop that prepares the next batch (NumPy work of about prepare_ms) while the step runs

@@ -53,7 +53,8 @@ def _heap() -> int | None:
     return None if _MALLINFO2 is None else int(_MALLINFO2().arena)
 
 
-def _minor_faults() -> int:
+def minor_faults() -> int:
+    """The process's minor page faults so far (every thread's; ``getrusage``)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
@@ -73,11 +74,10 @@ class StepFaults:
 
     def why(self) -> str:
         """The reason for the faults, from the mode and the heap's samples."""
-        if self.mode in ("default", "late"):
-            return (host_memory.late_message() if self.mode == "late" else
-                    "glibc's defaults: XLA:CPU's temporaries above 32 MiB are fresh pages every "
-                    "call; import jaxconv before JAX's first computation (docs/training.md, "
-                    "\"Host memory\")")
+        if self.mode == "late":
+            return host_memory.late_message()
+        if self.mode == "default":  # the defaults' own line (an environment that keeps nothing)
+            return str(host_memory.line("cpu", {})).removeprefix("host memory: ")
         if self.heap_shrank:
             return ("glibc's heap shrank between samples: it was trimmed (malloc_trim called, or "
                     "M_TRIM_THRESHOLD set again after jaxconv set it to never)")
@@ -118,9 +118,9 @@ def step_faults(call: Callable[[], Any], calls: int = 5, warm: int = 3) -> StepF
         call()
     faults, samples = [], []
     for _ in range(calls):
-        before, heap = _minor_faults(), _heap()
+        before, heap = minor_faults(), _heap()
         call()
-        faults.append(_minor_faults() - before)
+        faults.append(minor_faults() - before)
         samples += [heap, _heap()]
     heaps = [h for h in samples if h is not None]
     shrank = any(b < max(heaps[:i + 1]) for i, b in enumerate(heaps))

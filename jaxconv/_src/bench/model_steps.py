@@ -309,7 +309,7 @@ def steps(args: argparse.Namespace) -> list[dict[str, Any]]:
         for run in range(args.runs):
             contenders = [c for c in args.contenders if c != "lax" or run < args.lax_runs]
             print(f"steps: mode {mode}, run {run + 1}/{args.runs}", file=sys.stderr, flush=True)
-            if getattr(args, "separate", False):
+            if args.separate:
                 runs.append(_merge([_child(args, mode, [c]) for c in contenders]))
             else:
                 runs.append(_child(args, mode, contenders))
@@ -328,7 +328,7 @@ def steps(args: argparse.Namespace) -> list[dict[str, Any]]:
             out.append({**{k: v for k, v in rows[0].items()
                            if k not in ("median_ms", "samples_ms", "max_pool")},
                         "mode": mode, "runs": len(rows), "median_ms": med,
-                        "processes": ("one per contender" if getattr(args, "separate", False)
+                        "processes": ("one per contender" if args.separate
                                       else "contenders interleaved in one"),
                         "run_medians_ms": [r["median_ms"] for r in rows],
                         "minor_faults_per_step": faults,

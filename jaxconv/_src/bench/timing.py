@@ -105,12 +105,6 @@ def settle(fn: Callable, calls: int) -> None:
     _time_n(fn, max(1, calls // 2))
 
 
-def minor_faults() -> int:
-    """The process's minor page faults so far (every thread's; ``getrusage``)."""
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
 def interleaved(fns: dict[str, Callable], reps: int, seed: int = 0,
                 faults: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
     """Seconds per call of each of ``fns``, ``reps`` samples each, interleaved: a fresh random
@@ -118,6 +112,8 @@ def interleaved(fns: dict[str, Callable], reps: int, seed: int = 0,
     untimed lead-in of :func:`settle`. ``faults``, where given, receives each sample's minor
     page faults per call (fresh memory: docs/training.md, "Host memory")."""
     import numpy as np
+
+    from jaxconv._src.host_faults import minor_faults
     calls = {k: calls_per_sample(fn) for k, fn in fns.items()}
     order = np.random.default_rng(seed)
     times: dict[str, list[float]] = {k: [] for k in fns}
