@@ -22,7 +22,6 @@
 #include "matmul.h"
 #include "openmp.h"
 #include "problem.h"
-#include "team.h"
 #include "threading.h"
 #include "winograd.h"
 #include "xla/ffi/api/ffi.h"
@@ -117,9 +116,10 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
     } else if (chunks > 1) {
       std::lock_guard<std::mutex> one_at_a_time(RunMutex());
       RunOnPool(p, chunks, pool, x, y, w);
-    } else {  // on the team (its first call's trial too)
+    } else {
+      std::shared_ptr<Entry> e = TheCache().Get(p);
       std::lock_guard<std::mutex> one_at_a_time(RunMutex());
-      OnTeamThread([&] { Execute(*TheCache().Get(p), k, x, y, w); });
+      Execute(*e, k, x, y, w);
     }
   });
 }
@@ -169,10 +169,8 @@ ffi::Error RunWinograd(bool weight, std::string_view op, ffi::AnyBuffer a, ffi::
   if (!bad.empty()) return ffi::Error::InvalidArgument(prefix + bad);
   return Guarded(prefix, [&] {
     std::lock_guard<std::mutex> one_at_a_time(RunMutex());
-    OnTeamThread([&] {
-      if (weight) WinogradWeight(s, a.untyped_data(), b.untyped_data(), out->untyped_data());
-      else WinogradForward(s, a.untyped_data(), b.untyped_data(), out->untyped_data());
-    });
+    if (weight) WinogradWeight(s, a.untyped_data(), b.untyped_data(), out->untyped_data());
+    else WinogradForward(s, a.untyped_data(), b.untyped_data(), out->untyped_data());
   });
 }
 
@@ -214,7 +212,7 @@ ffi::Error MatmulImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBu
   }
   return Guarded(prefix, [&] {
     std::lock_guard<std::mutex> one_at_a_time(RunMutex());
-    OnTeamThread([&] { Matmul(s, a.untyped_data(), b.untyped_data(), out->untyped_data()); });
+    Matmul(s, a.untyped_data(), b.untyped_data(), out->untyped_data());
   });
 }
 
