@@ -171,6 +171,52 @@ def test_without_the_library_jaxconv_works_and_says_why():
     assert "ValueError: convolution_backprop_filters: lowering='onednn' does not apply" in out
 
 
+@needs_onednn
+def test_team_calls_start_one_openmp_pool_and_release_it_when_idle():
+    """libgomp keeps a pool of threads per thread that starts a team and, once the pools'
+    threads outnumber the CPUs, makes every team in the process (PyTorch's too) sleep at each
+    barrier: PyTorch's MobileNetV2 step took 1.2-1.5x as long beside accelerate's. So every
+    team call (oneDNN's, Winograd's) runs on one thread of ours, "jaxconv-team", whose team's
+    threads carry its name; none starts under XLA's threads; idle past kTeamIdle (20 ms), its
+    pool is released and only the master stays. A fresh process: its threads are its own."""
+    code = textwrap.dedent("""
+        import collections, ctypes, glob, time
+        import jax, jax.numpy as jnp, jaxconv
+
+        def threads():
+            return collections.Counter(open(t + "/comm").read().strip()
+                                       for t in glob.glob("/proc/self/task/*"))
+
+        def step(x, dy, w):  # two team calls XLA may run at once, and a Winograd forward
+            same = dict(auto_pad="same_upper", lowering="onednn")
+            a = jaxconv.convolution_backprop_filters(x, dy, (3, 3, 32, 32), **same)
+            b = jaxconv.convolution_backprop_filters(dy, x, (3, 3, 32, 32), **same)
+            y = jaxconv.convolution(x, w, auto_pad="same_upper", lowering="winograd")
+            return a, b, y
+
+        f = jax.jit(step)
+        x, dy, w = jnp.ones((8, 28, 28, 32)), jnp.ones((8, 28, 28, 32)), jnp.ones((3, 3, 32, 32))
+        jax.block_until_ready(f(x, dy, w))  # compiled, and each problem's first-call trial
+        time.sleep(0.3)
+        idle = threads()
+        hot = []
+        for _ in range(3):
+            jax.block_until_ready(f(x, dy, w))
+            hot.append(threads())
+        time.sleep(0.3)
+        print(dict(idle), [dict(c) for c in hot], dict(threads()),
+              ctypes.CDLL("libgomp.so.1").omp_get_max_threads(), sep="\\n")
+    """)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True).stdout.strip().split("\n")
+    idle, hot, after, team = (eval(line) for line in out[-4:])  # noqa: S307 (our own output)
+    assert idle.get("jaxconv-team") == 1 and after == idle, (idle, after)
+    for h_ in hot:  # the team's threads under the master's name, nobody else's grew
+        assert h_.get("jaxconv-team") == team, (h_, team)
+        assert {k: v for k, v in h_.items() if k != "jaxconv-team"} == \
+            {k: v for k, v in idle.items() if k != "jaxconv-team"}, (h_, idle)
+
 def test_the_method_is_registered_for_cpu_only():
     assert registry.METHODS["onednn"].platforms == ("cpu",)
     p = _p(MATRIX[1])

@@ -22,6 +22,7 @@
 #include "matmul.h"
 #include "openmp.h"
 #include "problem.h"
+#include "team.h"
 #include "threading.h"
 #include "winograd.h"
 #include "xla/ffi/api/ffi.h"
@@ -116,10 +117,9 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
     } else if (chunks > 1) {
       std::lock_guard<std::mutex> one_at_a_time(RunMutex());
       RunOnPool(p, chunks, pool, x, y, w);
-    } else {
-      std::shared_ptr<Entry> e = TheCache().Get(p);
+    } else {  // on the team (its first call's trial too)
       std::lock_guard<std::mutex> one_at_a_time(RunMutex());
-      Execute(*e, k, x, y, w);
+      OnTeamThread([&] { Execute(*TheCache().Get(p), k, x, y, w); });
     }
   });
 }
@@ -169,8 +169,10 @@ ffi::Error RunWinograd(bool weight, std::string_view op, ffi::AnyBuffer a, ffi::
   if (!bad.empty()) return ffi::Error::InvalidArgument(prefix + bad);
   return Guarded(prefix, [&] {
     std::lock_guard<std::mutex> one_at_a_time(RunMutex());
-    if (weight) WinogradWeight(s, a.untyped_data(), b.untyped_data(), out->untyped_data());
-    else WinogradForward(s, a.untyped_data(), b.untyped_data(), out->untyped_data());
+    OnTeamThread([&] {
+      if (weight) WinogradWeight(s, a.untyped_data(), b.untyped_data(), out->untyped_data());
+      else WinogradForward(s, a.untyped_data(), b.untyped_data(), out->untyped_data());
+    });
   });
 }
 
@@ -212,7 +214,7 @@ ffi::Error MatmulImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBu
   }
   return Guarded(prefix, [&] {
     std::lock_guard<std::mutex> one_at_a_time(RunMutex());
-    Matmul(s, a.untyped_data(), b.untyped_data(), out->untyped_data());
+    OnTeamThread([&] { Matmul(s, a.untyped_data(), b.untyped_data(), out->untyped_data()); });
   });
 }
 

@@ -14,6 +14,7 @@ OpenMp::OpenMp() {
   num_threads = reinterpret_cast<int (*)()>(dlsym(gomp, "omp_get_num_threads"));
   parallel = reinterpret_cast<void (*)(void (*)(void*), void*, unsigned, unsigned)>(
       dlsym(gomp, "GOMP_parallel"));
+  pause_all = reinterpret_cast<int (*)(int)>(dlsym(gomp, "omp_pause_resource_all"));
 }
 
 const OpenMp& Omp() {

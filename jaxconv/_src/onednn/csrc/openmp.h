@@ -13,6 +13,8 @@ struct OpenMp {
   // what `#pragma omp parallel` compiles to: fn(data) on each thread of a team of the given
   // size (0: the calling thread's omp_get_max_threads())
   void (*parallel)(void (*)(void*), void*, unsigned, unsigned) = nullptr;
+  // omp_pause_resource_all: releases the calling thread's pool (OpenMP 5.0)
+  int (*pause_all)(int) = nullptr;
 
   OpenMp();
   bool ok() const { return get_max_threads != nullptr && set_num_threads != nullptr; }

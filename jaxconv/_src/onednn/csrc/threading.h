@@ -4,7 +4,8 @@
 // - a small call runs whole, single-threaded, on XLA's calling thread;
 // - a forward or data gradient whose batch splits runs as chunks of the batch on XLA's pool,
 //   one single-threaded primitive per thread (that thread's OpenMP thread count set to 1);
-// - a weight gradient, and the rest, as one call on oneDNN's OpenMP team.
+// - a weight gradient, and the rest, as one call on oneDNN's OpenMP team, which one thread of
+//   ours starts for every such call (team.h).
 // A call that uses the whole machine takes one lock (RunMutex), so that an OpenMP team never
 // runs beside another call's chunks. Chunks are claimed from a counter by the calling thread
 // and the tasks it schedules, so a call never waits for a task that has not started; the
