@@ -23,6 +23,7 @@ import sys
 from typing import Any
 
 from jaxconv._src.bench.model_steps import _child, _merge
+from jaxconv._src.onednn import library
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=pathlib.Path)
     args = ap.parse_args(argv)
     a, b = args.contenders[-1], args.contenders[0]  # the ratio: a's time over b's
+    onednn = library.status().line()  # every child's, checked by _child
+    print(onednn, file=sys.stderr, flush=True)  # "not available": accelerate without oneDNN
     rounds: list[dict[str, object]] = []
     for r in range(args.rounds):
         for kind in ("interleaved", "separate"):
@@ -85,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{model} {kind}: {a}/{b} {statistics.median(ratios):.2f} "
                   f"({', '.join(f'{v:.2f}' for v in ratios)})")
     result = {"command": " ".join(["python -m benchmarks.process_sharing", *argv]),
-              "batch": args.batch, "rounds": rounds, "summary": summary}
+              "batch": args.batch, "onednn": onednn, "rounds": rounds, "summary": summary}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
     return 0

@@ -323,10 +323,11 @@ def test_winograd_tiles_benchmark_bfloat16_and_chosen_methods(tmp_path):
 def test_process_sharing_alternates_the_kinds_and_reports_each_round(tmp_path, monkeypatch,
                                                                      capsys):
     """``benchmarks/process_sharing.py``: each round an interleaved process, then a process per
-    contender (merged as ``--separate`` merges them); the ratio per kind over rounds; the table
-    from the JSON. The children are stand-ins (the real ones: test_bench_models's
-    ``--separate`` test)."""
+    contender (merged as ``--separate`` merges them); the ratio per kind over rounds; the
+    oneDNN lowering's status line in the JSON; the table from the JSON. The children are
+    stand-ins (the real ones: test_bench_models's ``--separate`` test)."""
     from benchmarks import process_sharing
+    from jaxconv._src.onednn import library
 
     calls = []
 
@@ -344,6 +345,7 @@ def test_process_sharing_alternates_the_kinds_and_reports_each_round(tmp_path, m
     assert calls == [("accelerate", "torch"), ("accelerate",), ("torch",)] * 2
     result = json.loads(out.read_text())
     assert [r["kind"] for r in result["rounds"]] == ["interleaved", "separate"] * 2
+    assert result["onednn"] == library.status().line()  # a stale build shows as "not available"
     first = result["rounds"][0]
     assert first["ratio"] == pytest.approx(120.0 / 101.0)
     summary = {s["kind"]: s for s in result["summary"]}
