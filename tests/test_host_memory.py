@@ -233,10 +233,12 @@ print(*faults)
 def test_kept_memory_stays_kept_past_2_gib_of_free_heap():
     """A kept process never trims: with more than 2 GiB free at the heap's top after each step
     (the step's 320 MiB block and 2.2 GiB of another allocation), the steps fault nothing once
-    the heap has settled (by the fourth step in 21 processes measured, 6 of them beside two
-    busy processes; before, a step's block may land on heap never touched yet). Under glibc's largest positive trim threshold (2 GiB,
-    the control), every step from the second faults in what the trim returned: all of the
-    block above the 256 MiB kept at the top (``M_TOP_PAD``), 64 MiB."""
+    the heap has settled: before, a step's block may land on heap never touched yet. The heap
+    settles by the fourth step in most processes and by the sixth in about one of ten (2 of
+    22 processes here, with or without other work on the machine), so up to three processes
+    run, one of which must fault nothing in steps 5-12. Under glibc's largest positive trim
+    threshold (2 GiB, the control), every step from the second faults in what the trim
+    returned: all of the block above the 256 MiB kept at the top (``M_TOP_PAD``), 64 MiB."""
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD", "JAXCONV_KEEP"))}
     base["JAX_PLATFORMS"] = "cpu"
@@ -257,8 +259,13 @@ def test_kept_memory_stays_kept_past_2_gib_of_free_heap():
             break
     else:
         raise AssertionError(f"the 2 GiB threshold did not fault: {controls}")
-    kept = faults("never")
-    assert max(kept[4:]) < trimmed / 50, kept
+    kept = []
+    for _ in range(3):
+        kept.append(faults("never"))
+        if max(kept[-1][4:]) < trimmed / 50:
+            break
+    else:
+        raise AssertionError(f"a kept process faulted after its fourth step: {kept}")
 
 
 _TRIM = """
