@@ -4,6 +4,7 @@ primitive cache is bounded, the threading and the first call's layout trial as r
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -180,7 +181,7 @@ def test_team_calls_start_one_openmp_pool_and_release_it_when_idle():
     threads carry its name; none starts under XLA's threads; idle past kTeamIdle (20 ms), its
     pool is released and only the master stays. A fresh process: its threads are its own."""
     code = textwrap.dedent("""
-        import collections, ctypes, glob, time
+        import collections, ctypes, glob, json, time
         import jax, jax.numpy as jnp, jaxconv
 
         def threads():
@@ -204,18 +205,20 @@ def test_team_calls_start_one_openmp_pool_and_release_it_when_idle():
             jax.block_until_ready(f(x, dy, w))
             hot.append(threads())
         time.sleep(0.3)
-        print(dict(idle), [dict(c) for c in hot], dict(threads()),
-              ctypes.CDLL("libgomp.so.1").omp_get_max_threads(), sep="\\n")
+        print(json.dumps([idle, hot, threads(), ctypes.CDLL("libgomp.so.1").omp_get_max_threads()]))
     """)
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         check=True).stdout.strip().split("\n")
-    idle, hot, after, team = (eval(line) for line in out[-4:])  # noqa: S307 (our own output)
+                         check=True).stdout
+    idle, hot, after, team = json.loads(out.strip().splitlines()[-1])
     assert idle.get("jaxconv-team") == 1 and after == idle, (idle, after)
-    for h_ in hot:  # the team's threads under the master's name, nobody else's grew
-        assert h_.get("jaxconv-team") == team, (h_, team)
-        assert {k: v for k, v in h_.items() if k != "jaxconv-team"} == \
-            {k: v for k, v in idle.items() if k != "jaxconv-team"}, (h_, idle)
+
+    def others(counts):
+        return {k: v for k, v in counts.items() if k != "jaxconv-team"}
+
+    for counts in hot:  # the team's threads under the master's name, nobody else's grew
+        assert counts.get("jaxconv-team") == team, (counts, team)
+        assert others(counts) == others(idle), (counts, idle)
 
 def test_the_method_is_registered_for_cpu_only():
     assert registry.METHODS["onednn"].platforms == ("cpu",)
