@@ -36,11 +36,13 @@ from jaxconv._src.openvino import (
 from jaxconv._src.openvino_ir import from_openvino_ir
 from jaxconv._src.pooling import max_pool
 from jaxconv._src.tbe import conv2d_backprop_filter
+from jaxconv._src.tune import Tuned, tune
 from jaxconv._src.version import __version__
 
 __all__ = [
     "Explanation",
     "LateImportWarning",
+    "Tuned",
     "__version__",
     "accelerate",
     "conv2d_backprop_filter",
@@ -62,5 +64,6 @@ __all__ = [
     "max_pool",
     "onednn_export_checks",
     "tbe",
+    "tune",
     "xla_cpu_compiler_options",
 ]

@@ -73,7 +73,20 @@ def measuring(monkeypatch, tmp_path):
     from jaxconv._src.lowering import measured
     monkeypatch.setattr(measured, "enabled", lambda: True)
     monkeypatch.setattr(measured, "_VERDICTS", {})
+    monkeypatch.setattr(measured, "_DECISIONS", {})
     monkeypatch.setattr(measured, "_cache_file", lambda: tmp_path / "measured.json")
     measured._disk.cache_clear()
     yield measured
     measured._disk.cache_clear()
+
+
+@pytest.fixture
+def layout_trial():
+    """The oneDNN handler's layout trial on (the suite runs with JAXCONV_MEASURE=0, which
+    keeps the caller's layouts untimed: csrc/trial.h), its cached primitives dropped first (each
+    problem's next first call chooses again), off again after the test."""
+    from jaxconv._src.onednn import library
+    library.forget()
+    library.set_trial(True)
+    yield
+    library.set_trial(False)

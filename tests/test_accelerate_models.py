@@ -181,6 +181,8 @@ def test_explain_lists_each_convolution_and_the_fix_for_lax(measure):
     convs = [r for r in fast.rows if r.op == "convolution"]
     assert sorted(r.kernel for r in convs) == ["forward", "weight"]
     assert all(r.by == "jaxconv" and r.lowering for r in convs), fast
+    # the suite times nothing (JAXCONV_MEASURE=0): every choice is the rule's
+    assert all(r.chosen == "rule" for r in convs), fast
     assert not any("lax convolutions have" in n or "select_and_scatter" in n
                    for n in fast.notes), fast.notes
     text = repr(fast)
@@ -190,4 +192,6 @@ def test_explain_lists_each_convolution_and_the_fix_for_lax(measure):
         cpu = {"faults"} if jax.default_backend() == "cpu" else set()
         assert set(t) == {"step", "convolutions", "pools", "rest"} | cpu and t["step"] > 0
         assert all(r.ms is not None and r.ms > 0 for r in fast.rows)
+        assert all(r.layout.endswith(("(rule)", "(alone)")) for r in convs
+                   if r.lowering == "onednn"), fast
         assert "step" in text

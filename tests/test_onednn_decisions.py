@@ -77,14 +77,28 @@ def test_trial_races_times_and_keeps_the_callers_layout_within_the_margin():
 
     pick = LIB.jaxconv_onednn_decide_pick
     pick.restype = I64
-    pick.argtypes = [ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_int),
-                     ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_double]
+    pick.argtypes = [ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_double),
+                     ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int), ctypes.c_int,
+                     ctypes.c_double]
     times = _arr(ctypes.c_double, [1.04e-3, 1.0e-3])  # the caller's layout 4% slower
+    steady = _arr(ctypes.c_double, [0.0, 0.0])
     callers = _arr(ctypes.c_int, [1, 0])
-    assert pick(times, both, callers, 2, 1e6) == 0     # within 5%: the caller's layout
-    assert pick(times, both, callers, 2, 3e8) == 1     # a large problem: a 1% margin
-    assert pick(times, _arr(ctypes.c_int, [0, 1]), callers, 2, 1e6) == 1  # not raced
-    assert pick(_arr(ctypes.c_double, [1.2e-3, 1.0e-3]), both, callers, 2, 1e6) == 1
+    assert pick(times, steady, both, callers, 2, 1e6) == 0     # within 5%: the caller's layout
+    assert pick(times, steady, both, callers, 2, 3e8) == 1     # a large problem: a 1% margin
+    assert pick(times, steady, _arr(ctypes.c_int, [0, 1]), callers, 2, 1e6) == 1  # not raced
+    slower = _arr(ctypes.c_double, [1.2e-3, 1.0e-3])             # 20% slower
+    assert pick(slower, steady, both, callers, 2, 1e6) == 1
+    # ... but within the margin plus both candidates' noise (8% and 9%): the caller's
+    assert pick(slower, _arr(ctypes.c_double, [0.08, 0.09]), both, callers, 2, 1e6) == 0
+    assert pick(times, _arr(ctypes.c_double, [0.01, 0.03]), both, callers, 2, 3e8) == 0
+
+    noise = LIB.jaxconv_onednn_decide_noise
+    noise.restype = ctypes.c_double
+    noise.argtypes = [ctypes.POINTER(ctypes.c_double), ctypes.c_int]
+    assert noise(_arr(ctypes.c_double, [1.0]), 1) == 0.0
+    # the median (1.1) above the best (1.0), over the median
+    assert noise(_arr(ctypes.c_double, [1.2, 1.0, 1.1]), 3) == pytest.approx(0.1 / 1.1)
+    assert noise(_arr(ctypes.c_double, [1.0, 1.0, 1.0, 1.0]), 4) == 0.0
 
 
 OFF, TRANSPOSE, TRANSPOSE_ROW_PAIRS, TRANSPOSE_PAIRS, COPY = range(5)  # MoveKind

@@ -85,7 +85,7 @@ def test_weight_gradient_threading_counts_its_bytes():
 
 
 @needs_onednn
-def test_choices_say_what_each_first_call_chose():
+def test_choices_say_what_each_first_call_chose(layout_trial):
     """``choices()`` lists each cached problem as the handler received it (a spread data
     gradient with its strided dx, a chunk with its share of the batch) and its candidates, the
     kept one first: the fastest in the trial, or the caller's layout within the margin (5% at
@@ -119,7 +119,7 @@ def test_choices_say_what_each_first_call_chose():
 
 @needs_onednn
 @pytest.mark.parametrize("kernel", list(Kernel))
-def test_first_call_never_times_a_reference_implementation(kernel):
+def test_first_call_never_times_a_reference_implementation(kernel, layout_trial):
     """A 3-channel 7x7 stride-2 stem (resnet_50's conv1, smaller): oneDNN implements its
     blocked layouts with its reference loop nest ("ref:any": on AVX2 15 s for the N2 weight
     gradient against 3-8 ms), which the first call's choice leaves out untimed (before, its

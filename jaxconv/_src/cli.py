@@ -6,6 +6,7 @@ Commands:
   bench    the benchmark runner: jaxconv vs jax.vjp vs PyTorch on benchdnn shapes
            (``bench models``: whole networks' training steps and their layers)
   demo     one filter gradient, explained
+  tune     make a script's timed choices now and keep them; show or clear the cache
   build-onednn  compile the oneDNN lowering's handler (after pip install ".[onednn]")
 
 Each exits 0 on success, 1 when a check fails, 2 on bad arguments.
@@ -240,6 +241,66 @@ def _build_onednn(args: argparse.Namespace) -> int:
     return 0 if library.status().available else 1
 
 
+# --------------------------------------------------------------------------- tune
+
+def _tune(args: argparse.Namespace) -> int:
+    """Shows, clears or fills this machine's cache of timed choices (lowering="auto"'s
+    methods and the oneDNN handler's layouts: docs/lowerings.md, "Timed choices"). With a
+    script, runs it (as `python SCRIPT ARGS...`) with its timed choices made and stored, so
+    that later processes on this machine compile the same programs without timing; then
+    shows what its programs decided."""
+    import runpy
+
+    from jaxconv._src.lowering import measured
+    from jaxconv._src.onednn import library
+
+    if args.clear:
+        removed = measured.clear()
+        print(f"removed {len(removed)} cache file(s)" +
+              "".join(f"\n  {p}" for p in removed))
+        return 0
+    if args.script:
+        if not measured.enabled():
+            raise UsageError("JAXCONV_MEASURE=0 times nothing: unset it to tune")
+        saved = sys.argv
+        sys.argv = [args.script, *args.script_args]
+        try:
+            runpy.run_path(args.script, run_name="__main__")
+        except SystemExit as e:
+            if e.code not in (None, 0):
+                print(f"jaxconv tune: {args.script} exited with {e.code}", file=sys.stderr)
+                return 1
+        finally:
+            sys.argv = saved
+        measured.save_layouts()
+        for d in measured.decisions():
+            print(d.line())
+        sources: dict[str, int] = {}
+        for c in library.choices():
+            sources[c["source"]] = sources.get(c["source"], 0) + 1
+        print("oneDNN layouts by source: " +
+              (", ".join(f"{k} {v}" for k, v in sorted(sources.items())) or "none"))
+    path = measured.cache_path()
+    data = measured.cached()
+    print(f"cache {path} ({'present' if path.exists() else 'absent'})")
+    print("machine: " + ", ".join(f"{k} {v}" for k, v in data["machine"].items()
+                                  if k not in ("timing", "rule")))
+    methods = data["methods"].values()
+    taken = [r for r in methods if r["verdict"] != r["rule"]]
+    print(f"{len(methods)} method verdicts ({len(taken)} not the rule's), "
+          f"{len(data['layouts'])} layout verdicts "
+          f"({sum(r['layout'] != 'caller' for r in data['layouts'].values())} not the "
+          f"caller's layouts)")
+    if args.verbose:
+        for r in methods:
+            print(f"  {r['kernel']} {r['problem']}: {r['verdict']} (rule {r['rule']}, "
+                  f"lead {r['lead']:+.0%}, needed {r['need']:.0%})")
+        for r in data["layouts"].values():
+            print(f"  {r['kernel']} x{r['x']} w{r['w']} {r['threading']}: {r['layout']} "
+                  f"{r['impl']}")
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 
 def build_parser() -> argparse.ArgumentParser:
@@ -275,6 +336,17 @@ def build_parser() -> argparse.ArgumentParser:
                           description=_demo.__doc__)
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     demo.set_defaults(func=_demo)
+
+    tune = sub.add_parser("tune", help="make a script's timed choices now; show or clear them",
+                          description=_tune.__doc__,
+                          epilog="examples: jaxconv tune train.py --epochs 1; jaxconv tune "
+                                 "--verbose; jaxconv tune --clear")
+    tune.add_argument("--clear", action="store_true",
+                      help="remove every machine's cache of timed choices")
+    tune.add_argument("--verbose", "-v", action="store_true", help="list every cached verdict")
+    tune.add_argument("script", nargs="?", help="a Python script to run with its choices timed")
+    tune.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's arguments")
+    tune.set_defaults(func=_tune)
 
     onednn = sub.add_parser("build-onednn", help="compile the oneDNN lowering (CPU)",
                             description=_build_onednn.__doc__)

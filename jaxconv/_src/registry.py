@@ -39,5 +39,5 @@ ARRAY_OPS: dict[str, OpInfo] = {
 OTHER_OPS = ("from_openvino_ir", "max_pool")
 
 #: Public names that are not ops at all.
-NOT_OPS = ("Explanation", "LateImportWarning", "__version__", "accelerate", "explain",
-           "keep_freed_memory", "onednn_export_checks", "tbe", "xla_cpu_compiler_options")
+NOT_OPS = ("Explanation", "LateImportWarning", "Tuned", "__version__", "accelerate", "explain",
+           "keep_freed_memory", "onednn_export_checks", "tbe", "tune", "xla_cpu_compiler_options")

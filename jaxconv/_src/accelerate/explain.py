@@ -44,7 +44,14 @@ class Row:
     shapes: str  #: operands -> result
     lowering: str  #: the method, or lax's reason
     count: int = 1
+    #: where the method came from: "rule" (the backend's table), "measured" (timed in this
+    #: process) or "cache" (an earlier process's timing), with the lead of the fastest
+    #: challenger over the rule's method and the lead it needed (``lowering/measured.py``)
+    chosen: str = ""
     threading: str = ""
+    #: the oneDNN primitive's activation layouts and where they came from ("trial", "cache",
+    #: "rule", "alone": ``library.choices``), as the handler's first call chose them
+    layout: str = ""
     ms: float | None = None  #: one run alone (``measure=True``)
     #: the equation as JAX binds it (to time it alone)
     _bind: Callable[..., Any] | None = dataclasses.field(default=None, repr=False)
@@ -63,9 +70,10 @@ class Explanation:
     timing: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def __str__(self) -> str:
-        head = ("op", "kernel", "by", "shapes", "lowering", "n", "threading", "ms")
-        cells = [head] + [(r.op, r.kernel, r.by, r.shapes, r.lowering, str(r.count),
-                           r.threading, "" if r.ms is None else f"{r.ms:.3f}")
+        head = ("op", "kernel", "by", "shapes", "lowering", "chosen", "n", "threading",
+                "layout", "ms")
+        cells = [head] + [(r.op, r.kernel, r.by, r.shapes, r.lowering, r.chosen, str(r.count),
+                           r.threading, r.layout, "" if r.ms is None else f"{r.ms:.3f}")
                           for r in self.rows]
         widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
         lines = [f"jaxconv.explain ({self.backend}): {len(self.rows)} distinct convolutions "
@@ -109,12 +117,12 @@ def _conv_row(eqn: Any, backend: str, reversed_filter: bool = False) -> Row:
     shapes = f"{_fmt(lhs, rhs)} -> {list(out.shape)}"
     if eqn.primitive.name == "jaxconv_conv":
         kernel, p = eqn.params["kernel"], eqn.params["p"]
-        method = eqn.params["method"]
+        method, chosen = eqn.params["method"], "forced"
         if method == "auto":
-            method = lowering.one_device_method(kernel, p, backend, lhs.dtype,
-                                                eqn.params["precision"],
-                                                eqn.params["preferred_element_type"])
-        return Row("convolution", str(kernel), "jaxconv", shapes, method,
+            args = (kernel, p, backend, lhs.dtype, eqn.params["precision"],
+                    eqn.params["preferred_element_type"])
+            method, chosen = lowering.one_device_method(*args), lowering.chosen_by(*args)
+        return Row("convolution", str(kernel), "jaxconv", shapes, method, chosen=chosen,
                    _bind=_binder(eqn), _avals=(lhs, rhs))
     kind = patterns.conv_kind(eqn.params, lhs, rhs, out.shape, reversed_filter)
     why = (f"accelerate runs jaxconv's {kind.label} kernel" if isinstance(kind, Kernel)
@@ -261,7 +269,7 @@ def _measure(rows: list[Row], fn: Any, args: tuple[Any, ...], kwargs: dict[str, 
 
 
 def _threading(rows: list[Row]) -> None:
-    """Each oneDNN row's threading, as the handler's first call chose it."""
+    """Each oneDNN row's threading and layouts, as the handler's first call chose them."""
     from jaxconv._src.onednn import library
     chosen = library.choices()
     for r in rows:
@@ -273,6 +281,7 @@ def _threading(rows: list[Row]) -> None:
         for c in chosen:
             if c["kernel"] == r.kernel and shapes & {c["x"], c["y"], c["w"]}:
                 r.threading = c["threading"]
+                r.layout = f"{c['candidates'][0]['layout']} ({c['source']})"
                 break
 
 

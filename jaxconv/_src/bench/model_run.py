@@ -18,7 +18,9 @@ interleaved in one process (a fresh random order each repetition, medians):
   then the wrap of the step: jaxconv's default host memory, applied at the import), ``kept``
   calls ``jaxconv.keep_freed_memory()`` first (synchronous dispatch as well; PyTorch's
   allocations are the same process's, so both keep them); each mode's peak resident memory
-  is reported; ``--runs N`` repeats each mode in N processes and reports the median.
+  is reported; ``--runs N`` repeats each mode in N processes and reports the median, and
+  each contender's per-process spread beside it (``spread``: its slowest process's median
+  over its fastest).
   Each sample's minor page faults per step are counted (``minor_faults_per_step``: fresh
   memory faulted in, docs/training.md "Host memory"). ``--separate`` times each contender in a
   process of its own instead (the same script, one contender): its ratios against the
@@ -114,6 +116,9 @@ def _print(result: dict[str, Any]) -> None:
               f"torch/accelerate {r.get('torch_over_accelerate') or math.nan:.2f}{runs(r, 'accelerate', 'runs ')}"
               f"  loss gap {r['loss_gap']:.1e} param gap "
               + ("-" if r["param_gap"] is None else f"{r['param_gap']:.1e}"))
+        if r.get("runs", 1) > 1 and r.get("spread"):
+            print(f"{'':12s} per-process spread (slowest / fastest of {r['runs']} processes): "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in r["spread"].items()))
         faults = r.get("minor_faults_per_step") or {}
         if faults:
             print(f"{'':12s} minor page faults a step ({r.get('processes', '')} process): "

@@ -158,6 +158,14 @@ def measure_max_pool(shape: tuple[int, ...], reps: int) -> dict[str, Any] | None
             "median_ms": {k: statistics.median(v) * 1e3 for k, v in times.items()}}
 
 
+def spread(run_medians_ms: list[dict[str, float]]) -> dict[str, float]:
+    """Each contender's per-process spread: its slowest process's median over its fastest
+    (1.0 with one process)."""
+    keys = {k for r in run_medians_ms for k in r}
+    return {k: max(v) / min(v) for k in sorted(keys)
+            if (v := [r[k] for r in run_medians_ms if k in r]) and min(v) > 0}
+
+
 def ratio(median_ms: dict[str, float], a: str, b: str) -> float | None:
     """a's time over b's, or None where either was not timed (``--contenders``)."""
     return median_ms[a] / median_ms[b] if a in median_ms and b in median_ms else None
@@ -331,6 +339,7 @@ def steps(args: argparse.Namespace) -> list[dict[str, Any]]:
                         "processes": ("one per contender" if args.separate
                                       else "contenders interleaved in one"),
                         "run_medians_ms": [r["median_ms"] for r in rows],
+                        "spread": spread([r["median_ms"] for r in rows]),
                         "minor_faults_per_step": faults,
                         "run_minor_faults_per_step": [r.get("minor_faults_per_step")
                                                       for r in rows],

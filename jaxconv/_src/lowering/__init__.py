@@ -22,6 +22,7 @@ from jaxconv._src.lowering.method import Method
 from jaxconv._src.lowering.registry import (
     METHODS,
     choose,
+    chosen_by,
     data_grad,
     document_lowering,
     forward,
@@ -37,6 +38,7 @@ __all__ = [
     "Method",
     "accumulation_dtype",
     "choose",
+    "chosen_by",
     "data_grad",
     "document_lowering",
     "forward",

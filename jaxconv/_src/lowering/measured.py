@@ -26,15 +26,33 @@ by more than :data:`WINOGRAD_TILE_MARGIN`, and on bfloat16 operands it is taken 
 direct kernel only where it timed faster by :data:`WINOGRAD_BFLOAT16_MARGIN`
 (:func:`_winograd_verdict`).
 
-``JAXCONV_MEASURE=0`` in the environment (read once per process) keeps the table's method
-everywhere (the test suite sets it: its thousands of tiny problems would each be timed).
+Every timed choice is a challenge to the rule's method (:func:`rule`: what runs with
+``JAXCONV_MEASURE=0``): each candidate's times are samples of interleaved rounds, and a
+challenger replaces the rule's method only where its median is lower by more than both
+candidates' noise (each one's interquartile half-range over its median) plus a margin
+(:func:`_beats`: :data:`CHALLENGER_MARGIN`, :data:`WINOGRAD_TILE_MARGIN` between tiles,
+:data:`WINOGRAD_BFLOAT16_MARGIN` for Winograd on bfloat16); otherwise the rule stands, so that
+two candidates within noise give every process the same program. Each choice is kept as a
+:class:`Decision` (its candidates' times, noise, the lead it needed and its source: timed
+now, or read from the cache), which :func:`decisions` lists and ``jaxconv.explain`` shows.
+The disk cache is per machine (CPU model, ISA, thread count), jax, jaxconv and handler build
+(oneDNN's version included); it also keeps the handler's layout trials (:func:`save_layouts`,
+:func:`load_layouts`). ``jaxconv tune`` fills it for a program, ``jaxconv tune --clear``
+empties it (:func:`clear`).
+
+``JAXCONV_MEASURE=0`` in the environment (read once per process) runs the rule's method
+everywhere and times nothing (the test suite sets it: its thousands of tiny problems would
+each be timed).
 """
 
 from __future__ import annotations
 
+import atexit
+import dataclasses
 import functools
 import hashlib
 import json
+import logging
 import os
 import pathlib
 import platform
@@ -64,19 +82,25 @@ MEASURE_MAX_MACS = 2 ** 25
 #: there (not measured on Intel CPUs)
 WINOGRAD_MEASURE_MAX_MACS = 2 ** 32
 
+#: how much faster (a fraction of the rule's median), beyond both candidates' noise, a
+#: challenger must time to replace the rule's method (:func:`_beats`)
+CHALLENGER_MARGIN = 0.03
+
 #: how much faster (a fraction of its median) another tile must time than the one that
-#: multiplies least to be taken instead: on a noisy machine the windows of timing put the 2x2
-#: tile ahead of the 4x4 one by up to 11% where the 4x4 one is the faster (a 2-core Zen 4;
-#: not measured on Intel CPUs, where a lead beyond the margin still decides: docs/lowerings.md,
-#: "Winograd")
+#: multiplies least to be taken instead, beyond both tiles' noise: on a noisy machine the
+#: windows of timing put the 2x2 tile ahead of the 4x4 one by up to 11% where the 4x4 one is
+#: the faster (a 2-core Zen 4; not measured on Intel CPUs, where a lead beyond the margin
+#: still decides: docs/lowerings.md, "Winograd")
 WINOGRAD_TILE_MARGIN = 0.15
 
-#: how much faster than oneDNN's direct kernel (a fraction of oneDNN's median) Winograd must
-#: time on bfloat16 operands to be taken: it computes in float32, at half the rate of oneDNN's
-#: bfloat16 kernels on AVX-512 BF16, and at ResNet-18's 14x14 and 7x7 layers the two are
-#: close and either can lead a window of the timing. A machine's cached verdicts took
-#: the 4x4 tile for all six of those kernels; with oneDNN's for them, the bfloat16 step ran
-#: 1-1.5% faster (a 2-core Zen 4; not measured on Intel CPUs: docs/lowerings.md, "Winograd")
+#: how much faster than oneDNN's direct kernel (a fraction of oneDNN's median), beyond both
+#: candidates' noise, Winograd must time on bfloat16 operands to be taken: it computes in
+#: float32, at half the rate of oneDNN's bfloat16 kernels on AVX-512 BF16, and at ResNet-18's
+#: 14x14 and 7x7 layers the two are close and either can lead a window of the timing. A
+#: machine's cached verdicts took the 4x4 tile for all six of those kernels; with oneDNN's for
+#: them, the bfloat16 step ran 1-1.5% faster (a 2-core Zen 4; not measured on Intel CPUs:
+#: docs/lowerings.md, "Winograd"). So on bfloat16 the rule is oneDNN's direct kernel
+#: (:func:`rule`), and Winograd the challenger.
 WINOGRAD_BFLOAT16_MARGIN = 0.10
 
 #: each program runs at least this many times, and more until both have run this long (s);
@@ -92,13 +116,47 @@ _MIN_ROUNDS, _MAX_ROUNDS, _MIN_SECONDS, _WINOGRAD_SECONDS = 7, 41, 0.02, 0.3
 #: (the MNIST CNN's bfloat16 3x3 32 -> 64 forward at 14x14 on a 2-core Zen 4: 4.0 ms after
 #: Winograd's calls, 2.0 after its own; Winograd's 2.6 won, and in the training step oneDNN's
 #: ran in 2.05: docs/lowerings.md, "Winograd")
-_TIMING = "each timed call after an untimed one of its own"
-#: how a Winograd verdict is drawn from the times, also part of the disk cache's key
-_WINOGRAD_RULE = (f"fewest products unless {WINOGRAD_TILE_MARGIN:.0%} slower; bfloat16 "
-                  f"{WINOGRAD_BFLOAT16_MARGIN:.0%} ahead of oneDNN")
+_TIMING = "each timed call after an untimed one of its own; samples of interleaved rounds"
+#: how a verdict is drawn from the times, also part of the disk cache's key
+_RULE = (f"the rule unless beaten beyond both noises by {CHALLENGER_MARGIN:.0%}; tiles "
+         f"{WINOGRAD_TILE_MARGIN:.0%}; bfloat16 Winograd {WINOGRAD_BFLOAT16_MARGIN:.0%}")
 
 _LOCK = threading.RLock()  # a combinator's timing lowers (and may time) its sub-problems
 _VERDICTS: dict[str, str] = {}
+_DECISIONS: dict[str, Decision] = {}
+_LOG = logging.getLogger("jaxconv.measured")
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """One timed choice of ``lowering="auto"``: what ran, against what, and why.
+
+    ``rule`` is the method the rules run (``JAXCONV_MEASURE=0``), ``verdict`` the one taken;
+    ``times_ms`` each candidate's median and ``noise`` its interquartile half-range over its
+    median; ``lead`` how much faster (a fraction of the incumbent's median) the deciding
+    challenger timed than the incumbent it faced (the rule's method, or for Winograd the tile
+    that replaced the rule's), and ``need`` the lead it had to beat (its margin plus both
+    noises); ``source``
+    ``"measured"`` (timed in this process) or ``"cache"`` (read from the disk cache)."""
+
+    kernel: str
+    problem: str
+    dtype: str
+    rule: str
+    verdict: str
+    source: str
+    times_ms: dict[str, float]
+    noise: dict[str, float]
+    lead: float
+    need: float
+
+    def line(self) -> str:
+        """One line: the verdict, its source, and the lead against the need."""
+        times = ", ".join(f"{m} {t:.3g} ms \u00b1{self.noise.get(m, 0):.0%}"
+                          for m, t in self.times_ms.items())
+        return (f"{self.kernel} {self.problem} {self.dtype}: {self.verdict} ({self.source}; "
+                f"rule {self.rule}, best challenger {self.lead:+.0%} of the rule's time, "
+                f"needed {self.need:.0%}; {times})")
 
 
 @functools.cache
@@ -106,44 +164,179 @@ def enabled() -> bool:
     return os.environ.get("JAXCONV_MEASURE", "1") != "0"
 
 
-@functools.cache
-def _cache_file() -> pathlib.Path:
-    from jaxconv._src.onednn import library
-    cpu = platform.processor() or platform.machine()
+def _cpu() -> tuple[str, str]:
+    """The CPU's model name and the ISA flags that decide which kernels oneDNN and Winograd
+    run (a VM may hide some of a model's)."""
+    cpu, flags = platform.processor() or platform.machine(), ""
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f
-                        if line.startswith("model name")), cpu)
+            text = f.read()
     except OSError:
-        pass
-    try:  # the handler's build (its sources): a new kernel is timed again
+        return cpu, flags
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "model name" and cpu == (platform.processor() or platform.machine()):
+            cpu = value.strip()
+        elif name.strip() == "flags" and not flags:
+            have = set(value.split())
+            flags = " ".join(f for f in _ISA_FLAGS if f in have)
+    return cpu, flags
+
+
+#: the ISA flags of the cache's key
+_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+              "amx_tile", "amx_bf16")
+
+
+def machine() -> dict[str, Any]:
+    """What the disk cache's verdicts hold for: the CPU, its ISA, the threads this process
+    may run on, and the versions of jax, jaxconv and the handler (its build names oneDNN's)."""
+    from jaxconv._src import version
+    from jaxconv._src.onednn import library
+    cpu, isa = _cpu()
+    try:
+        threads = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        threads = os.cpu_count() or 1
+    try:  # the handler's build (its sources, jaxlib, oneDNN): a new kernel is timed again
         handler = library.artefact().name
     except OSError:
         handler = ""
-    key = f"{cpu}|{jax.__version__}|{os.cpu_count()}|{handler}|{_TIMING}|{_WINOGRAD_RULE}"
+    return {"cpu": cpu, "isa": isa, "threads": threads, "cpus": os.cpu_count(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS", ""),
+            "jax": jax.__version__, "jaxconv": version.__version__, "handler": handler,
+            "timing": _TIMING, "rule": _RULE}
+
+
+@functools.cache
+def _cache_file() -> pathlib.Path:
+    from jaxconv._src.onednn import library
+    key = json.dumps(machine(), sort_keys=True)
     tag = hashlib.sha256(key.encode()).hexdigest()[:16]
     return library.cache_dir() / f"measured-{tag}.json"
 
 
 @functools.cache
-def _disk() -> dict[str, str]:
+def _disk() -> dict[str, Any]:
+    """The disk cache: ``{"machine": ..., "methods": {key: record}, "layouts": {key: line}}``."""
     try:
-        return dict(json.loads(_cache_file().read_text()))
-    except (OSError, ValueError):
-        return {}
+        data = json.loads(_cache_file().read_text())
+        return {"machine": data["machine"], "methods": dict(data["methods"]),
+                "layouts": dict(data["layouts"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {"machine": machine(), "methods": {}, "layouts": {}}
 
 
-def _store(key: str, verdict: str) -> None:
-    data = {**_disk(), key: verdict}
-    _disk()[key] = verdict
+def _write() -> None:
     path = _cache_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, sort_keys=True))
+        tmp.write_text(json.dumps(_disk(), sort_keys=True, indent=0))
         tmp.replace(path)  # atomic: a concurrent writer's entries may be lost, never mixed
     except OSError:
         pass  # a read-only home: the process's own cache still holds it
+
+
+def _store(key: str, record: dict[str, Any]) -> None:
+    _disk()["methods"][key] = record
+    _write()
+
+
+def cached() -> dict[str, Any]:
+    """This machine's disk cache as read now: ``machine``, ``methods`` (each verdict's record:
+    ``kernel``, ``problem``, ``rule``, ``verdict``, ``lead``, ``need``, ``times_ms``,
+    ``noise``) and ``layouts`` (the handler's: ``layout``, ``impl``, ``kernel``, ``x``, ``w``,
+    ``threading``, ``trial_ms``, ``noise``)."""
+    with _LOCK:
+        _disk.cache_clear()
+        data = _disk()
+        return {"machine": dict(data["machine"]), "methods": dict(data["methods"]),
+                "layouts": dict(data["layouts"])}
+
+
+def cache_path() -> pathlib.Path:
+    """This machine's disk cache of measured choices (``~/.cache/jaxconv/measured-*.json``)."""
+    return _cache_file()
+
+
+def clear() -> list[pathlib.Path]:
+    """Removes every machine's disk cache of measured choices and forgets this process's
+    verdicts (a program compiled later times again); the removed files."""
+    from jaxconv._src.onednn import library
+    removed = []
+    for path in sorted({_cache_file(), *library.cache_dir().glob("measured-*.json")}):
+        if not path.exists():
+            continue
+        try:
+            path.unlink()
+            removed.append(path)
+        except OSError:
+            pass
+    with _LOCK:
+        _VERDICTS.clear()
+        _DECISIONS.clear()
+        _disk.cache_clear()
+    library.forget()
+    return removed
+
+
+@functools.cache
+def load_layouts() -> int:
+    """Hands the handler this machine's layout verdicts from the disk cache, once per process
+    (where measuring is on; off, the handler's trial is off too and keeps the caller's
+    layouts), and stores this process's new ones at its exit (:func:`save_layouts`); the
+    number handed. Called where a program first holds a oneDNN call (``lowering/onednn.py``)."""
+    from jaxconv._src.onednn import library
+    if not library.status().available:
+        return 0
+    if not enabled():
+        library.set_trial(False)
+        return 0
+    atexit.register(save_layouts)
+    with _LOCK:
+        known = {key: (r["layout"], r["impl"]) for key, r in _disk()["layouts"].items()
+                 if isinstance(r, dict) and "layout" in r and "impl" in r}
+    return library.remember(known)
+
+
+def save_layouts() -> int:
+    """Stores the layout verdicts of this process's trials (``library.choices()``, source
+    "trial") in the disk cache, so that a later process on this machine and build takes them
+    without a trial; the number added."""
+    from jaxconv._src.onednn import library
+    new = {}
+    for c in library.choices():
+        if c["source"] != "trial":
+            continue
+        kept, *others = c["candidates"]
+        new[c["key"]] = {"layout": kept["layout"], "impl": kept["impl"], "kernel": c["kernel"],
+                         "x": list(c["x"]), "w": list(c["w"]), "threading": c["threading"],
+                         "trial_ms": {f"{r['layout']} {r['impl']}": r["trial_ms"]
+                                      for r in c["candidates"]},
+                         "noise": {f"{r['layout']} {r['impl']}": r["noise"]
+                                   for r in c["candidates"]}}
+    with _LOCK:
+        added = {k: v for k, v in new.items() if k not in _disk()["layouts"]}
+        if added:
+            _disk.cache_clear()  # another process may have written meanwhile
+            _disk()["layouts"].update(added)
+            _write()
+    return len(added)
+
+
+def decisions() -> list[Decision]:
+    """The timed choices of this process's programs so far (each problem once), in order."""
+    with _LOCK:
+        return list(_DECISIONS.values())
+
+
+def decision(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Precision,
+             preferred_element_type: DType) -> Decision | None:
+    """The :class:`Decision` of ``kernel`` of ``p`` whose CPU table picked ``method``, where
+    one was made in this process, else None (nothing timed: the rule's method)."""
+    with _LOCK:
+        return _DECISIONS.get(_key(kernel, p, method, dtype, precision, preferred_element_type))
 
 
 def _key(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Precision,
@@ -190,56 +383,117 @@ def timed(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, *,
     return (method,)
 
 
+def rule(kernel: Kernel, p: ConvProblem, method: str, dtype: Any) -> str:
+    """What runs without timing (``JAXCONV_MEASURE=0``, a problem past the caps) where the CPU
+    table picked ``method``: ``method`` itself, but for Winograd on bfloat16 operands oneDNN's
+    direct kernel (:data:`WINOGRAD_BFLOAT16_MARGIN`)."""
+    if method == "winograd" and np.dtype(dtype) == jnp.bfloat16:
+        return "onednn"
+    return method
+
+
 def pick(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Precision,
          preferred_element_type: DType, *, run: Callable[..., Any], xla_applies: bool) -> str:
-    """``method`` (the CPU table's) or XLA's own program for ``kernel`` (where ``xla_applies``),
-    whichever ran faster on this machine (timed once per problem: the module docstring);
-    for ``"winograd"``, of the tiles that the accuracy rule allows (``winograd.tile``) the one
-    that multiplies least unless another timed clearly faster (:func:`_winograd_verdict`),
-    or oneDNN's direct kernel where it timed faster; ``run`` is the registry's dispatch
-    (``registry.run``), which compiles each."""
+    """What ``"auto"`` runs for ``kernel`` of ``p`` where the CPU table picked ``method``: the
+    rule's method (:func:`rule`) unless a challenger among the candidates (:func:`timed`:
+    XLA's own program for ``kernel`` where ``xla_applies``; for ``"winograd"`` the tiles that
+    the accuracy rule allows and oneDNN's direct kernel) timed faster beyond noise on this
+    machine (:func:`_verdict`), once per problem and machine (the module docstring); ``run``
+    is the registry's dispatch (``registry.run``), which compiles each."""
     candidates = timed(kernel, p, method, dtype, xla_applies=xla_applies)
+    incumbent = rule(kernel, p, method, dtype)
     if len(candidates) < 2 or not enabled():
-        return method
-    fewest = ""
-    if method == "winograd":
-        from jaxconv._src.lowering import winograd
-        side = winograd.fewest_products_tile(kernel, p, dtype)
-        fewest = f"winograd_{side}x{side}"
+        return incumbent
     key = _key(kernel, p, method, dtype, precision, preferred_element_type)
     with _LOCK:
         if key not in _VERDICTS:
-            verdict = _disk().get(key)
-            if verdict not in candidates:
-                times = _median_times(kernel, p, candidates, dtype, precision,
-                                      preferred_element_type, run,
-                                      _WINOGRAD_SECONDS if method == "winograd" else
-                                      2 * _MIN_SECONDS)
-                margin = WINOGRAD_BFLOAT16_MARGIN if np.dtype(dtype) == jnp.bfloat16 else 0.0
-                verdict = (_winograd_verdict(times, fewest, margin) if fewest else
-                           min(candidates, key=lambda m: times[m]))  # a tie: the first
-                _store(key, verdict)
-            _VERDICTS[key] = verdict
+            record = _disk()["methods"].get(key)
+            source = "cache"
+            if not isinstance(record, dict) or record.get("verdict") not in (*candidates,
+                                                                             method):
+                samples = _sample_times(kernel, p, candidates, dtype, precision,
+                                        preferred_element_type, run,
+                                        _WINOGRAD_SECONDS if method == "winograd" else
+                                        2 * _MIN_SECONDS)
+                record = _verdict(samples, method, incumbent, kernel, p, dtype)
+                _store(key, record)
+                source = "measured"
+            _VERDICTS[key] = record["verdict"]
+            _DECISIONS[key] = Decision(
+                str(kernel), _describe(p), str(np.dtype(dtype)), record["rule"],
+                record["verdict"], source, dict(record["times_ms"]), dict(record["noise"]),
+                float(record["lead"]), float(record["need"]))
+            _LOG.info("%s", _DECISIONS[key].line())
         return _VERDICTS[key]
 
 
-def _winograd_verdict(times: dict[str, float], fewest: str, onednn_margin: float = 0.0) -> str:
-    """Of Winograd's timed tiles and ``"onednn"`` (``times``: their medians), the tile that
-    multiplies least (``fewest``) or another that timed faster by more than
-    :data:`WINOGRAD_TILE_MARGIN`; then that tile where it timed faster than oneDNN's direct
-    kernel by at least ``onednn_margin`` (:data:`WINOGRAD_BFLOAT16_MARGIN` for bfloat16
-    operands; 0: a tie is the tile's), else ``"onednn"``."""
-    tile = min((m for m in times if m.startswith("winograd_")
-                and times[m] < (1 - WINOGRAD_TILE_MARGIN) * times[fewest]),
-               key=lambda m: times[m], default=fewest)
-    return tile if times[tile] <= (1 - onednn_margin) * times["onednn"] else "onednn"
+def _describe(p: ConvProblem) -> str:
+    return (f"x{list(p.x_shape)} w{list(p.filter_shape)} strides {list(p.strides)}"
+            + (f" groups {p.groups}" if p.groups != 1 else ""))
 
 
-def _median_times(kernel: Kernel, p: ConvProblem, methods: tuple[str, ...], dtype: Any,
+def _noise(samples: list[float]) -> float:
+    """A candidate's noise: its samples' interquartile half-range over their median."""
+    if len(samples) < 4:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(samples, n=4)
+    return (q3 - q1) / 2 / statistics.median(samples)
+
+
+def _beats(challenger: list[float], incumbent: list[float], margin: float) -> tuple[float, float]:
+    """How much faster ``challenger``'s median is than ``incumbent``'s (a fraction of the
+    incumbent's), and the lead it needs to replace it: ``margin`` plus both noises
+    (:func:`_noise`). It wins where the first exceeds the second."""
+    lead = 1 - statistics.median(challenger) / statistics.median(incumbent)
+    return lead, margin + _noise(challenger) + _noise(incumbent)
+
+
+def _verdict(samples: dict[str, list[float]], method: str, incumbent: str, kernel: Kernel,
+             p: ConvProblem, dtype: Any) -> dict[str, Any]:
+    """The verdict on a call whose table picked ``method``, from each candidate's timed
+    ``samples`` (s): the rule's method (``incumbent``) unless a challenger beats it
+    (:func:`_beats`). For Winograd: of the tiles, the one that multiplies least unless another
+    beats it by :data:`WINOGRAD_TILE_MARGIN`; on float32 that tile is the rule, which oneDNN's
+    direct kernel must beat by :data:`CHALLENGER_MARGIN`; on bfloat16 oneDNN's is the rule,
+    which the tile must beat by :data:`WINOGRAD_BFLOAT16_MARGIN`. For the others XLA's own
+    program must beat the table's method by :data:`CHALLENGER_MARGIN`. A record for the disk
+    cache (:class:`Decision`'s fields)."""
+    verdict = incumbent
+    if method == "winograd":
+        from jaxconv._src.lowering import winograd
+        side = winograd.fewest_products_tile(kernel, p, dtype)
+        tile = f"winograd_{side}x{side}"
+        fewest, best = tile, -1.0
+        for m in samples:  # another tile: a clear lead beyond both noises
+            if m.startswith("winograd_") and m != fewest:
+                got, needed = _beats(samples[m], samples[fewest], WINOGRAD_TILE_MARGIN)
+                if got > needed and got > best:
+                    best, tile = got, m
+        if incumbent == "onednn":
+            lead, need = _beats(samples[tile], samples["onednn"], WINOGRAD_BFLOAT16_MARGIN)
+            verdict = tile if lead > need else "onednn"
+        else:
+            lead, need = _beats(samples["onednn"], samples[tile], CHALLENGER_MARGIN)
+            verdict = "onednn" if lead > need else tile
+            if verdict == fewest:
+                verdict = incumbent  # "winograd": the tile that multiplies least
+    else:  # the challenger that leads most beyond what it needs
+        lead, need = max((_beats(samples[m], samples[incumbent], CHALLENGER_MARGIN)
+                          for m in samples if m != incumbent), key=lambda ln: ln[0] - ln[1])
+        if lead > need:
+            verdict = min((m for m in samples if m != incumbent),
+                          key=lambda m: statistics.median(samples[m]))
+    return {"kernel": str(kernel), "problem": _describe(p), "rule": incumbent,
+            "verdict": verdict, "lead": round(lead, 4), "need": round(need, 4),
+            "times_ms": {m: round(statistics.median(v) * 1e3, 4) for m, v in samples.items()},
+            "noise": {m: round(_noise(v), 4) for m, v in samples.items()}}
+
+
+def _sample_times(kernel: Kernel, p: ConvProblem, methods: tuple[str, ...], dtype: Any,
                   precision: Precision, preferred_element_type: DType,
-                  run: Callable[..., Any], seconds: float) -> dict[str, float]:
-    """Each method's median time (s) for ``kernel`` on ``p``, compiled alone and interleaved,
-    over at least _MIN_ROUNDS rounds and ``seconds``."""
+                  run: Callable[..., Any], seconds: float) -> dict[str, list[float]]:
+    """Each method's times (s) for ``kernel`` on ``p``, compiled alone and interleaved, one
+    sample a round, over at least _MIN_ROUNDS rounds and ``seconds``."""
     shapes = {Kernel.FORWARD: (p.x_shape, p.filter_shape), Kernel.DATA: (p.y_shape, p.filter_shape),
               Kernel.WEIGHT: (p.x_shape, p.y_shape)}[kernel]
     rng = np.random.default_rng(0)
@@ -264,7 +518,7 @@ def _median_times(kernel: Kernel, p: ConvProblem, methods: tuple[str, ...], dtyp
                     samples[m].append(time.perf_counter() - t)
             if r + 1 >= _MIN_ROUNDS and time.perf_counter() - start >= seconds:
                 break
-    return {m: statistics.median(v) for m, v in samples.items()}
+    return samples
 
 
 def _round(methods: tuple[str, ...], r: int) -> list[tuple[str, bool]]:

@@ -85,6 +85,21 @@ def one_device_method(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any,
                          run=_run_forced, xla_applies=xla_own_applies(kernel, p))
 
 
+def chosen_by(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any,
+              precision: Precision = None, preferred_element_type: DType = None) -> str:
+    """Where :func:`one_device_method`'s answer came from, for ``jaxconv.explain``: "rule"
+    (the table, nothing timed), else "measured" (timed in this process) or "cache" (an earlier
+    process's timing), with the fastest challenger's lead over the rule's method and the lead
+    it needed (``measured.Decision``)."""
+    if backend != "cpu":
+        return "rule"
+    method = cpu_table_method(kernel, p, dtype, precision, preferred_element_type)
+    d = measured.decision(kernel, p, method, dtype, precision, preferred_element_type)
+    if d is None:
+        return "rule"
+    return f"{d.source}: {d.lead:+.0%} vs {d.need:.0%} needed"
+
+
 def cpu_table_method(kernel: Kernel, p: ConvProblem, dtype: Any, precision: Precision = None,
                      preferred_element_type: DType = None) -> str:
     """The CPU table's method for ``kernel`` of ``p`` on one device, before any timing (the

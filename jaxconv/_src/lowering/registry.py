@@ -24,8 +24,8 @@ from jaxconv._src.lowering import policy
 from jaxconv._src.lowering.execute import execute
 from jaxconv._src.lowering.methods import LOWERING_TYPES, METHODS, methods, why_not
 
-__all__ = ["LOWERING_TYPES", "METHODS", "choose", "data_grad", "document_lowering", "forward",
-           "methods", "one_device_method", "run", "weight_grad", "why_not"]
+__all__ = ["LOWERING_TYPES", "METHODS", "choose", "chosen_by", "data_grad", "document_lowering",
+           "forward", "methods", "one_device_method", "run", "weight_grad", "why_not"]
 
 
 def choose(kernel: Kernel, p: ConvProblem, backend: str, *, partitioned: bool = False) -> str:
@@ -36,6 +36,7 @@ def choose(kernel: Kernel, p: ConvProblem, backend: str, *, partitioned: bool = 
 
 
 one_device_method = policy.one_device_method
+chosen_by = policy.chosen_by
 
 
 def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, backend: str | None,

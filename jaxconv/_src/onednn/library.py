@@ -256,10 +256,15 @@ def choices() -> list[dict[str, Any]]:
     first: ``kernel`` ("forward", "data" or "weight"), the buffers' ``x``, ``y`` and ``w``
     shapes, ``strides``, ``dilations``, ``groups``, ``threading`` ("openmp": one call on
     oneDNN's team; "single": one thread's, a chunk of the batch on XLA's pool or a whole small
-    call on the calling thread), and ``candidates``: each implementation's activation layouts
-    ("caller", "any" or "blocked"), oneDNN's impl name and its best first-call trial time in
-    ms (None where it was not timed), the kept one first. Empty when not loaded. For
-    diagnosing a layout choice, as ``ONEDNN_VERBOSE`` shows the calls."""
+    call on the calling thread), ``source`` ("trial": timed by this process's first call;
+    "cache": an earlier process's verdict, :func:`remember`; "rule": the trial off,
+    ``JAXCONV_MEASURE=0``, the caller's layouts; "alone": one candidate, or one too large to
+    time), ``key`` (the problem as :func:`remember` names it) and ``candidates``: each
+    implementation's activation layouts ("caller", "any" or "blocked"), oneDNN's impl name,
+    its best first-call trial time in ms and its ``noise`` (how far the median of its timed
+    runs lies above the best, a fraction of the median; None where it was not timed), the
+    kept one first. Empty when not loaded. For diagnosing a layout choice, as
+    ``ONEDNN_VERBOSE`` shows the calls."""
     if not status().available:
         return []
     fn = _HANDLES[-1].jaxconv_onednn_choices
@@ -276,17 +281,55 @@ def choices() -> list[dict[str, Any]]:
 
     found = []
     for line in buf.value.decode().splitlines():
-        kernel, x, y, w, strides, dilations, groups, threading, *candidates = line.split("\t")
+        (kernel, x, y, w, strides, dilations, groups, threading, source, key,
+         *candidates) = line.split("\t")
         rows: list[dict[str, Any]] = []
         for c in candidates:
             where, rest = c.split(" ", 1)
-            impl, ms = rest.rsplit(" ", 1)
+            impl, ms, noise = rest.rsplit(" ", 2)
             rows.append({"layout": where, "impl": impl,
-                         "trial_ms": None if ms == "-" else float(ms)})
+                         "trial_ms": None if ms == "-" else float(ms),
+                         "noise": None if noise == "-" else float(noise)})
         found.append({"kernel": kernel, "x": shape(x), "y": shape(y), "w": shape(w),
                       "strides": shape(strides), "dilations": shape(dilations),
-                      "groups": int(groups), "threading": threading, "candidates": rows})
+                      "groups": int(groups), "threading": threading, "source": source,
+                      "key": key, "candidates": rows})
     return found
+
+
+#: the activation layouts of a candidate, as the handler numbers them (descriptors.h)
+LAYOUTS = ("caller", "any", "blocked")
+
+
+def remember(verdicts: dict[str, tuple[str, str]]) -> int:
+    """Hands the handler earlier processes' layout verdicts (``{key: (layout, impl)}``, as
+    :func:`choices` names them): a problem's first call then creates that primitive without a
+    trial, where oneDNN still implements it so. The number taken; 0 when not loaded."""
+    if not status().available or not verdicts:
+        return 0
+    lines = "".join(f"{key}\t{LAYOUTS.index(layout)}\t{impl}\n"
+                    for key, (layout, impl) in verdicts.items()
+                    if layout in LAYOUTS and "\t" not in key + impl and "\n" not in key + impl)
+    fn = _HANDLES[-1].jaxconv_onednn_remember
+    fn.argtypes = [ctypes.c_char_p]
+    fn.restype = ctypes.c_int64
+    return int(fn(lines.encode()))
+
+
+def forget() -> None:
+    """Forgets the remembered verdicts and drops the cached primitives: each problem's next
+    first call chooses again."""
+    if status().available:
+        _HANDLES[-1].jaxconv_onednn_forget()
+
+
+def set_trial(on: bool) -> None:
+    """Whether first calls run the layout trial (off: the caller's layouts where oneDNN
+    implements them, untimed; the default: unless ``JAXCONV_MEASURE=0``)."""
+    if status().available:
+        fn = _HANDLES[-1].jaxconv_onednn_set_trial
+        fn.argtypes = [ctypes.c_int]
+        fn(1 if on else 0)
 
 
 def set_cache_capacity(entries: int) -> None:

@@ -33,6 +33,12 @@ void Cache::SetCapacity(int64_t capacity) {
   Evict();
 }
 
+void Cache::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  map_.clear();
+  order_.clear();
+}
+
 void Cache::Stats(int64_t* out) {
   std::lock_guard<std::mutex> lock(mu_);
   out[0] = static_cast<int64_t>(map_.size());

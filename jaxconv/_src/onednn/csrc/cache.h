@@ -20,6 +20,8 @@ class Cache {
  public:
   std::shared_ptr<Entry> Get(const Problem& p);
   void SetCapacity(int64_t capacity);
+  // Drops every entry (a thread executing one keeps it alive).
+  void Clear();
   // size, capacity, hits, misses
   void Stats(int64_t* out);
   // The cached entries' choices, one line each, most recently used first.

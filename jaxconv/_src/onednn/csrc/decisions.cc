@@ -43,12 +43,23 @@ bool TrialDone(int round, const std::vector<double>& spent, const std::vector<bo
   return enough;
 }
 
-size_t Pick(const std::vector<double>& best, const std::vector<bool>& racing,
-            const std::vector<bool>& on_callers, double macs) {
+double Noise(const std::vector<double>& samples) {
+  if (samples.size() < 2) return 0.0;
+  std::vector<double> sorted(samples);
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  return median > 0 ? (median - sorted.front()) / median : 0.0;
+}
+
+size_t Pick(const std::vector<double>& best, const std::vector<double>& noise,
+            const std::vector<bool>& racing, const std::vector<bool>& on_callers, double macs) {
   const size_t fastest = std::min_element(best.begin(), best.end()) - best.begin();
   const double margin = macs >= kTrialLargeMacs ? kTrialMarginLarge : kTrialMargin;
   for (size_t c = 0; c < best.size(); ++c)
-    if (on_callers[c] && racing[c] && best[c] <= (1 + margin) * best[fastest]) return c;
+    if (on_callers[c] && racing[c] &&
+        best[c] <= (1 + margin + noise[c] + noise[fastest]) * best[fastest])
+      return c;
   return fastest;
 }
 

@@ -58,20 +58,25 @@ constexpr double kTrialSlower = 4.0, kTrialSlowerFloor = 0.02;
 // kTrialMaxRounds times.
 constexpr int kTrialRounds = 3, kTrialMaxRounds = 25;
 constexpr double kTrialSeconds = 0.01;
-// Another layout replaces the caller's only when it ran faster by more than kTrialMargin;
-// from kTrialLargeMacs multiply-adds (the problem's size, which contention cannot inflate as
-// it can a trial's time) by more than kTrialMarginLarge.
+// Another layout replaces the caller's only when its best time is lower by more than
+// kTrialMargin plus both candidates' noise (Noise); from kTrialLargeMacs multiply-adds (the
+// problem's size, which contention cannot inflate as it can a trial's time) by more than
+// kTrialMarginLarge plus both noises.
 constexpr double kTrialMargin = 0.05, kTrialLargeMacs = 2.68e8, kTrialMarginLarge = 0.01;
 
 // Which candidates are timed after their warm-up runs took `warmup` seconds each.
 std::vector<bool> Racing(const std::vector<double>& warmup);
 // Whether the trial has run enough rounds: `round` rounds done, `spent` seconds per candidate.
 bool TrialDone(int round, const std::vector<double>& spent, const std::vector<bool>& racing);
+// A candidate's noise from its timed rounds' `samples`: how far their median lies above their
+// best, a fraction of the median (0 for fewer than two).
+double Noise(const std::vector<double>& samples);
 // The candidate kept: the fastest by `best` (each candidate's best time; a candidate out of
 // the race keeps its warm-up time), unless a racing candidate on the caller's layouts
-// (`on_callers`) is within the margin for a problem of `macs` multiply-adds.
-size_t Pick(const std::vector<double>& best, const std::vector<bool>& racing,
-            const std::vector<bool>& on_callers, double macs);
+// (`on_callers`) is within the margin plus both candidates' `noise` for a problem of `macs`
+// multiply-adds.
+size_t Pick(const std::vector<double>& best, const std::vector<double>& noise,
+            const std::vector<bool>& racing, const std::vector<bool>& on_callers, double macs);
 
 // ---- Filter moves (docs/onednn.md, "Filter moves") ----
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -293,6 +294,36 @@ int64_t jaxconv_onednn_choices(char* out, int64_t size) {
 
 void jaxconv_onednn_set_cache_capacity(int64_t capacity) { TheCache().SetCapacity(capacity); }
 
+// Earlier processes' layout verdicts (trial.h, Remember), one per line of `text`: the
+// problem's key text, the activations (0 caller, 1 any, 2 blocked) and the impl, separated
+// by tabs; lines that do not parse are skipped. The number remembered.
+int64_t jaxconv_onednn_remember(const char* text) {
+  std::istringstream in(text);
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string key, where, impl;
+    if (!std::getline(fields, key, '\t') || !std::getline(fields, where, '\t') ||
+        !std::getline(fields, impl) || key.empty() || impl.empty() ||
+        (where != "0" && where != "1" && where != "2"))
+      continue;
+    Remember(key, static_cast<Activations>(where[0] - '0'), impl);
+    ++n;
+  }
+  return n;
+}
+
+// Forgets every remembered verdict (trial.h) and drops the cached primitives, so that each
+// problem's next first call chooses again.
+void jaxconv_onednn_forget() {
+  Forget();
+  TheCache().Clear();
+}
+
+// Whether first calls run the layout trial (trial.h, SetTrial).
+void jaxconv_onednn_set_trial(int on) { SetTrial(on != 0); }
+
 // The Winograd passes' vector ISA (0 AVX-512, 1 AVX2, 2 neither), and their chunk size in
 // bytes (0: the default), for the tests.
 int jaxconv_winograd_isa() { return WinogradIsa(); }
@@ -327,11 +358,16 @@ int jaxconv_onednn_decide_trial_done(int round, const double* spent, const int* 
                    std::vector<bool>(racing, racing + n)) ? 1 : 0;
 }
 
-int64_t jaxconv_onednn_decide_pick(const double* best, const int* racing,
+int64_t jaxconv_onednn_decide_pick(const double* best, const double* noise, const int* racing,
                                    const int* on_callers, int n, double macs) {
   return static_cast<int64_t>(Pick(std::vector<double>(best, best + n),
+                                   std::vector<double>(noise, noise + n),
                                    std::vector<bool>(racing, racing + n),
                                    std::vector<bool>(on_callers, on_callers + n), macs));
+}
+
+double jaxconv_onednn_decide_noise(const double* samples, int n) {
+  return Noise(std::vector<double>(samples, samples + n));
 }
 
 // The filter-move plan between an XIO filter (dims O, I, X...; `xio_strides`) and a blocked

@@ -1,0 +1,205 @@
+"""Do timed choices give every process the same step, and never a slower one than the rules?
+
+One accelerated training step (``jax.jit(jaxconv.accelerate(step))``, ``keep_freed_memory()``
+first: ``jaxconv._src.bench.model_steps``) timed alone in fresh processes of three kinds, in
+turn so that a VM's slow phase hits each alike:
+
+* ``rule``: ``JAXCONV_MEASURE=0``, nothing timed: the tables' methods and the caller's layouts;
+* ``empty``: timing on, this machine's cache of timed choices removed first (every choice
+  timed by this process: ``lowering/measured.py``, the handler's layout trial);
+* ``warm``: timing on, the cache the previous process left (no timing at all where it holds
+  every choice).
+
+Each process reports its step's median, every timed choice (the rule's method, the verdict,
+each candidate's time and noise, the lead and the lead needed) and the handler's layout
+choices with their sources. The JSON holds them all and, per kind, the median of the
+process medians and the spread (the slowest process's median over the fastest); the report
+says which choices differ from the rule's and which differ between processes:
+
+    python -m benchmarks.measured_choices --model mobilenet_v2 --batch 32 --processes 8 \
+        --out choices.json
+    python -m benchmarks.measured_choices --report JSON [JSON ...]  (the markdown table)
+
+It removes this machine's cache of timed choices (``jaxconv tune --clear`` does the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+from typing import Any
+
+KINDS = ("rule", "empty", "warm")
+
+
+def child(model: str, batch: int, dtype: str, reps: int) -> dict[str, Any]:
+    """One process's step (this process is the child)."""
+    import jaxconv
+    jaxconv.keep_freed_memory()
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxconv._src.bench import model_steps, models
+    from jaxconv._src.bench.timing import interleaved
+    from jaxconv._src.lowering import measured
+    from jaxconv._src.onednn import library
+
+    spec = models.MODELS[model]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, spec.image, spec.image, spec.channels)).astype(np.float32)
+    labels = rng.integers(0, spec.classes, batch).astype(np.int32)
+    variables = models.init(model, jnp.asarray(x), True)
+    params, stats = variables["params"], variables.get("batch_stats", {})
+    net = models.build(model, jax.lax.conv_general_dilated, True,
+                       dtype=jnp.bfloat16 if dtype == "bfloat16" else None)
+    step, tx = model_steps._jax_step(net, True, donate=True, accelerate=True)
+    run = model_steps._training_loop(step, params, stats, tx.init(params), jnp.asarray(x),
+                                     jnp.asarray(labels))
+    for _ in range(2):
+        jax.block_until_ready(run())
+    measured.save_layouts()
+    times = interleaved({"step": lambda: jax.block_until_ready(run())}, reps)["step"]
+    layouts = library.choices()
+    return {"median_ms": statistics.median(times) * 1e3,
+            "samples_ms": [t * 1e3 for t in times],
+            "onednn": library.status().line(),
+            "decisions": [vars(d) for d in measured.decisions()],
+            "layouts": [{"kernel": c["kernel"], "x": list(c["x"]), "w": list(c["w"]),
+                         "threading": c["threading"], "source": c["source"],
+                         "kept": f"{c['candidates'][0]['layout']} {c['candidates'][0]['impl']}",
+                         "candidates": c["candidates"]} for c in layouts]}
+
+
+def _process(kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    env = dict(os.environ, JAXCONV_MEASURE="0" if kind == "rule" else "1")
+    if kind == "empty":
+        subprocess.run([sys.executable, "-m", "jaxconv", "tune", "--clear"], env=env,
+                       check=True, stdout=subprocess.DEVNULL)
+    out = subprocess.run([sys.executable, "-m", "benchmarks.measured_choices", "--child",
+                          "--model", args.model, "--batch", str(args.batch), "--dtype",
+                          args.dtype, "--reps", str(args.reps)],
+                         env=env, check=True, capture_output=True, text=True)
+    return {"kind": kind, **json.loads(out.stdout.strip().splitlines()[-1])}
+
+
+def _order(processes: int, rule_processes: int) -> list[str]:
+    """The kinds in turn: empty, rule, warm, rule, ... (half of ``processes`` each of empty
+    and warm, each warm after an empty or a warm one), the rest of the rule ones last."""
+    measured = ["empty" if i % 2 == 0 else "warm" for i in range(processes)]
+    out: list[str] = []
+    rules = rule_processes
+    for kind in measured:
+        out.append(kind)
+        if rules:
+            out.append("rule")
+            rules -= 1
+    return out + ["rule"] * rules
+
+
+def summary(procs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per kind the median of the process medians and the spread; the choices that differ
+    from the rule's, and those that differ between the timing processes."""
+    out: dict[str, Any] = {}
+    for kind in (*KINDS, "timed"):
+        ms = [p["median_ms"] for p in procs
+              if p["kind"] == kind or (kind == "timed" and p["kind"] != "rule")]
+        if ms:
+            out[kind] = {"processes": len(ms), "median_ms": statistics.median(ms),
+                         "spread": max(ms) / min(ms), "each_ms": ms}
+    if "rule" in out and "timed" in out:
+        out["timed_over_rule"] = out["timed"]["median_ms"] / out["rule"]["median_ms"]
+    verdicts: dict[str, set[str]] = {}
+    taken: dict[str, str] = {}
+    for p in procs:
+        for d in p["decisions"]:
+            name = f"{d['kernel']} {d['problem']} {d['dtype']}"
+            verdicts.setdefault(name, set()).add(d["verdict"])
+            if d["verdict"] != d["rule"]:
+                taken[name] = f"{d['verdict']} over {d['rule']} ({d['lead']:+.0%}, " \
+                              f"needed {d['need']:.0%})"
+    layouts: dict[str, set[str]] = {}
+    for p in procs:
+        if p["kind"] == "rule":
+            continue
+        for c in p["layouts"]:
+            layouts.setdefault(f"{c['kernel']} x{c['x']} w{c['w']} {c['threading']}",
+                               set()).add(c["kept"])
+    out["methods_not_the_rule"] = taken
+    out["methods_that_moved"] = {k: sorted(v) for k, v in verdicts.items() if len(v) > 1}
+    out["layouts_not_the_callers"] = sorted(
+        {f"{k}: {v}" for k, vs in layouts.items() for v in vs if not v.startswith("caller")})
+    out["layouts_that_moved"] = {k: sorted(v) for k, v in layouts.items() if len(v) > 1}
+    return out
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """docs/performance.md's table: per model, batch and dtype, the rule's and the timed
+    processes' medians and spreads, the timed over the rule, and the choices that moved."""
+    lines = ["| model (batch), dtype | rule: ms (spread, processes) | timed, empty cache | "
+             "timed, warm cache | timed / rule | choices not the rule's; moved between "
+             "processes |", "|---|---|---|---|---|---|"]
+    for res in results:
+        s = res["summary"]
+
+        def cell(kind: str) -> str:
+            k = s.get(kind)
+            return "-" if k is None else \
+                f"{k['median_ms']:.0f} ({k['spread']:.2f}, {k['processes']})"
+
+        moved = len(s["methods_that_moved"]) + len(s["layouts_that_moved"])
+        lines.append(f"| {res['model']} ({res['batch']}), {res['dtype']} | {cell('rule')} | "
+                     f"{cell('empty')} | {cell('warm')} | {s.get('timed_over_rule', 0):.3f} | "
+                     f"{len(s['methods_not_the_rule'])} methods, "
+                     f"{len(s['layouts_not_the_callers'])} layouts; {moved} moved |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="mobilenet_v2")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    ap.add_argument("--processes", type=int, default=8,
+                    help="timing processes (half with an empty cache, half with a warm one)")
+    ap.add_argument("--rule-processes", type=int, default=None,
+                    help="processes with JAXCONV_MEASURE=0 (default: as many)")
+    ap.add_argument("--reps", type=int, default=8, help="timed samples of the step a process")
+    ap.add_argument("--out", default="benchmarks/results/measured_choices.json")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--report", nargs="+", metavar="JSON")
+    args = ap.parse_args(argv)
+    if args.report:
+        print(table([json.loads(pathlib.Path(p).read_text()) for p in args.report]))
+        return 0
+    if args.child:
+        print(json.dumps(child(args.model, args.batch, args.dtype, args.reps)))
+        return 0
+    rules = args.processes if args.rule_processes is None else args.rule_processes
+    procs = []
+    for i, kind in enumerate(_order(args.processes, rules)):
+        procs.append(_process(kind, args))
+        print(f"{i + 1}: {kind} {procs[-1]['median_ms']:.0f} ms", file=sys.stderr, flush=True)
+    from jaxconv._src.bench import machine
+    result = {"command": "python -m benchmarks.measured_choices " + " ".join(
+                  sys.argv[1:] if argv is None else argv),
+              "model": args.model, "batch": args.batch, "dtype": args.dtype,
+              "machine": machine.describe(), "onednn": procs[0]["onednn"],
+              "summary": summary(procs), "processes": procs}
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(table([result]))
+    print(json.dumps({k: v for k, v in result["summary"].items()
+                      if k not in KINDS and k != "timed"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
