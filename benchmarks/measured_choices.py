@@ -20,6 +20,10 @@ says which choices differ from the rule's and which differ between processes:
         --out choices.json
     python -m benchmarks.measured_choices --report JSON [JSON ...]  (the markdown table)
 
+``--ab`` instead compiles both steps in one process, the timed one first, and times them
+interleaved (``--processes`` such processes): the timed step over the rules' one without the
+processes' spread between them.
+
 It removes this machine's cache of timed choices (``jaxconv tune --clear`` does the same).
 """
 
@@ -74,6 +78,80 @@ def child(model: str, batch: int, dtype: str, reps: int) -> dict[str, Any]:
                          "threading": c["threading"], "source": c["source"],
                          "kept": f"{c['candidates'][0]['layout']} {c['candidates'][0]['impl']}",
                          "candidates": c["candidates"]} for c in layouts]}
+
+
+def child_ab(model: str, batch: int, dtype: str, reps: int) -> dict[str, Any]:
+    """The rules' step and the timed one compiled in one process and timed interleaved (this
+    process is the child; the cache of timed choices is not read nor written). The timed
+    program is compiled and run first, so that each oneDNN primitive's first call runs the
+    layout trial; the rules' program then shares those primitives (one per problem and
+    process): ``layouts_not_the_callers`` counts where the two differ in more than their
+    methods."""
+    import jaxconv
+    jaxconv.keep_freed_memory()
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxconv._src.bench import model_steps, models
+    from jaxconv._src.bench.timing import interleaved
+    from jaxconv._src.lowering import measured
+    from jaxconv._src.onednn import library
+
+    measured._disk()["methods"].clear()  # time every choice now, store nothing
+    measured._disk()["layouts"].clear()
+    measured._write = lambda: None  # type: ignore[assignment]
+    spec = models.MODELS[model]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, spec.image, spec.image, spec.channels)).astype(np.float32)
+    labels = rng.integers(0, spec.classes, batch).astype(np.int32)
+    variables = models.init(model, jnp.asarray(x), True)
+    params, stats = variables["params"], variables.get("batch_stats", {})
+    runs = {}
+    for kind, on in (("timed", True), ("rule", False)):
+        measured.enabled = lambda on=on: on  # type: ignore[assignment]
+        library.set_trial(on)
+        net = models.build(model, jax.lax.conv_general_dilated, True,
+                           dtype=jnp.bfloat16 if dtype == "bfloat16" else None)
+        step, tx = model_steps._jax_step(net, True, donate=True, accelerate=True)
+        runs[kind] = model_steps._training_loop(step, params, stats, tx.init(params),
+                                                jnp.asarray(x), jnp.asarray(labels))
+        for _ in range(2):
+            jax.block_until_ready(runs[kind]())
+    times = interleaved({k: (lambda f=f: jax.block_until_ready(f())) for k, f in runs.items()},
+                        reps)
+    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    decisions = [vars(d) for d in measured.decisions()]
+    return {"median_ms": med, "samples_ms": {k: [t * 1e3 for t in v] for k, v in times.items()},
+            "timed_over_rule": med["timed"] / med["rule"],
+            "round_ratios": [a / b for a, b in zip(times["timed"], times["rule"])],
+            "onednn": library.status().line(), "decisions": decisions,
+            "methods_not_the_rule": [f"{d['kernel']} {d['problem']}: {d['verdict']} over "
+                                     f"{d['rule']} ({d['lead']:+.0%}, needed {d['need']:.0%})"
+                                     for d in decisions if d["verdict"] != d["rule"]],
+            "layouts_not_the_callers": [
+                f"{c['kernel']} x{list(c['x'])} w{list(c['w'])}: {c['candidates'][0]['layout']} "
+                f"{c['candidates'][0]['impl']}" for c in library.choices()
+                if c["source"] == "trial" and c["candidates"][0]["layout"] != "caller"]}
+
+
+def ab_table(results: list[dict[str, Any]]) -> str:
+    """docs/performance.md's table of ``--ab`` runs: per model, batch and dtype, the timed
+    step over the rules' one in each process (interleaved), and what differed."""
+    lines = ["| model (batch), dtype | rules' step, ms | timed / rules (each process) | "
+             "methods not the rule's | layouts not the caller's |", "|---|---|---|---|---|"]
+    for res in results:
+        procs = res["processes"]
+        ratios = [p["timed_over_rule"] for p in procs]
+        rule = statistics.median(p["median_ms"]["rule"] for p in procs)
+        methods = sorted({m for p in procs for m in p["methods_not_the_rule"]})
+        layouts = sorted({m for p in procs for m in p["layouts_not_the_callers"]})
+        lines.append(f"| {res['model']} ({res['batch']}), {res['dtype']} | {rule:.0f} | "
+                     f"{statistics.median(ratios):.3f} "
+                     f"({', '.join(f'{r:.3f}' for r in ratios)}) | "
+                     f"{len(methods)}{': ' + '; '.join(methods) if methods else ''} | "
+                     f"{len(layouts)}{': ' + '; '.join(layouts) if layouts else ''} |")
+    return "\n".join(lines)
 
 
 def _process(kind: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -160,6 +238,29 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _ab(args: argparse.Namespace, argv: list[str] | None) -> int:
+    procs = []
+    for i in range(args.processes):
+        out = subprocess.run([sys.executable, "-m", "benchmarks.measured_choices", "--child",
+                              "--ab", "--model", args.model, "--batch", str(args.batch),
+                              "--dtype", args.dtype, "--reps", str(args.reps)],
+                             env=dict(os.environ, JAXCONV_MEASURE="1"), check=True,
+                             capture_output=True, text=True)
+        procs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(f"{i + 1}: timed / rule {procs[-1]['timed_over_rule']:.3f}", file=sys.stderr,
+              flush=True)
+    from jaxconv._src.bench import machine
+    result = {"command": "python -m benchmarks.measured_choices " + " ".join(
+                  sys.argv[1:] if argv is None else argv),
+              "kind": "ab", "model": args.model, "batch": args.batch, "dtype": args.dtype,
+              "machine": machine.describe(), "onednn": procs[0]["onednn"], "processes": procs}
+    out_path = pathlib.Path(args.out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(result, indent=1))
+    print(ab_table([result]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -173,14 +274,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=8, help="timed samples of the step a process")
     ap.add_argument("--out", default="benchmarks/results/measured_choices.json")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--ab", action="store_true",
+                    help="instead: the rules' step and the timed one in one process, "
+                         "interleaved (--processes such processes)")
     ap.add_argument("--report", nargs="+", metavar="JSON")
     args = ap.parse_args(argv)
     if args.report:
-        print(table([json.loads(pathlib.Path(p).read_text()) for p in args.report]))
+        results = [json.loads(pathlib.Path(p).read_text()) for p in args.report]
+        ab = [r for r in results if r.get("kind") == "ab"]
+        if len(ab) < len(results):
+            print(table([r for r in results if r.get("kind") != "ab"]))
+        if ab:
+            print(ab_table(ab))
         return 0
     if args.child:
-        print(json.dumps(child(args.model, args.batch, args.dtype, args.reps)))
+        run = child_ab if args.ab else child
+        print(json.dumps(run(args.model, args.batch, args.dtype, args.reps)))
         return 0
+    if args.ab:
+        return _ab(args, argv)
     rules = args.processes if args.rule_processes is None else args.rule_processes
     procs = []
     for i, kind in enumerate(_order(args.processes, rules)):

@@ -97,7 +97,7 @@ def test_filter_moves_equal_onednns_reorder(blocks, dtype, o, i, taps, applies):
 
 
 @needs_onednn
-def test_calls_move_xio_filters_themselves():
+def test_calls_move_xio_filters_themselves(layout_trial):
     """A data gradient of an XIO filter of at least 1 MiB whose primitive takes the blocked
     filter runs the transpose (in the first call's layout trial at least), a weight gradient
     the copy in its calls; both equal torch's."""

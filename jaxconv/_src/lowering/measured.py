@@ -288,11 +288,8 @@ def load_layouts() -> int:
     layouts), and stores this process's new ones at its exit (:func:`save_layouts`); the
     number handed. Called where a program first holds a oneDNN call (``lowering/onednn.py``)."""
     from jaxconv._src.onednn import library
-    if not library.status().available:
-        return 0
-    if not enabled():
-        library.set_trial(False)
-        return 0
+    if not library.status().available or not enabled():
+        return 0  # the handler reads JAXCONV_MEASURE itself: off, no trial
     atexit.register(save_layouts)
     with _LOCK:
         known = {key: (r["layout"], r["impl"]) for key, r in _disk()["layouts"].items()
