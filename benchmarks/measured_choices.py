@@ -83,10 +83,11 @@ def child(model: str, batch: int, dtype: str, reps: int) -> dict[str, Any]:
 def child_ab(model: str, batch: int, dtype: str, reps: int) -> dict[str, Any]:
     """The rules' step and the timed one compiled in one process and timed interleaved (this
     process is the child; the cache of timed choices is not read nor written). The timed
-    program is compiled and run first, so that each oneDNN primitive's first call runs the
-    layout trial; the rules' program then shares those primitives (one per problem and
-    process): ``layouts_not_the_callers`` counts where the two differ in more than their
-    methods."""
+    program is compiled and run first, each oneDNN primitive's first call running the layout
+    trial; before each sample of either program the handler's primitives are dropped and made
+    again, from the trials' verdicts for the timed program and on the caller's layouts for the
+    rules' one (``library.forget``, ``remember``, ``set_trial``), so that the two differ in
+    both their methods and their layouts."""
     import jaxconv
     jaxconv.keep_freed_memory()
     import jax
@@ -94,7 +95,7 @@ def child_ab(model: str, batch: int, dtype: str, reps: int) -> dict[str, Any]:
     import numpy as np
 
     from jaxconv._src.bench import model_steps, models
-    from jaxconv._src.bench.timing import interleaved
+    from jaxconv._src.bench.timing import _time_n, settle
     from jaxconv._src.lowering import measured
     from jaxconv._src.onednn import library
 
@@ -118,8 +119,27 @@ def child_ab(model: str, batch: int, dtype: str, reps: int) -> dict[str, Any]:
                                                 jnp.asarray(x), jnp.asarray(labels))
         for _ in range(2):
             jax.block_until_ready(runs[kind]())
-    times = interleaved({k: (lambda f=f: jax.block_until_ready(f())) for k, f in runs.items()},
-                        reps)
+    chosen = [c for c in library.choices() if c["source"] == "trial"]
+    verdicts = {c["key"]: (c["candidates"][0]["layout"], c["candidates"][0]["impl"])
+                for c in chosen}
+
+    def use(kind: str) -> None:  # the kind's primitives, made afresh
+        library.forget()
+        if kind == "timed":
+            library.remember(verdicts)
+        library.set_trial(kind == "timed")
+        for _ in range(2):
+            jax.block_until_ready(runs[kind]())
+
+    times: dict[str, list[float]] = {"timed": [], "rule": []}
+    order = np.random.default_rng(1)
+    for _ in range(reps):
+        for kind in order.permutation(list(times)):
+            use(kind)
+            settle(runs[kind], 2)
+            times[kind].append(_time_n(runs[kind], 2) / 2)
+    use("timed")  # the primitives the timed step runs: its trials' verdicts, remembered
+    used = [c for c in library.choices() if c["source"] == "cache"]
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     decisions = [vars(d) for d in measured.decisions()]
     return {"median_ms": med, "samples_ms": {k: [t * 1e3 for t in v] for k, v in times.items()},
@@ -131,8 +151,8 @@ def child_ab(model: str, batch: int, dtype: str, reps: int) -> dict[str, Any]:
                                      for d in decisions if d["verdict"] != d["rule"]],
             "layouts_not_the_callers": [
                 f"{c['kernel']} x{list(c['x'])} w{list(c['w'])}: {c['candidates'][0]['layout']} "
-                f"{c['candidates'][0]['impl']}" for c in library.choices()
-                if c["source"] == "trial" and c["candidates"][0]["layout"] != "caller"]}
+                f"{c['candidates'][0]['impl']}" for c in used
+                if c["candidates"][0]["layout"] != "caller"]}
 
 
 def ab_table(results: list[dict[str, Any]]) -> str:

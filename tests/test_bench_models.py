@@ -133,6 +133,23 @@ def test_printed_steps_give_each_ratio_its_own_runs(capsys):
     model_run._print({"machine": {"peak": {"gflops": 200.0}}, "steps": [step]})
     out = capsys.readouterr().out
     assert "torch/jaxconv 1.17 (runs 1.14, 1.04) torch/accelerate 1.30 (runs 1.33, 1.18)" in out, out
+    assert "spread" not in out  # one value per run: none printed without it
+
+
+def test_each_contenders_per_process_spread_is_printed_beside_its_median(capsys):
+    runs = [{"accelerate": 240.0, "torch": 300.0}, {"accelerate": 264.0, "torch": 290.0},
+            {"accelerate": 250.0}]
+    spread = model_steps.spread(runs)
+    assert spread == pytest.approx({"accelerate": 1.1, "torch": 300 / 290})
+    assert model_steps.spread(runs[:1]) == {"accelerate": 1.0, "torch": 1.0}
+    step = {"description": "MobileNetV2", "mode": "kept", "batchnorm": True, "runs": 3,
+            "median_ms": {"accelerate": 250.0, "torch": 295.0}, "spread": spread,
+            "torch_over_jaxconv": None, "torch_over_accelerate": 1.18, "loss_gap": 0.0,
+            "param_gap": 0.0}
+    model_run._print({"machine": {"peak": {"gflops": 200.0}}, "steps": [step]})
+    out = capsys.readouterr().out
+    assert ("per-process spread (slowest / fastest of 3 processes): accelerate 1.10, "
+            "torch 1.03") in out, out
 
 
 def test_runner_end_to_end(tmp_path):

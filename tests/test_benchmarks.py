@@ -355,3 +355,55 @@ def test_process_sharing_alternates_the_kinds_and_reports_each_round(tmp_path, m
     lines = capsys.readouterr().out.splitlines()
     assert lines[2].startswith("| mobilenet_v2 (32) | one, interleaved | 2 |")
     assert lines[3].startswith("| mobilenet_v2 (32) | one per contender | 2 |")
+
+
+def test_measured_choices_alternates_the_kinds_and_names_what_moved(tmp_path, monkeypatch,
+                                                                     capsys):
+    """``benchmarks/measured_choices.py``: timing processes with an empty and a warm cache in
+    turn with the rules' ones; per kind the median and the spread of the process medians; the
+    methods that are not the rule's and those that differ between processes; the table from
+    the JSON. The children are stand-ins (the real one: ``--child``)."""
+    from benchmarks import measured_choices
+
+    ms = iter([100.0, 110.0, 104.0, 100.0])
+    verdicts = iter(["onednn", "conv"])
+
+    def process(kind, args):
+        layouts = [{"kernel": "forward", "x": [8, 7, 7, 64], "w": [1, 1, 64, 64],
+                    "threading": "single", "source": "trial", "kept": "caller jit"}]
+        decisions = [] if kind == "rule" else [
+            {"kernel": "forward", "problem": "x[8, 7, 7, 64]", "dtype": "float32",
+             "rule": "onednn", "verdict": next(verdicts), "lead": 0.2, "need": 0.05}]
+        return {"kind": kind, "median_ms": next(ms), "onednn": "line",
+                "decisions": decisions, "layouts": layouts}
+
+    monkeypatch.setattr(measured_choices, "_process", process)
+    out = tmp_path / "choices.json"
+    assert measured_choices.main(["--processes", "2", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert [p["kind"] for p in result["processes"]] == ["empty", "rule", "warm", "rule"]
+    s = result["summary"]
+    assert s["rule"]["spread"] == pytest.approx(1.1) and s["timed"]["median_ms"] == 102.0
+    assert s["timed_over_rule"] == pytest.approx(102.0 / 105.0)
+    assert list(s["methods_not_the_rule"]) == ["forward x[8, 7, 7, 64] float32"]
+    assert s["methods_that_moved"] == {"forward x[8, 7, 7, 64] float32": ["conv", "onednn"]}
+    assert s["layouts_not_the_callers"] == [] and s["layouts_that_moved"] == {}
+    capsys.readouterr()
+    assert measured_choices.main(["--report", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("| mobilenet_v2 (32), float32 | 105 (1.10, 2) | 100 (1.00, 1) |")
+    assert lines[2].endswith("| 1 methods, 0 layouts; 1 moved |")
+
+
+def test_measured_choices_ab_table_reads_each_process():
+    from benchmarks import measured_choices
+    procs = [{"median_ms": {"timed": 99.0, "rule": 100.0}, "timed_over_rule": 0.99,
+              "methods_not_the_rule": ["weight x[8]: winograd_4x4 over onednn (+20%, needed 12%)"],
+              "layouts_not_the_callers": []},
+             {"median_ms": {"timed": 103.0, "rule": 98.0}, "timed_over_rule": 103 / 98,
+              "methods_not_the_rule": [], "layouts_not_the_callers": []}]
+    text = measured_choices.ab_table([{"model": "resnet18", "batch": 8, "dtype": "bfloat16",
+                                       "processes": procs}])
+    assert text.splitlines()[2] == (
+        "| resnet18 (8), bfloat16 | 99 | 1.021 (0.990, 1.051) | 1: weight x[8]: winograd_4x4 "
+        "over onednn (+20%, needed 12%) | 0 |")

@@ -6,9 +6,9 @@ a problem small enough to time in a few milliseconds (at most :data:`MEASURE_MAX
 multiply-adds), the first lowering of a kernel for the CPU times the table's method and XLA's
 own program for that kernel (:data:`XLA_OWN`: the forward as one ``lax.conv_general_dilated``,
 the gradients as the program ``jax.vjp`` emits), each compiled alone on random operands of the
-problem's shapes and dtype, interleaved (:func:`_median_times`), and takes XLA's where its
-median is lower. The verdict is cached in the process and on disk, per CPU model, jax version
-and handler build (``~/.cache/jaxconv/measured-*.json``), so that a later process on the same
+problem's shapes and dtype, interleaved (:func:`_sample_times`), and takes XLA's where it
+leads beyond noise (below). The verdict is cached in the process and on disk
+(``~/.cache/jaxconv/measured-*.json``, :func:`machine`), so that a later process on the same
 machine compiles the same program without timing again. Larger problems keep the table's
 method: at their size the table's rules were measured on both Intel and AMD CPUs
 (docs/performance.md).
@@ -23,8 +23,7 @@ save, and which tile wastes less at the output's edges, depend on the channels, 
 output size and the machine's caches and memory (docs/lowerings.md, "Winograd"). The tile that
 multiplies least (``winograd.fewest_products_tile``) is kept unless another tile timed faster
 by more than :data:`WINOGRAD_TILE_MARGIN`, and on bfloat16 operands it is taken over oneDNN's
-direct kernel only where it timed faster by :data:`WINOGRAD_BFLOAT16_MARGIN`
-(:func:`_winograd_verdict`).
+direct kernel only where it timed faster by :data:`WINOGRAD_BFLOAT16_MARGIN` (:func:`_verdict`).
 
 Every timed choice is a challenge to the rule's method (:func:`rule`: what runs with
 ``JAXCONV_MEASURE=0``): each candidate's times are samples of interleaved rounds, and a
@@ -136,8 +135,8 @@ class Decision:
     median; ``lead`` how much faster (a fraction of the incumbent's median) the deciding
     challenger timed than the incumbent it faced (the rule's method, or for Winograd the tile
     that replaced the rule's), and ``need`` the lead it had to beat (its margin plus both
-    noises); ``source``
-    ``"measured"`` (timed in this process) or ``"cache"`` (read from the disk cache)."""
+    noises); ``source`` ``"measured"`` (timed in this process) or ``"cache"`` (read from the
+    disk cache)."""
 
     kernel: str
     problem: str
@@ -155,8 +154,8 @@ class Decision:
         times = ", ".join(f"{m} {t:.3g} ms \u00b1{self.noise.get(m, 0):.0%}"
                           for m, t in self.times_ms.items())
         return (f"{self.kernel} {self.problem} {self.dtype}: {self.verdict} ({self.source}; "
-                f"rule {self.rule}, best challenger {self.lead:+.0%} of the rule's time, "
-                f"needed {self.need:.0%}; {times})")
+                f"rule {self.rule}; the challenger {self.lead:+.0%} faster, needed "
+                f"{self.need:.0%}; {times})")
 
 
 @functools.cache
@@ -202,10 +201,12 @@ def machine() -> dict[str, Any]:
         handler = library.artefact().name
     except OSError:
         handler = ""
+    found = library.status()
     return {"cpu": cpu, "isa": isa, "threads": threads, "cpus": os.cpu_count(),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS", ""),
             "jax": jax.__version__, "jaxconv": version.__version__, "handler": handler,
-            "timing": _TIMING, "rule": _RULE}
+            "onednn": found.version if found.available else "", "timing": _TIMING,
+            "rule": _RULE}
 
 
 @functools.cache

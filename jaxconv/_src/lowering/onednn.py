@@ -41,7 +41,7 @@ import numpy as np
 
 from jaxconv._src.geometry import ConvProblem, conv_output_size
 from jaxconv._src.kernel import Array, DType, Kernel, Precision
-from jaxconv._src.lowering import common, measured
+from jaxconv._src.lowering import common
 from jaxconv._src.lowering.method import Method
 from jaxconv._src.onednn import library
 
@@ -160,7 +160,6 @@ def _kernel(kernel: Kernel) -> object:
             p = fitted
         if kernel is not Kernel.DATA:  # a is x
             a = common.pad_spatial(a, axes, [(-lo, -hi) for lo, hi in crop])
-        measured.load_layouts()  # earlier processes' layout verdicts, before any first call
         call = jax.ffi.ffi_call(library.TARGETS[kernel.value],
                                 jax.ShapeDtypeStruct(kernel.out_shape(p), a.dtype))  # type: ignore[no-untyped-call]
         out: Array = call(

@@ -176,6 +176,8 @@ def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dt
     elif method == "onednn" and onednn.applies(kernel, p, dtype, preferred_element_type):
         method = default_leaf(kernel)  # operands the handler does not take
     record = METHODS[method]
+    if method == "onednn":  # earlier processes' layout verdicts, before the first call
+        measured.load_layouts()
     sub_plan = None
     if record.combinator:  # each one-group sub-problem: the same backend's table, or one convolution
         def sub_plan(sub_kernel: Kernel, sub: ConvProblem) -> Plan:
