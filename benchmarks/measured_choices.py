@@ -18,7 +18,8 @@ says which choices differ from the rule's and which differ between processes:
 
     python -m benchmarks.measured_choices --model mobilenet_v2 --batch 32 --processes 8 \
         --out choices.json
-    python -m benchmarks.measured_choices --report JSON [JSON ...]  (the markdown table)
+    python -m benchmarks.measured_choices --report JSON [JSON ...]  (the markdown tables; a
+        JSON may hold a list of results)
 
 ``--ab`` instead compiles both steps in one process, the timed one first, and times them
 interleaved (``--processes`` such processes): the timed step over the rules' one without the
@@ -155,6 +156,37 @@ def child_ab(model: str, batch: int, dtype: str, reps: int) -> dict[str, Any]:
                 if c["candidates"][0]["layout"] != "caller"]}
 
 
+def _methods_cell(procs: list[dict[str, Any]]) -> str:
+    """The methods the timed step ran instead of the rule's: how many, and per verdict over
+    rule the range of the leads and of the leads needed."""
+    taken: dict[str, list[tuple[float, float]]] = {}
+    names = set()
+    for p in procs:
+        for d in p["decisions"]:
+            if d["verdict"] != d["rule"]:
+                names.add(f"{d['kernel']} {d['problem']}")
+                taken.setdefault(f"{d['verdict']} over {d['rule']}", []).append(
+                    (d["lead"], d["need"]))
+    if not taken:
+        return "0"
+    parts = [f"{k}: leads {min(a for a, _ in v):.0%}-{max(a for a, _ in v):.0%}, needed "
+             f"{min(b for _, b in v):.0%}-{max(b for _, b in v):.0%}" for k, v in taken.items()]
+    return f"{len(names)} ({'; '.join(parts)})"
+
+
+def _layouts_cell(procs: list[dict[str, Any]]) -> str:
+    """The oneDNN primitives the timed step ran on other layouts than the caller's: how many,
+    by layout and kind of kernel."""
+    found = {m for p in procs for m in p["layouts_not_the_callers"]}
+    if not found:
+        return "0"
+    kinds: dict[str, int] = {}
+    for m in found:
+        kernel, layout = m.split(" ", 1)[0], m.split(": ", 1)[1].split(" ", 1)[0]
+        kinds[f"{layout} {kernel}"] = kinds.get(f"{layout} {kernel}", 0) + 1
+    return f"{len(found)} ({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))})"
+
+
 def ab_table(results: list[dict[str, Any]]) -> str:
     """docs/performance.md's table of ``--ab`` runs: per model, batch and dtype, the timed
     step over the rules' one in each process (interleaved), and what differed."""
@@ -164,13 +196,10 @@ def ab_table(results: list[dict[str, Any]]) -> str:
         procs = res["processes"]
         ratios = [p["timed_over_rule"] for p in procs]
         rule = statistics.median(p["median_ms"]["rule"] for p in procs)
-        methods = sorted({m for p in procs for m in p["methods_not_the_rule"]})
-        layouts = sorted({m for p in procs for m in p["layouts_not_the_callers"]})
         lines.append(f"| {res['model']} ({res['batch']}), {res['dtype']} | {rule:.0f} | "
                      f"{statistics.median(ratios):.3f} "
-                     f"({', '.join(f'{r:.3f}' for r in ratios)}) | "
-                     f"{len(methods)}{': ' + '; '.join(methods) if methods else ''} | "
-                     f"{len(layouts)}{': ' + '; '.join(layouts) if layouts else ''} |")
+                     f"({', '.join(f'{r:.3f}' for r in ratios)}) | {_methods_cell(procs)} | "
+                     f"{_layouts_cell(procs)} |")
     return "\n".join(lines)
 
 
@@ -300,7 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", nargs="+", metavar="JSON")
     args = ap.parse_args(argv)
     if args.report:
-        results = [json.loads(pathlib.Path(p).read_text()) for p in args.report]
+        results = []
+        for path in args.report:  # a result, or a list of them (several runs in one file)
+            loaded = json.loads(pathlib.Path(path).read_text())
+            results.extend(loaded if isinstance(loaded, list) else [loaded])
         ab = [r for r in results if r.get("kind") == "ab"]
         if len(ab) < len(results):
             print(table([r for r in results if r.get("kind") != "ab"]))

@@ -397,13 +397,16 @@ def test_measured_choices_alternates_the_kinds_and_names_what_moved(tmp_path, mo
 
 def test_measured_choices_ab_table_reads_each_process():
     from benchmarks import measured_choices
+    taken = {"kernel": "weight", "problem": "x[8]", "rule": "onednn", "verdict": "winograd_4x4",
+             "lead": 0.2, "need": 0.12}
+    kept = {**taken, "kernel": "forward", "verdict": "onednn"}
     procs = [{"median_ms": {"timed": 99.0, "rule": 100.0}, "timed_over_rule": 0.99,
-              "methods_not_the_rule": ["weight x[8]: winograd_4x4 over onednn (+20%, needed 12%)"],
-              "layouts_not_the_callers": []},
+              "decisions": [taken, kept],
+              "layouts_not_the_callers": ["data x[8, 7, 7, 64] w[3, 3, 1, 64]: blocked jit_dw"]},
              {"median_ms": {"timed": 103.0, "rule": 98.0}, "timed_over_rule": 103 / 98,
-              "methods_not_the_rule": [], "layouts_not_the_callers": []}]
+              "decisions": [{**taken, "lead": 0.3, "need": 0.1}], "layouts_not_the_callers": []}]
     text = measured_choices.ab_table([{"model": "resnet18", "batch": 8, "dtype": "bfloat16",
                                        "processes": procs}])
     assert text.splitlines()[2] == (
-        "| resnet18 (8), bfloat16 | 99 | 1.021 (0.990, 1.051) | 1: weight x[8]: winograd_4x4 "
-        "over onednn (+20%, needed 12%) | 0 |")
+        "| resnet18 (8), bfloat16 | 99 | 1.021 (0.990, 1.051) | 1 (winograd_4x4 over onednn: "
+        "leads 20%-30%, needed 10%-12%) | 1 (1 blocked data) |")

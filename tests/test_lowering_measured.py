@@ -277,3 +277,28 @@ def test_explain_shows_where_each_choice_came_from(measuring, monkeypatch):
     monkeypatch.setattr(measured, "enabled", lambda: False)
     monkeypatch.setattr(measured, "_DECISIONS", {})
     assert [r.chosen for r in jaxconv.explain(jax.jit(_conv), x, w).rows] == ["rule"]
+
+
+def test_tune_runs_a_script_with_its_choices_timed(measuring, monkeypatch, tmp_path, capsys):
+    """``jaxconv tune SCRIPT ARGS``: the script runs as ``python SCRIPT ARGS`` would (its
+    ``sys.argv``, as ``__main__``), its programs' choices are timed and listed."""
+    from jaxconv._src import cli
+
+    monkeypatch.setattr(measured, "_sample_times",
+                        lambda kernel, p, methods, *a: {m: [1.0 + i] * 7
+                                                        for i, m in enumerate(methods)})
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys\n"
+        "import jax, jax.numpy as jnp, jaxconv\n"
+        "assert __name__ == '__main__' and sys.argv[1:] == ['--epochs', '1'], sys.argv\n"
+        "x, w = jnp.ones((2, 9, 9, 8)), jnp.ones((3, 3, 8, 16))\n"
+        "jax.jit(lambda x, w: jaxconv.conv_general_dilated(\n"
+        "    x, w, (1, 1), 'SAME', rhs_dilation=(2, 2),\n"
+        "    dimension_numbers=('NHWC', 'HWIO', 'NHWC')) - 1)(x, w).block_until_ready()\n")
+    assert cli.main(["tune", str(script), "--epochs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "(measured; rule" in out and "1 method verdicts" in out, out
+    monkeypatch.setattr(measured, "enabled", lambda: False)
+    assert cli.main(["tune", str(script)]) == 2  # JAXCONV_MEASURE=0: nothing to tune
+    assert "JAXCONV_MEASURE=0" in capsys.readouterr().err

@@ -339,8 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     tune = sub.add_parser("tune", help="make a script's timed choices now; show or clear them",
                           description=_tune.__doc__,
-                          epilog="examples: jaxconv tune train.py --epochs 1; jaxconv tune "
-                                 "--verbose; jaxconv tune --clear")
+                          epilog="examples: jaxconv tune examples/flax_linen_resnet.py --epochs 1; "
+                                 "jaxconv tune --verbose; jaxconv tune --clear")
     tune.add_argument("--clear", action="store_true",
                       help="remove every machine's cache of timed choices")
     tune.add_argument("--verbose", "-v", action="store_true", help="list every cached verdict")

@@ -73,7 +73,7 @@ def tune(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Tuned:
     Example:
       >>> import jax, jax.numpy as jnp, jaxconv
       >>> f = jax.jit(lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1))
-      >>> tuned = jaxconv.tune(f, jnp.ones((1, 3, 8, 8)), jnp.ones((4, 3, 3, 3)))
+      >>> tuned = jaxconv.tune(f, jnp.ones((1, 8, 8, 3)), jnp.ones((3, 3, 3, 4)))
       >>> isinstance(tuned.decisions, list)
       True
     """
@@ -84,7 +84,7 @@ def tune(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Tuned:
     def copy(a: Any) -> Any:
         return a.copy() if isinstance(a, jax.Array) else a
 
-    jax.block_until_ready(fn(*jax.tree_util.tree_map(copy, args),
+    jax.block_until_ready(fn(*jax.tree_util.tree_map(copy, args),  # type: ignore[no-untyped-call]
                              **jax.tree_util.tree_map(copy, kwargs)))
     measured.save_layouts()
     return Tuned(measured.decisions(), library.choices(), measured.cache_path())

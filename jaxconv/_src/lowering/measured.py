@@ -166,20 +166,17 @@ def enabled() -> bool:
 def _cpu() -> tuple[str, str]:
     """The CPU's model name and the ISA flags that decide which kernels oneDNN and Winograd
     run (a VM may hide some of a model's)."""
-    cpu, flags = platform.processor() or platform.machine(), ""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
-            text = f.read()
+            for line in f:  # the first processor's fields
+                name, _, value = line.partition(":")
+                fields.setdefault(name.strip(), value.strip())
     except OSError:
-        return cpu, flags
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        if name.strip() == "model name" and cpu == (platform.processor() or platform.machine()):
-            cpu = value.strip()
-        elif name.strip() == "flags" and not flags:
-            have = set(value.split())
-            flags = " ".join(f for f in _ISA_FLAGS if f in have)
-    return cpu, flags
+        pass
+    have = set(fields.get("flags", "").split())
+    return (fields.get("model name") or platform.processor() or platform.machine(),
+            " ".join(f for f in _ISA_FLAGS if f in have))
 
 
 #: the ISA flags of the cache's key
@@ -287,7 +284,7 @@ def load_layouts() -> int:
     """Hands the handler this machine's layout verdicts from the disk cache, once per process
     (where measuring is on; off, the handler's trial is off too and keeps the caller's
     layouts), and stores this process's new ones at its exit (:func:`save_layouts`); the
-    number handed. Called where a program first holds a oneDNN call (``lowering/onednn.py``)."""
+    number handed. Called where a call is first planned on oneDNN (``policy.plan``)."""
     from jaxconv._src.onednn import library
     if not library.status().available or not enabled():
         return 0  # the handler reads JAXCONV_MEASURE itself: off, no trial
@@ -307,7 +304,7 @@ def save_layouts() -> int:
     for c in library.choices():
         if c["source"] != "trial":
             continue
-        kept, *others = c["candidates"]
+        kept = c["candidates"][0]
         new[c["key"]] = {"layout": kept["layout"], "impl": kept["impl"], "kernel": c["kernel"],
                          "x": list(c["x"]), "w": list(c["w"]), "threading": c["threading"],
                          "trial_ms": {f"{r['layout']} {r['impl']}": r["trial_ms"]
