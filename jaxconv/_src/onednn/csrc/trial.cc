@@ -118,8 +118,27 @@ void Forget() {
 
 void SetTrial(bool on) { trial_on.store(on ? 1 : 0); }
 
+namespace {
+
+// The trial off: the first layouts oneDNN implements without its reference loop nest (the
+// caller's where it does), created alone; null where only a reference implementation exists.
+std::shared_ptr<Entry> ByRule(const Problem& p) {
+  for (Activations where : {Activations::kCaller, Activations::kAny, Activations::kBlocked}) {
+    try {
+      std::shared_ptr<Entry> e = Create(p, where);
+      if (!Reference(*e)) return RecordChoice(p, "rule", {e}, {}, {}, {}, 0);
+    } catch (const dnnl::error&) {  // no implementation there
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 std::shared_ptr<Entry> Choose(const Problem& p) {
   if (std::shared_ptr<Entry> e = Recalled(p)) return e;
+  if (!TrialOn())
+    if (std::shared_ptr<Entry> e = ByRule(p)) return e;
   std::vector<std::shared_ptr<Entry>> found;
   for (Activations where : {Activations::kCaller, Activations::kAny, Activations::kBlocked}) {
     std::shared_ptr<Entry> e;
@@ -143,7 +162,7 @@ std::shared_ptr<Entry> Choose(const Problem& p) {
   const size_t bytes = first.user_x.get_size() + first.user_y.get_size() + first.user_w.get_size();
   if (found.size() == 1 || bytes > kTrialBytes || Reference(first))
     return RecordChoice(p, "alone", found, {}, {}, {}, 0);
-  if (!TrialOn()) return RecordChoice(p, "rule", found, {}, {}, {}, 0);
+  if (!TrialOn()) return RecordChoice(p, "rule", found, {}, {}, {}, 0);  // reference only
   // zero-filled, and aligned as XLA's buffers are: the trial times what the calls will get
   const AlignedBytes bx = Allocate(std::max(first.user_x.get_size(), first.spread_bytes), true),
                      by = Allocate(first.user_y.get_size(), true),
