@@ -42,18 +42,15 @@ from typing import Any
 KINDS = ("rule", "empty", "warm")
 
 
-def child(model: str, batch: int, dtype: str, reps: int) -> dict[str, Any]:
-    """One process's step (this process is the child)."""
-    import jaxconv
-    jaxconv.keep_freed_memory()
+def _training_loop(model: str, batch: int, dtype: str) -> Any:
+    """The accelerated training step of ``model`` as a zero-argument loop carrying its state
+    (``model_steps._training_loop``), compiled and run twice (each oneDNN call's first call
+    made)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     from jaxconv._src.bench import model_steps, models
-    from jaxconv._src.bench.timing import interleaved
-    from jaxconv._src.lowering import measured
-    from jaxconv._src.onednn import library
 
     spec = models.MODELS[model]
     rng = np.random.default_rng(0)
@@ -68,6 +65,20 @@ def child(model: str, batch: int, dtype: str, reps: int) -> dict[str, Any]:
                                      jnp.asarray(labels))
     for _ in range(2):
         jax.block_until_ready(run())
+    return run
+
+
+def child(model: str, batch: int, dtype: str, reps: int) -> dict[str, Any]:
+    """One process's step (this process is the child)."""
+    import jaxconv
+    jaxconv.keep_freed_memory()
+    import jax
+
+    from jaxconv._src.bench.timing import interleaved
+    from jaxconv._src.lowering import measured
+    from jaxconv._src.onednn import library
+
+    run = _training_loop(model, batch, dtype)
     measured.save_layouts()
     times = interleaved({"step": lambda: jax.block_until_ready(run())}, reps)["step"]
     layouts = library.choices()
@@ -92,10 +103,8 @@ def child_ab(model: str, batch: int, dtype: str, reps: int) -> dict[str, Any]:
     import jaxconv
     jaxconv.keep_freed_memory()
     import jax
-    import jax.numpy as jnp
     import numpy as np
 
-    from jaxconv._src.bench import model_steps, models
     from jaxconv._src.bench.timing import _time_n, settle
     from jaxconv._src.lowering import measured
     from jaxconv._src.onednn import library
@@ -103,23 +112,11 @@ def child_ab(model: str, batch: int, dtype: str, reps: int) -> dict[str, Any]:
     measured._disk()["methods"].clear()  # time every choice now, store nothing
     measured._disk()["layouts"].clear()
     measured._write = lambda: None  # type: ignore[assignment]
-    spec = models.MODELS[model]
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((batch, spec.image, spec.image, spec.channels)).astype(np.float32)
-    labels = rng.integers(0, spec.classes, batch).astype(np.int32)
-    variables = models.init(model, jnp.asarray(x), True)
-    params, stats = variables["params"], variables.get("batch_stats", {})
     runs = {}
     for kind, on in (("timed", True), ("rule", False)):
         measured.enabled = lambda on=on: on  # type: ignore[assignment]
         library.set_trial(on)
-        net = models.build(model, jax.lax.conv_general_dilated, True,
-                           dtype=jnp.bfloat16 if dtype == "bfloat16" else None)
-        step, tx = model_steps._jax_step(net, True, donate=True, accelerate=True)
-        runs[kind] = model_steps._training_loop(step, params, stats, tx.init(params),
-                                                jnp.asarray(x), jnp.asarray(labels))
-        for _ in range(2):
-            jax.block_until_ready(runs[kind]())
+        runs[kind] = _training_loop(model, batch, dtype)
     chosen = [c for c in library.choices() if c["source"] == "trial"]
     verdicts = {c["key"]: (c["candidates"][0]["layout"], c["candidates"][0]["impl"])
                 for c in chosen}
