@@ -59,8 +59,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture
 def xla_cpu_rules(monkeypatch):
     """The CPU table without the onednn extra: the XLA:CPU rules the tests below pin down."""
-    from jaxconv._src import backends
-    monkeypatch.setattr(backends, "_onednn_pays", lambda p, kernel=None, xla="": False)
+    from jaxconv._src.lowering import tables
+    monkeypatch.setattr(tables, "_onednn_pays", lambda p, kernel=None, xla="": False)
 
 
 @pytest.fixture

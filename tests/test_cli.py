@@ -44,8 +44,8 @@ def test_check_fails_with_a_nonzero_exit(capsys, monkeypatch):
 
 
 def test_shapes_resolves_auto_pad(capsys, monkeypatch):
-    from jaxconv._src import backends
-    monkeypatch.setattr(backends, "_onednn_pays", lambda p, kernel=None, xla="": False)  # the XLA:CPU rules
+    from jaxconv._src.lowering import tables
+    monkeypatch.setattr(tables, "_onednn_pays", lambda p, kernel=None, xla="": False)  # the XLA:CPU rules
     rc, out, _ = run(capsys, "shapes", "convolution_backprop_filters", "input_forward=8,32,32,16",
                      "output_delta=8,16,16,32", "filter_shape=3,3,8,32", "strides=2,2",
                      "auto_pad=same_upper", "groups=2")

@@ -19,7 +19,7 @@ from jax import lax
 import jaxconv
 from jaxconv._src import geometry
 from jaxconv._src.kernel import Kernel
-from jaxconv._src.lowering import measured, policy
+from jaxconv._src.lowering import chooser
 from jaxconv._src.onednn import library
 from tests import helpers as h
 from tests import oracles
@@ -70,10 +70,10 @@ def _run(kernel, method, x, w, dy, case, pet, precision):
 
 def _candidates(kernel, case, dtype, pet, precision):
     p = _problem(case)
-    method = policy.cpu_table_method(kernel, p, dtype, precision, pet)
-    xla = policy.xla_own_applies(kernel, p)
-    return (measured.candidate_class(kernel, p, method, xla_applies=xla),
-            measured.timed(kernel, p, method, dtype, xla_applies=xla))
+    method = chooser.cpu_table_method(kernel, p, dtype, precision, pet)
+    xla = chooser.xla_own_applies(kernel, p)
+    return (chooser.candidate_class(kernel, p, method, xla_applies=xla),
+            chooser.candidates(kernel, p, method, dtype, xla_applies=xla))
 
 
 @pytest.mark.parametrize("dtype,pet", DTYPES, ids=lambda v: getattr(v, "__name__", str(v)))
@@ -82,7 +82,7 @@ def _candidates(kernel, case, dtype, pet, precision):
 def test_every_candidate_of_auto_is_right_for_its_class(name, kernel, dtype, pet):
     case, precision = CASES[name], _precision(name)
     klass, candidates = _candidates(kernel, case, dtype, pet, precision)
-    assert klass in measured.CANDIDATE_CLASSES
+    assert klass in chooser.CANDIDATE_CLASSES
     assert (len(candidates) == 1) == (klass == "table"), (klass, candidates)
     size, k, s, d, pb, pe, ci, co, g = case
     rng = np.random.default_rng(0)
@@ -104,7 +104,7 @@ def test_every_candidate_class_is_reached():
     """The matrix above reaches every class of the table."""
     seen = {_candidates(kernel, case, dtype, pet, _precision(name))[0]
             for name, case in CASES.items() for kernel in _OPS for dtype, pet in DTYPES}
-    expected = set(measured.CANDIDATE_CLASSES)
+    expected = set(chooser.CANDIDATE_CLASSES)
     if not library.status().available:  # the table picks Winograd only where oneDNN applies
         expected.discard("winograd")
     assert expected <= seen

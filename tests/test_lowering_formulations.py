@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import jaxconv
-from jaxconv._src import backends, geometry, lowering
+from jaxconv._src import geometry, lowering
+from jaxconv._src.lowering import tables
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import shifted, taps
 from tests import helpers as h
@@ -102,7 +103,7 @@ def test_data_gradient_lowerings_convolution_backward_data(method):
 
 def test_data_gradient_auto_choice_and_unknown(xla_cpu_rules):
     def cpu(p):
-        return backends.data_grad_method(p, "cpu")
+        return lowering.choose(Kernel.DATA, p, "cpu")
 
     assert cpu(_problem_strided(2)) == "phases"
     assert cpu(_problem_strided(1)) == "grid"
@@ -116,11 +117,11 @@ def test_data_gradient_auto_choice_and_unknown(xla_cpu_rules):
         data_format="NXC", filter_format="XIO")
     assert cpu(one_by_one) == "grid"
     for p in (_problem_strided(2), _problem_strided(1), _problem_strided(2, groups=2)):
-        assert backends.data_grad_method(p, "gpu") == "vjp"
-        assert backends.data_grad_method(p, "default") == "vjp"
+        assert lowering.choose(Kernel.DATA, p, "gpu") == "vjp"
+        assert lowering.choose(Kernel.DATA, p, "default") == "vjp"
     # GPU: non-overlapping 3D windows of <= 32 result channels take per-tap products.
-    assert backends.data_grad_method(_problem_3d(16), "gpu") == "dot"
-    assert backends.data_grad_method(_problem_3d(64), "gpu") == "vjp"
+    assert lowering.choose(Kernel.DATA, _problem_3d(16), "gpu") == "dot"
+    assert lowering.choose(Kernel.DATA, _problem_3d(64), "gpu") == "vjp"
     # OpenVINO's 3D example: "dot" would keep ~8x its 2.7 GiB result in temporaries
     big = geometry.conv_transpose_problem(
         "t", geometry.Names(), x_shape=(1, 20, 224, 224, 224), y_shape=None,

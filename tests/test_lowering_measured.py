@@ -11,7 +11,7 @@ from jax import lax
 import jaxconv
 from jaxconv._src import geometry
 from jaxconv._src.kernel import Kernel
-from jaxconv._src.lowering import measured
+from jaxconv._src.lowering import chooser, measured
 from jaxconv._src.onednn import library
 from tests import helpers as h
 
@@ -31,7 +31,8 @@ def _operands():
 def test_xla_program_is_taken_where_it_ran_faster(measuring, monkeypatch):
     timed = []
 
-    def fake(kernel, p, methods, *args):  # (..., dtype, precision, type, run)
+    def fake(c, seconds):  # (..., dtype, precision, type, run)
+        kernel, methods = c.kernel, tuple(c.calls)
         timed.append((kernel, methods))
         return {methods[0]: [2.0] * 7, methods[1]: [1.0] * 7}  # XLA's own program faster
 
@@ -70,10 +71,10 @@ def test_the_tables_method_stays_where_it_ran_faster_and_verdicts_are_reused(mea
 
 def test_large_problems_and_switched_off_keep_the_table(measuring, monkeypatch):
     monkeypatch.setattr(measured, "_sample_times", lambda *a: pytest.fail("timed"))
-    monkeypatch.setattr(measured, "MEASURE_MAX_MACS", 10)
+    monkeypatch.setattr(chooser, "MEASURE_MAX_MACS", 10)
     x, w = _operands()
     jax.jit(lambda x, w: _conv(x, w) + 3).lower(x, w)
-    monkeypatch.setattr(measured, "MEASURE_MAX_MACS", 2 ** 25)
+    monkeypatch.setattr(chooser, "MEASURE_MAX_MACS", 2 ** 25)
     monkeypatch.setattr(measured, "enabled", lambda: False)
     jax.jit(lambda x, w: _conv(x, w) + 4).lower(x, w)
     assert measured._VERDICTS == {}
@@ -104,9 +105,11 @@ def _samples(times, spread=0.0):
 
 
 def _winograd(times, dtype="float32", spread=0.0):
-    incumbent = measured.rule(Kernel.FORWARD, _problem(), "winograd", np.dtype(dtype))
-    return measured._verdict(_samples(times, spread), "winograd", incumbent, Kernel.FORWARD,
-                             _problem(), np.dtype(dtype))["verdict"]
+    p = _problem()
+    contest = measured.Contest(Kernel.FORWARD, p, "winograd", np.dtype(dtype), None, None,
+                               rule=chooser.rule(Kernel.FORWARD, p, "winograd", np.dtype(dtype)),
+                               calls={}, fewest="winograd_4x4")
+    return measured._verdict(_samples(times, spread), contest)["verdict"]
 
 
 @pytest.mark.parametrize("times, want", [
@@ -143,7 +146,7 @@ def test_a_lead_within_both_candidates_noise_leaves_the_rule():
 ])
 def test_winograd_needs_a_clear_lead_over_onednn_on_bfloat16(onednn, want):
     times = {"winograd_4x4": 1.0, "winograd_2x2": 1.3, "onednn": onednn}
-    assert measured.rule(Kernel.FORWARD, _problem(), "winograd", jnp.bfloat16) == "onednn"
+    assert chooser.rule(Kernel.FORWARD, _problem(), "winograd", jnp.bfloat16) == "onednn"
     assert _winograd(times, "bfloat16") == want
     assert _winograd(times) == "winograd"
 
@@ -157,7 +160,8 @@ def test_auto_takes_onednn_over_a_small_winograd_lead_on_bfloat16(measuring, mon
         pytest.skip(f"this CPU's oneDNN does not compute {np.dtype(dtype).name}: the table "
                     f"takes neither Winograd nor oneDNN")
 
-    def fake(kernel, p, methods, *args):  # the 4x4 tile 5% ahead of oneDNN
+    def fake(c, seconds):  # the 4x4 tile 5% ahead of oneDNN
+        kernel, methods = c.kernel, tuple(c.calls)
         return _samples({m: 1.0 if m == "winograd_4x4" else 1.05 for m in methods})
 
     monkeypatch.setattr(measured, "_sample_times", fake)
@@ -170,7 +174,8 @@ def test_auto_takes_onednn_over_a_small_winograd_lead_on_bfloat16(measuring, mon
 def test_auto_keeps_the_tile_that_multiplies_least_against_a_small_lead(measuring, monkeypatch):
     timed = []
 
-    def fake(kernel, p, methods, *args):  # (..., dtype, precision, type, run, seconds)
+    def fake(c, seconds):  # (..., dtype, precision, type, run, seconds)
+        kernel, methods = c.kernel, tuple(c.calls)
         timed.append(methods)
         return _samples({m: 0.95 if m == "winograd_2x2" else 1.0 if m.startswith("winograd")
                          else 2.0 for m in methods})
@@ -237,7 +242,8 @@ def test_tune_makes_every_timed_choice_and_the_cli_shows_and_clears_them(
     from jaxconv._src import cli
     from jaxconv._src.onednn import library as lib
 
-    def fake(kernel, p, methods, *args):
+    def fake(c, seconds):
+        kernel, methods = c.kernel, tuple(c.calls)
         return {methods[0]: [1.0] * 7, methods[1]: [2.0] * 7}  # the table's method faster
 
     monkeypatch.setattr(measured, "_sample_times", fake)
@@ -262,7 +268,8 @@ def test_tune_makes_every_timed_choice_and_the_cli_shows_and_clears_them(
 
 
 def test_explain_shows_where_each_choice_came_from(measuring, monkeypatch):
-    def fake(kernel, p, methods, *args):  # XLA's program 40% faster, steadily
+    def fake(c, seconds):  # XLA's program 40% faster, steadily
+        kernel, methods = c.kernel, tuple(c.calls)
         return {methods[0]: [1.0] * 7, methods[1]: [0.6] * 7}
 
     monkeypatch.setattr(measured, "_sample_times", fake)
@@ -285,8 +292,7 @@ def test_tune_runs_a_script_with_its_choices_timed(measuring, monkeypatch, tmp_p
     from jaxconv._src import cli
 
     monkeypatch.setattr(measured, "_sample_times",
-                        lambda kernel, p, methods, *a: {m: [1.0 + i] * 7
-                                                        for i, m in enumerate(methods)})
+                        lambda c, seconds: {m: [1.0 + i] * 7 for i, m in enumerate(c.calls)})
     script = tmp_path / "train.py"
     script.write_text(
         "import sys\n"

@@ -1,17 +1,24 @@
-"""The policy: each kernel call planned once (``jaxconv/_src/lowering/policy.py``), the plan
-executed without going back through the dispatch, oneDNN's applicability asked of one
-function, and the partitioner workaround gated by jaxlib's version."""
+"""The chooser (``jaxconv/_src/lowering/chooser.py``): each kernel call planned once, fully
+resolved, the plan executed without going back through the dispatch, oneDNN's applicability
+asked of one function, the partitioner workaround gated by jaxlib's version; and nothing else
+decides (no other module reads the tables, times a choice or sets the allocator; no import
+cycle)."""
 
 from __future__ import annotations
+
+import ast
+import pathlib
+import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxconv
 from jaxconv._src import geometry
 from jaxconv._src.kernel import Kernel
-from jaxconv._src.lowering import execute, onednn, policy, registry
+from jaxconv._src.lowering import chooser, execute, onednn, registry
 from jaxconv._src.onednn import library
 from tests import helpers as h
 
@@ -31,15 +38,15 @@ def _problem(groups=1, channels=32, size=28, batch=8, strides=1):
 def test_plan_resolves_auto_per_backend_and_program():
     p = _problem(channels=16)  # below Winograd's channels (tests/test_winograd.py plans those)
     f32 = np.dtype("float32")
-    assert policy.plan(Kernel.WEIGHT, p, method="auto", backend="cpu", dtype=f32).method == "onednn"
+    assert chooser.plan(Kernel.WEIGHT, p, method="auto", backend="cpu", dtype=f32).method == "onednn"
     # an export holds no custom call; a partitioned program runs oneDNN per device's blocks
-    assert policy.plan(Kernel.WEIGHT, p, method="auto", backend="cpu", dtype=f32,
-                       portable=True).method == policy.choose(Kernel.WEIGHT, p, "cpu",
+    assert chooser.plan(Kernel.WEIGHT, p, method="auto", backend="cpu", dtype=f32,
+                       portable=True).method == chooser.choose(Kernel.WEIGHT, p, "cpu",
                                                               onednn_ok=False)
-    sharded = policy.plan(Kernel.WEIGHT, p, method="auto", backend="cpu", dtype=f32,
+    sharded = chooser.plan(Kernel.WEIGHT, p, method="auto", backend="cpu", dtype=f32,
                           partitioned=True)
     assert (sharded.method, sharded.per_shard) == ("onednn", True)
-    assert policy.plan(Kernel.WEIGHT, p, method="auto", backend="gpu", dtype=f32).method == "vjp"
+    assert chooser.plan(Kernel.WEIGHT, p, method="auto", backend="gpu", dtype=f32).method == "vjp"
 
 
 @needs_onednn
@@ -50,21 +57,21 @@ def test_onednn_applies_is_the_one_test_the_plan_and_tables_ask():
     assert why is not None and "float64" in why
     assert "preferred_element_type" in onednn.applies(Kernel.FORWARD, p, np.float32, np.float64)
     # forced onednn on operands it does not take: the default leaf, planned, not declined
-    forced = policy.plan(Kernel.FORWARD, p, method="onednn", backend="cpu", dtype=np.float64)
+    forced = chooser.plan(Kernel.FORWARD, p, method="onednn", backend="cpu", dtype=np.float64)
     assert forced.method == "conv"
     # the auto table does not offer oneDNN for them: the XLA:CPU rules decide
-    auto = policy.plan(Kernel.FORWARD, p, method="auto", backend="cpu", dtype=np.float64)
-    assert auto.method == policy.choose(Kernel.FORWARD, p, "cpu", onednn_ok=False)
+    auto = chooser.plan(Kernel.FORWARD, p, method="auto", backend="cpu", dtype=np.float64)
+    assert auto.method == chooser.choose(Kernel.FORWARD, p, "cpu", onednn_ok=False)
 
 
 def test_forced_methods_are_checked_and_unknown_names_refused():
     p = _problem()
-    with pytest.raises(ValueError, match=r"lowering: method must be 'auto' or one of .*got 'nope'"):
-        policy.plan(Kernel.DATA, p, method="nope", backend="cpu", dtype=np.float32)
+    with pytest.raises(ValueError, match=r"lowering: method must be 'auto', 'direct' or one of .*got 'nope'"):
+        chooser.plan(Kernel.DATA, p, method="nope", backend="cpu", dtype=np.float32)
     with pytest.raises(ValueError, match="needs a backend"):
-        policy.plan(Kernel.DATA, p, method="auto", backend=None, dtype=np.float32)
+        chooser.plan(Kernel.DATA, p, method="auto", backend=None, dtype=np.float32)
     # a custom call lowered for another platform: that platform's own choice
-    assert policy.plan(Kernel.DATA, p, method="onednn", backend="gpu",
+    assert chooser.plan(Kernel.DATA, p, method="onednn", backend="gpu",
                        dtype=np.float32).method == "vjp"
 
 
@@ -72,7 +79,7 @@ def test_a_combinator_plans_each_sub_problem_once_and_run_is_entered_once(monkey
     """per_group's sub-problems get leaf plans from the same backend's table; the dispatch
     (registry.run) is entered once for the whole call, never again for its pieces."""
     entered, plans = [], []
-    real_run, real_plan = registry.run, policy.plan
+    real_run, real_plan = registry.run, chooser.plan
 
     def counting_run(*args, **kwargs):
         entered.append(args[0])
@@ -84,7 +91,7 @@ def test_a_combinator_plans_each_sub_problem_once_and_run_is_entered_once(monkey
         return made
 
     monkeypatch.setattr(registry, "run", counting_run)
-    monkeypatch.setattr(policy, "plan", counting_plan)
+    monkeypatch.setattr(chooser, "plan", counting_plan)
     x, dy = jnp.ones((2, 9, 9, 8)), jnp.ones((2, 7, 7, 8))
     p = geometry.convolution_problem(
         "t", geometry.Names(), x_shape=x.shape, y_shape=dy.shape, w_shape=(3, 3, 4, 8),
@@ -114,6 +121,81 @@ def test_execute_runs_a_plan_without_deciding():
 @pytest.mark.parametrize("version,applies", [("0.10.1", False), ("0.10.2", True),
                                              ("0.11.2", True)])
 def test_partitioner_workaround_is_gated_by_jaxlib(version, applies, monkeypatch):
-    assert policy.partitioner_workaround(version) is applies
-    monkeypatch.setattr(policy, "PARTITIONER_FIXED_IN", ("0.11.2",))
-    assert policy.partitioner_workaround("0.11.2") is False
+    assert chooser.partitioner_workaround(version) is applies
+    monkeypatch.setattr(chooser, "PARTITIONER_FIXED_IN", ("0.11.2",))
+    assert chooser.partitioner_workaround("0.11.2") is False
+
+
+# ------------------------------------------------------------------ nothing else decides
+
+def _modules() -> dict[str, pathlib.Path]:
+    root = pathlib.Path(jaxconv.__file__).parent
+    found = {}
+    for f in root.rglob("*.py"):
+        name = ".".join(f.relative_to(root.parent).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = f
+    return found
+
+
+def _imports(name: str, f: pathlib.Path, modules: dict[str, pathlib.Path]) -> set[str]:
+    """The jaxconv modules ``name`` imports (at its top or in a function), with the packages
+    they are in where ``name`` is outside them (importing a module runs its package's
+    ``__init__``)."""
+    package = name if f.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(f.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in modules}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            for a in node.names:
+                full = f"{base}.{a.name}"
+                found.add(full if full in modules else base)
+    for m in list(found):
+        parts = m.split(".")
+        found |= {p for p in (".".join(parts[:k]) for k in range(1, len(parts)))
+                  if p in modules and not (name == p or name.startswith(p + "."))}
+    return {m for m in found if m in modules and m != name}
+
+
+def test_no_import_cycle_lazy_or_not():
+    """The module graph has no cycle, counting imports inside functions: the tables, the
+    chooser and the timing import downwards only."""
+    modules = _modules()
+    graph = {n: _imports(n, f, modules) for n, f in modules.items()}
+    state: dict[str, int] = {}
+
+    def visit(n: str, path: list[str]) -> None:
+        state[n] = 1
+        for m in sorted(graph[n]):
+            if state.get(m) == 1:
+                pytest.fail(f"import cycle: {' -> '.join([*path[path.index(m):], m])}")
+            if m not in state:
+                visit(m, [*path, m])
+        state[n] = 2
+    for n in sorted(graph):
+        if n not in state:
+            visit(n, [n])
+
+
+def _users(modules: dict[str, pathlib.Path], pattern: str) -> set[str]:
+    return {n.removeprefix("jaxconv._src.") for n, f in modules.items()
+            if re.search(pattern, f.read_text())}
+
+
+def test_nothing_but_the_chooser_decides():
+    """Only the chooser reads the tables, hands candidates to the timing, resolves Winograd's
+    tile, asks oneDNN's applicability, and sets the allocator."""
+    modules = _modules()
+    chooser_only = {
+        "reads the tables": r"lowering import [^\n]*\btables\b|lowering\.tables",
+        "times a choice": r"measured\.(pick|Contest)\(",
+        "resolves Winograd's tile": r"(?<!def )fewest_products_tile\(",
+        "asks whether oneDNN applies": r"onednn\.(applies|product_applies)\(",
+        "sets the allocator": r"keep_by_default\(\)",
+    }
+    for what, pattern in chooser_only.items():
+        assert _users(modules, pattern) == {"lowering.chooser"}, what

@@ -17,7 +17,8 @@ import pytest
 from jax import lax
 
 import jaxconv
-from jaxconv._src import backends, geometry, lowering, registry
+from jaxconv._src import geometry, lowering, registry
+from jaxconv._src.lowering import tables
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import registry as methods_registry
 from jaxconv._src.lowering.method import Method
@@ -84,7 +85,7 @@ def _problems():
 PROBLEMS = list(_problems())
 
 
-@pytest.mark.parametrize("backend", backends.BACKENDS)
+@pytest.mark.parametrize("backend", tables.BACKENDS)
 @pytest.mark.parametrize("kernel", list(Kernel))
 def test_backend_tables_pick_registered_applicable_methods(kernel, backend):
     """Every name a table returns is a method of the kernel that applies to the problem, and

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import jaxconv
-from jaxconv._src import backends, geometry, lowering
+from jaxconv._src import geometry, lowering
+from jaxconv._src.lowering import tables
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.onednn import library
 from tests import helpers as h
@@ -67,12 +68,12 @@ def test_cpu_table_picks_onednn_over_xla_convolution_from_fewer_multiply_adds():
     # data gradient, XLA's convolution for the forward (below WHOLE_WINDOW_DOT_MIN_MACS), never
     # oneDNN (whose direct kernels do not tile it)
     whole = problem(8, 5, 8, 8, 7, pads_end=1)
-    macs = backends.macs
-    assert backends.ONEDNN_OVER_XLA_CONV_MIN_MACS <= macs(medium) < backends.ONEDNN_MIN_MACS
-    assert macs(small) < backends.ONEDNN_OVER_XLA_CONV_MIN_MACS
-    assert backends.ONEDNN_OVER_XLA_CONV_MIN_MACS <= macs(whole) < backends.ONEDNN_MIN_MACS
+    macs = tables.macs
+    assert tables.ONEDNN_OVER_XLA_CONV_MIN_MACS <= macs(medium) < tables.ONEDNN_MIN_MACS
+    assert macs(small) < tables.ONEDNN_OVER_XLA_CONV_MIN_MACS
+    assert tables.ONEDNN_OVER_XLA_CONV_MIN_MACS <= macs(whole) < tables.ONEDNN_MIN_MACS
     built = library.status().available
-    xla = {kernel: backends.METHOD[kernel](medium, "cpu", False) for kernel in Kernel}
+    xla = {kernel: tables.METHOD[kernel](medium, "cpu", False) for kernel in Kernel}
     assert (xla[Kernel.FORWARD], xla[Kernel.DATA]) == ("conv", "grid")
     for kernel in (Kernel.FORWARD, Kernel.DATA):
         assert lowering.choose(kernel, medium, "cpu") == ("onednn" if built else xla[kernel])
@@ -97,24 +98,24 @@ def test_small_dense_problems_stay_xla_without_avx512(monkeypatch, isa, onednn):
         "t", geometry.Names(), x_shape=(16, 8, 5, 8), y_shape=None, w_shape=(3, 3, 8, 8),
         strides=None, pads_begin=(1, 3), pads_end=(1, 0), dilations=(1, 3), auto_pad="none",
         groups=1, data_format="NXC", filter_format="XIO")
-    assert backends.macs(dense) < backends.ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
+    assert tables.macs(dense) < tables.ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
     assert (lowering.choose(Kernel.WEIGHT, dense, "cpu") == "onednn") == onednn
-    assert backends.macs(dense) < backends.ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
+    assert tables.macs(dense) < tables.ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
     assert (lowering.choose(Kernel.FORWARD, dense, "cpu") == "onednn") == onednn
     assert lowering.choose(Kernel.DATA, dense, "cpu") == "onednn"
     half = geometry.convolution_problem(  # 4 -> 4 channels: XLA's AVX2 vectors half empty
         "t", geometry.Names(), x_shape=(16, 8, 12, 4), y_shape=None, w_shape=(3, 3, 4, 4),
         strides=None, pads_begin=1, pads_end=1, dilations=(1, 3), auto_pad="none", groups=1,
         data_format="NXC", filter_format="XIO")
-    assert backends.ONEDNN_MIN_MACS <= backends.macs(half) < \
-        backends.ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
+    assert tables.ONEDNN_MIN_MACS <= tables.macs(half) < \
+        tables.ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
     assert lowering.choose(Kernel.FORWARD, half, "cpu") == "onednn"
     big = geometry.convolution_problem(
         "t", geometry.Names(), x_shape=(16, 16, 10, 8), y_shape=None, w_shape=(3, 3, 8, 8),
         strides=None, pads_begin=1, pads_end=1, dilations=None, auto_pad="none", groups=1,
         data_format="NXC", filter_format="XIO")
-    assert backends.macs(big) >= backends.ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
-    assert backends.macs(big) >= backends.ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
+    assert tables.macs(big) >= tables.ONEDNN_AVX2_DENSE_WEIGHT_MIN_MACS
+    assert tables.macs(big) >= tables.ONEDNN_AVX2_VECTOR_FORWARD_MIN_MACS
     assert lowering.choose(Kernel.WEIGHT, big, "cpu") == "onednn"
     assert lowering.choose(Kernel.FORWARD, big, "cpu") == "onednn"
 
@@ -128,7 +129,7 @@ def test_forward_auto_choice(xla_cpu_rules):
             data_format="NXC", filter_format="XIO")
 
     def cpu(*args, **kw):
-        return backends.forward_method(problem(*args, **kw), "cpu")
+        return lowering.choose(Kernel.FORWARD, problem(*args, **kw), "cpu")
 
     assert cpu(4, 4, (3, 3)) == "shifted"  # depthwise: a multiply-add per tap
     assert cpu(4, 4, (3, 3), strides=2) == "dot"
@@ -153,11 +154,11 @@ def test_forward_auto_choice(xla_cpu_rules):
         "t", geometry.Names(), x_shape=(2, 9, 9, 9, 8), y_shape=None, w_shape=(9, 9, 9, 8, 1),
         strides=None, pads_begin=None, pads_end=None, dilations=None, auto_pad="valid",
         groups=1, data_format="NXC", filter_format="XIO")
-    assert backends.forward_method(whole_one, "cpu") == "conv"
-    assert backends.data_grad_method(whole_one, "cpu") == "dot"
+    assert lowering.choose(Kernel.FORWARD, whole_one, "cpu") == "conv"
+    assert lowering.choose(Kernel.DATA, whole_one, "cpu") == "dot"
     for args in [(4, 4, (3, 3)), (2, 8, (3, 3)), (1, 8, (3, 3, 3))]:
-        assert backends.forward_method(problem(*args), "gpu") == "conv"
-        assert backends.forward_method(problem(*args), "default") == "conv"
+        assert lowering.choose(Kernel.FORWARD, problem(*args), "gpu") == "conv"
+        assert lowering.choose(Kernel.FORWARD, problem(*args), "default") == "conv"
 
 
 def test_auto_choice(xla_cpu_rules):
@@ -169,7 +170,7 @@ def test_auto_choice(xla_cpu_rules):
             filter_format="XIO")
 
     def cpu(*args, **kw):
-        return backends.weight_grad_method(problem(*args, **kw), "cpu")
+        return lowering.choose(Kernel.WEIGHT, problem(*args, **kw), "cpu")
 
     assert cpu(1, 4, (3, 3)) == "conv"
     assert cpu(2, 4, (3, 3)) == "per_group"  # one dense problem per group
@@ -186,15 +187,15 @@ def test_auto_choice(xla_cpu_rules):
     assert cpu(4, 256, (3, 3, 3)) == "dot"  # 64 channels per group, over 64 in all
     assert cpu(4, 4, (3, 3, 3)) == "shifted"
     # GPU (H100 measurements): per-tap products for dense 3D only, jax.vjp's program elsewhere.
-    gpu = {args: backends.weight_grad_method(problem(*args), "gpu") for args in [
+    gpu = {args: lowering.choose(Kernel.WEIGHT, problem(*args), "gpu") for args in [
         (1, 4, (3, 3)), (2, 4, (3, 3)), (4, 4, (3, 3)), (2, 4, (1, 1)), (1, 4, (1, 1)),
         (1, 4, (3, 3, 3)), (2, 8, (3, 3, 3))]}
     assert gpu.pop((1, 4, (3, 3, 3))) == "dot"
     assert set(gpu.values()) == {"vjp"}
     # Backends without measurements: always jax.vjp's program.
-    assert backends.weight_grad_method(problem(2, 4, (3, 3)), "default") == "vjp"
+    assert lowering.choose(Kernel.WEIGHT, problem(2, 4, (3, 3)), "default") == "vjp"
     with pytest.raises(ValueError, match="backend must be one of"):
-        backends.weight_grad_method(problem(2, 4, (3, 3)), "tpu")
+        lowering.choose(Kernel.WEIGHT, problem(2, 4, (3, 3)), "tpu")
 
 
 def test_kernels_reject_an_unknown_method():
@@ -202,7 +203,7 @@ def test_kernels_reject_an_unknown_method():
 
     p = _problem_strided(2)
     dy, w = jnp.ones(p.y_shape), jnp.ones(p.filter_shape)
-    with pytest.raises(ValueError, match=r"lowering: method must be 'auto' or one of \['grid', "
+    with pytest.raises(ValueError, match=r"lowering: method must be 'auto', 'direct' or one of \['grid', "
                                          r"'phases', 'dot', 'vjp', 'onednn', 'winograd', 'winograd_2x2', "
                                          r"'winograd_3x3', 'winograd_4x4', 'per_group', "
                                          r"'block_diagonal'\], "

@@ -19,6 +19,7 @@ import pytest
 
 import jaxconv
 from jaxconv._src import matmul as mm
+from jaxconv._src.lowering import onednn as onednn_lowering
 from tests import helpers as h
 
 TARGET = "jaxconv_onednn_matmul"
@@ -61,7 +62,7 @@ def test_values_against_float64(contracting, dtype, out, m, k, n):
     assert got.shape == (m, n)
     assert got.dtype == np.dtype(out or dtype)
     h.assert_close(np.asarray(got, np.float64), _reference(a, b, contracting), out or dtype)
-    native = mm.native_bfloat16() and dtype == jnp.bfloat16
+    native = onednn_lowering.native_bfloat16() and dtype == jnp.bfloat16
     assert _calls(fn, a, b) == (1 if native else 0)
 
 
@@ -181,7 +182,7 @@ def test_accelerate_runs_bfloat16_dense_layers_on_the_matmul():
     grad = jax.grad(_mlp_loss)
     _assert_bfloat16_close(jax.jit(jaxconv.accelerate(grad))(params, x), _float64_grad(params, x))
     calls = _calls(jaxconv.accelerate(grad), params, x)
-    assert calls == (5 if mm.native_bfloat16() else 0)
+    assert calls == (5 if onednn_lowering.native_bfloat16() else 0)
     assert _calls(grad, params, x) == 0
 
 
@@ -211,7 +212,7 @@ def test_grad_of_accelerate_and_vmap_of_it():
         want = [_mlp_loss(params64, np.asarray(xs[i], np.float64), jnp.float64) for i in range(2)]
     _assert_bfloat16_close(list(per_example), want)
     text = str(jax.make_jaxpr(jax.grad(jaxconv.accelerate(_mlp_loss)))(params, x))
-    assert ("jaxconv_matmul" in text) == mm.native_bfloat16()
+    assert ("jaxconv_matmul" in text) == onednn_lowering.native_bfloat16()
 
 
 def test_a_bias_gradient_sums_the_rounded_value_a_product_reads():

@@ -34,7 +34,7 @@ def test_example(code):
 def test_the_handed_to_lax_table_is_the_codes():
     """docs/migration.md lists the calls jaxconv.conv_general_dilated hands to lax from the same
     table the code uses (HANDED_TO_LAX), row for row, and docs/training.md points to it."""
-    from jaxconv._src.lax_conv import HANDED_TO_LAX
+    from jaxconv._src.lowering.chooser import HANDED_TO_LAX
 
     text = PAGE.read_text()
     section = text[text.index("#### Computed by jaxconv, handed to lax"):]

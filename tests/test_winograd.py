@@ -20,7 +20,7 @@ from jax import lax
 import jaxconv
 from jaxconv._src import geometry
 from jaxconv._src.kernel import Kernel
-from jaxconv._src.lowering import policy, winograd
+from jaxconv._src.lowering import chooser, winograd
 from jaxconv._src.onednn import library
 from tests import helpers as h
 from tests import oracles
@@ -114,12 +114,12 @@ def test_bfloat16_operands_computed_in_float32(method):
 def test_other_dtypes_compute_directly():
     p = _problem()
     for dtype in (np.float64, np.float16):
-        assert policy.plan(Kernel.FORWARD, p, method="winograd", backend="cpu",
+        assert chooser.plan(Kernel.FORWARD, p, method="winograd", backend="cpu",
                            dtype=np.dtype(dtype)).method not in NAMES
     # operands of two dtypes (dtype None) and a float32 result of bfloat16 operands
-    assert policy.plan(Kernel.FORWARD, p, method="winograd", backend="cpu",
+    assert chooser.plan(Kernel.FORWARD, p, method="winograd", backend="cpu",
                        dtype=None).method != "winograd"
-    assert policy.plan(Kernel.FORWARD, p, method="winograd", backend="cpu",
+    assert chooser.plan(Kernel.FORWARD, p, method="winograd", backend="cpu",
                        dtype=np.dtype(jnp.bfloat16),
                        preferred_element_type=np.float32).method != "winograd"
 
@@ -275,35 +275,35 @@ def test_the_3x3_tile_is_timed_where_it_multiplies_less(size):
 def test_auto_takes_winograd_where_it_pays_and_never_with_highest(kernel):
     f32 = np.dtype("float32")
     p = _problem()
-    assert policy.plan(kernel, p, method="auto", backend="cpu", dtype=f32).method == "winograd"
-    highest = policy.plan(kernel, p, method="auto", backend="cpu", dtype=f32,
+    assert chooser.plan(kernel, p, method="auto", backend="cpu", dtype=f32).method == "winograd"
+    highest = chooser.plan(kernel, p, method="auto", backend="cpu", dtype=f32,
                           precision=lax.Precision.HIGHEST)
     assert highest.method == "onednn"
-    forced = policy.plan(kernel, p, method="winograd_4x4", backend="cpu", dtype=f32,
+    forced = chooser.plan(kernel, p, method="winograd_4x4", backend="cpu", dtype=f32,
                          precision=(lax.Precision.DEFAULT, lax.Precision.HIGHEST))
     assert forced.method == "onednn"
     # bfloat16: the rule is oneDNN's direct kernel, which Winograd challenges where timed
     # (measured.WINOGRAD_BFLOAT16_MARGIN); the suite times nothing (JAXCONV_MEASURE=0)
-    assert policy.cpu_table_method(kernel, p, np.dtype(jnp.bfloat16)) == "winograd"
-    assert policy.plan(kernel, p, method="auto", backend="cpu",
+    assert chooser.cpu_table_method(kernel, p, np.dtype(jnp.bfloat16)) == "winograd"
+    assert chooser.plan(kernel, p, method="auto", backend="cpu",
                        dtype=np.dtype(jnp.bfloat16)).method == "onednn"
-    assert policy.plan(kernel, p, method="auto", backend="cpu",
+    assert chooser.plan(kernel, p, method="auto", backend="cpu",
                        dtype=np.dtype(jnp.float16)).method != "winograd"
     # below its channels or positions, oneDNN's direct kernel; no custom call off CPU or when
     # exported, and none that runs per device's blocks
-    assert policy.plan(kernel, _problem(channels=16), method="auto", backend="cpu",
+    assert chooser.plan(kernel, _problem(channels=16), method="auto", backend="cpu",
                        dtype=f32).method == "onednn"
-    assert policy.plan(kernel, _problem(size=4), method="auto", backend="cpu",
+    assert chooser.plan(kernel, _problem(size=4), method="auto", backend="cpu",
                        dtype=f32).method == "onednn"
-    assert policy.plan(kernel, _problem(size=5), method="auto", backend="cpu",
+    assert chooser.plan(kernel, _problem(size=5), method="auto", backend="cpu",
                        dtype=f32).method == "winograd"
-    assert policy.plan(kernel, _problem(size=7), method="auto", backend="cpu",
+    assert chooser.plan(kernel, _problem(size=7), method="auto", backend="cpu",
                        dtype=f32).method == "winograd"
-    sharded = policy.plan(kernel, p, method="auto", backend="cpu", dtype=f32, partitioned=True)
+    sharded = chooser.plan(kernel, p, method="auto", backend="cpu", dtype=f32, partitioned=True)
     assert (sharded.method, sharded.per_shard) == ("onednn", True)  # oneDNN's, per shard
-    assert policy.plan(kernel, p, method="auto", backend="cpu", dtype=f32,
+    assert chooser.plan(kernel, p, method="auto", backend="cpu", dtype=f32,
                        portable=True).method not in NAMES
-    assert policy.plan(kernel, p, method="winograd", backend="gpu",
+    assert chooser.plan(kernel, p, method="winograd", backend="gpu",
                        dtype=f32).method not in NAMES
 
 
@@ -354,7 +354,8 @@ def test_check_grads_to_order_2():
 def test_auto_times_each_tile_against_onednn_on_this_machine(measuring, monkeypatch, faster):
     timed = []
 
-    def fake(kernel, p, methods, *args):
+    def fake(c, seconds):
+        kernel, methods = c.kernel, tuple(c.calls)
         timed.append(methods)
         return {m: [1.0 if m == faster else 2.0] * 7 for m in methods}
 
@@ -373,11 +374,10 @@ def test_auto_times_each_tile_against_onednn_on_this_machine(measuring, monkeypa
         "t", geometry.Names(), x_shape=(1, 10, 10, 1024), y_shape=None, w_shape=(3, 3, 1024, 32),
         strides=1, pads_begin=1, pads_end=1, dilations=1, auto_pad="explicit", groups=1,
         data_format="NXC", filter_format="XIO")
-    measuring.pick(Kernel.FORWARD, wide, "winograd", np.dtype("float32"), None, None,
-                   run=None, xla_applies=True)
+    chooser.one_device_method(Kernel.FORWARD, wide, "cpu", np.dtype("float32"))
     assert timed == [("winograd_2x2", "onednn")]
     # past the cap, Winograd without timing
-    monkeypatch.setattr(measuring, "WINOGRAD_MEASURE_MAX_MACS", 10)
+    monkeypatch.setattr(chooser, "WINOGRAD_MEASURE_MAX_MACS", 10)
     monkeypatch.setattr(measuring, "_VERDICTS", {})
     measuring._disk.cache_clear()
     monkeypatch.setattr(measuring, "_cache_file", lambda: pytest.fail("no verdict to read"))

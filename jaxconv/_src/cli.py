@@ -146,7 +146,7 @@ def _shapes(args: argparse.Namespace) -> int:
     import jax
     import jax.numpy as jnp
 
-    from jaxconv._src import backends
+    from jaxconv._src import lowering
     from jaxconv._src.kernel import Kernel
 
     ops = _ops()
@@ -200,7 +200,7 @@ def _shapes(args: argparse.Namespace) -> int:
         if k == kind and forced != "auto":
             chosen = f"{forced} (forced)"
         else:
-            chosen = ", ".join(f"{b}: {backends.METHOD[k](p, b)}" for b in backends.BACKENDS)
+            chosen = ", ".join(f"{b}: {lowering.choose(k, p, b)}" for b in lowering.BACKENDS)
         print(f"    {label:34s} {chosen}")
     return 0
 

@@ -1,7 +1,7 @@
 """Compiler options a caller can give its own ``jax.jit``.
 
 The lowering of each op is chosen by its static ``lowering=`` argument (and,
-for ``"auto"``, per backend inside the traced program: ``backends.py``); no
+for ``"auto"``, per backend inside the traced program: ``lowering/tables.py``); no
 global state changes a program behind JAX's jit cache.
 """
 

@@ -38,6 +38,7 @@ from jax import lax
 from jaxconv._src import geometry, lax_refs, options, primitive
 from jaxconv._src.geometry import Names
 from jaxconv._src.kernel import Kernel
+from jaxconv._src.lowering import chooser
 from jaxconv._src.typing import ArrayLike, DTypeLike, ForwardLowering, PrecisionLike
 
 _OP = "conv_general_dilated"
@@ -214,35 +215,6 @@ def _refusal(lax_call: Any, lhs: Any, rhs: Any) -> Exception | None:
     return None
 
 
-#: The calls lax computes itself (same value, lax's derivatives), as the reasons the code gives
-#: and the docs list (docs/migration.md, "Computed by jaxconv, handed to lax"; a test keeps
-#: the two equal). Every other call runs jaxconv's forward kernel.
-HANDED_TO_LAX: dict[str, str] = {
-    "operands not real floating point": "complex, integer and bool operands",
-    "not 1 to 3 spatial axes": "0 spatial axes (lax computes a matrix product) or more than 3",
-    "input dilation": "`lhs_dilation` > 1 (a transposed convolution: `jaxconv.conv_transpose` "
-                      "has jaxconv's derivatives)",
-    "batch_group_count > 1": "`batch_group_count` > 1",
-    "out_sharding": "an `out_sharding` (explicit sharding mode)",
-    "a zero-size extent": "a zero-size batch, channel or spatial extent, or an empty output",
-}
-
-
-def _lax_computes(n: int, lhs_dil: Sequence[int], batch_groups: int,
-                  pads: Sequence[tuple[int, int]], out_sharding: Any,
-                  extents: Sequence[int]) -> str | None:
-    """Why lax computes a call of real floating operands (a key of :data:`HANDED_TO_LAX`), or
-    None where jaxconv's kernel does."""
-    reasons = [
-        (not 1 <= n <= 3, "not 1 to 3 spatial axes"),
-        (any(d > 1 for d in lhs_dil), "input dilation"),
-        (batch_groups > 1, "batch_group_count > 1"),
-        (out_sharding is not None, "out_sharding"),
-        (min(extents, default=1) <= 0, "a zero-size extent"),  # lhs, rhs or the result
-    ]
-    return next((why for hit, why in reasons if hit), None)
-
-
 def _jaxconv(lhs: ArrayLike, rhs: ArrayLike, lax_call: Any, window_strides: Sequence[int],
              padding: str | Sequence[tuple[int, int]], lhs_dilation: Sequence[int] | None,
              rhs_dilation: Sequence[int] | None, dimension_numbers: ConvDimensionNumbersLike,
@@ -292,8 +264,8 @@ def _jaxconv(lhs: ArrayLike, rhs: ArrayLike, lax_call: Any, window_strides: Sequ
         # negative pad from the memory beside its input: lax_refs), then jaxconv's kernel
         x, cropped = lax_refs.crop_operands(x, {"padding": pads, "dimension_numbers": dn})
         pads = [tuple(p) for p in cropped["padding"]]
-    why_lax = _lax_computes(n, lhs_dil, batch_groups, pads, out_sharding,
-                            (*x.shape, *w.shape, *out_size))
+    why_lax = chooser.lax_computes(n, lhs_dil, batch_groups, out_sharding,
+                                   (*x.shape, *w.shape, *out_size))
     if why_lax is not None:
         return by_lax(why_lax)
     # jaxconv's layouts: data (N, *X, C) with filter (*X, I, O), or (N, C, *X) with (O, I, *X).

@@ -17,7 +17,8 @@ and ``vmap`` of one batched operand folds the batch into that operand's free axi
 
 Where it runs on oneDNN: on the CPU, in a program on one device, not exported (a serialized
 artifact may run where the handler is not registered), for bfloat16 operands where oneDNN
-computes bfloat16 natively (:func:`native_bfloat16`). Everywhere else the primitive lowers to
+computes bfloat16 natively (``lowering/onednn.py``'s ``native_bfloat16``; the chooser
+decides: ``chooser.product_on_onednn``). Everywhere else the primitive lowers to
 ``lax.dot_general``, so the values agree within bfloat16's rounding of one float32 sum.
 """
 
@@ -33,43 +34,11 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from jaxconv._src import host_memory, primitive
+from jaxconv._src import lowering, primitive
 from jaxconv._src.kernel import Array, DType
 from jaxconv._src.onednn import library
 
 matmul_p = Primitive("jaxconv_matmul")
-
-#: oneDNN's ISAs (``library.status().isa``) with native bfloat16 dot products
-NATIVE_BF16_ISAS = ("AVX-512 BF16", "AVX-512 FP16", "AVX-512 AMX", "AVX-512 AMX FP16")
-
-
-def native_bfloat16() -> bool:
-    """Whether jaxconv's handler is loaded and its oneDNN computes bfloat16 natively."""
-    found = library.status()
-    return found.available and found.isa in NATIVE_BF16_ISAS
-
-
-def why_not(a: Any, b: Any, dimension_numbers: Any,
-            preferred_element_type: DType) -> str | None:
-    """Why ``dot_general(a, b, dimension_numbers, preferred_element_type=...)`` (abstract
-    values) is not a product :func:`matmul` computes on oneDNN, or None."""
-    (ca, cb), (ba, bb) = dimension_numbers
-    if ba or bb or a.ndim != 2 or b.ndim != 2 or len(ca) != 1 or len(cb) != 1:
-        return "a matmul multiplies two matrices over one axis each, without batch axes"
-    bf16 = np.dtype(jnp.bfloat16)
-    if np.dtype(a.dtype) != bf16 or np.dtype(b.dtype) != bf16:
-        return (f"oneDNN's matmul replaces XLA's for bfloat16 operands (float32 ran within "
-                f"the machine's spread of it through XLA on a 2-core Zen 4; docs/onednn.md), "
-                f"got {np.dtype(a.dtype)} and {np.dtype(b.dtype)}")
-    if preferred_element_type is not None and np.dtype(preferred_element_type) not in (
-            bf16, np.dtype(np.float32)):
-        return (f"a bfloat16 matmul returns bfloat16 or float32, got preferred_element_type "
-                f"{np.dtype(preferred_element_type)}")
-    if not native_bfloat16():
-        return ("oneDNN does not compute bfloat16 natively on this CPU (or jaxconv's handler is "
-                "not loaded): XLA's float32 product")
-    return None
-
 
 def matmul(a: Array, b: Array, contracting: tuple[int, int],
            preferred_element_type: DType = None) -> Array:
@@ -147,10 +116,9 @@ def _cpu_rule(ctx: mlir.LoweringRuleContext, a: Any, b: Any, **params: Any) -> A
     """oneDNN's matmul in a program on one device that is not exported (module docstring)."""
     a_aval, b_aval = ctx.avals_in
     dims = (((params["contracting"][0],), (params["contracting"][1],)), ((), ()))
-    ours = (not primitive.partitioned(ctx) and not primitive.exported(ctx, "auto")
-            and why_not(a_aval, b_aval, dims, params["preferred_element_type"]) is None)
-    if ours:
-        host_memory.keep_by_default()
+    ours = lowering.product_on_onednn(a_aval, b_aval, dims, params["preferred_element_type"],
+                                      partitioned=primitive.partitioned(ctx),
+                                      exported=primitive.exported(ctx, "auto"))
     return (_ONEDNN_RULE if ours else _XLA_RULE)(ctx, a, b, **params)
 
 

@@ -21,7 +21,7 @@ transposes. JAX never derives a transpose of a kernel, so the stride +
 dilation hazard of jaxlib 0.10.2 stays unreachable.
 
 Lowering: one rule per platform (``mlir.register_lowering(..., platform=)``),
-each the kernel's JAX program for its backend's table (``backends.py``), so the
+each the kernel's JAX program for its backend's table (``lowering/tables.py``), so the
 method ``"auto"`` stands for is chosen once per kernel call, for the platform
 the program is lowered for. Evaluated eagerly, the primitive runs as one
 ``jax.jit`` of itself (the only jit layer: the ops call :func:`apply`).
@@ -48,7 +48,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import PartitionSpec
 
-from jaxconv._src import backends, host_memory, lowering
+from jaxconv._src import lowering
 from jaxconv._src import batching as folds
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Array, DType, Kernel, Precision
@@ -119,8 +119,6 @@ def _lowering(backend: str) -> Callable[..., Any]:
              for part in (False, True) for port in (False, True)}
 
     def rule(ctx: mlir.LoweringRuleContext, *args: Any, **params: Any) -> Any:
-        if backend == "cpu":  # jaxconv's CPU kernel will run: keep freed memory (once)
-            host_memory.keep_by_default()
         key = (partitioned(ctx), exported(ctx, params["method"]))
         return rules[key](ctx, *args, **params)
     return rule
@@ -138,9 +136,9 @@ def _eager(a: Array, b: Array, **params: Any) -> Array:
 dispatch.prim_requires_devices_during_lowering.add(conv_p)
 conv_p.def_impl(_eager)
 conv_p.def_abstract_eval(_abstract_eval)
-for _backend in backends.BACKENDS:
+for _backend in lowering.BACKENDS:
     _rule = _lowering(_backend)
-    for _platform in backends.PLATFORMS[_backend] or (None,):  # "default": every other platform
+    for _platform in lowering.PLATFORMS[_backend] or (None,):  # "default": every other platform
         mlir.register_lowering(conv_p, _rule, platform=_platform)
 
 

@@ -117,12 +117,12 @@ def _conv_row(eqn: Any, backend: str, reversed_filter: bool = False) -> Row:
     shapes = f"{_fmt(lhs, rhs)} -> {list(out.shape)}"
     if eqn.primitive.name == "jaxconv_conv":
         kernel, p = eqn.params["kernel"], eqn.params["p"]
-        method, chosen = eqn.params["method"], "forced"
-        if method == "auto":
-            args = (kernel, p, backend, lhs.dtype, eqn.params["precision"],
-                    eqn.params["preferred_element_type"])
-            method, chosen = lowering.one_device_method(*args), lowering.chosen_by(*args)
-        return Row("convolution", str(kernel), "jaxconv", shapes, method, chosen=chosen,
+        planned = lowering.plan(kernel, p, method=eqn.params["method"], backend=backend,
+                                dtype=lhs.dtype if lhs.dtype == rhs.dtype else None,
+                                precision=eqn.params["precision"],
+                                preferred_element_type=eqn.params["preferred_element_type"])
+        return Row("convolution", str(kernel), "jaxconv", shapes, planned.method,
+                   chosen=planned.why,
                    _bind=_binder(eqn), _avals=(lhs, rhs))
     kind = patterns.conv_kind(eqn.params, lhs, rhs, out.shape, reversed_filter)
     why = (f"accelerate runs jaxconv's {kind.label} kernel" if isinstance(kind, Kernel)

@@ -56,7 +56,7 @@ from jax import lax
 from jax.extend.core import Literal
 from jax.sharding import AxisType
 
-from jaxconv._src import geometry, lax_conv, lax_refs, options, pooling, primitive
+from jaxconv._src import geometry, lax_conv, lax_refs, lowering, options, pooling, primitive
 from jaxconv._src.geometry import ConvProblem, Names
 from jaxconv._src.geometry.pooling import PoolProblem, pool_problem
 from jaxconv._src.kernel import Array, Kernel
@@ -138,16 +138,19 @@ def _auto(sharding: Any) -> bool:
     return types is not None and all(t in (AxisType.Auto, AxisType.Manual) for t in types)
 
 
+#: the chooser's reasons (``chooser.lax_computes``) for the checks a pattern shares with it
+_LAX_COMPUTES = {"not 1 to 3 spatial axes": "rank", "out_sharding": "sharding",
+                 "a zero-size extent": "empty"}
+
+
 def _common(params: dict[str, Any], lhs: Any, rhs: Any, out_shape: Sequence[int]) -> str | None:
     if lhs.dtype != rhs.dtype or not jnp.issubdtype(lhs.dtype, jnp.floating):
         return _why("dtype")
-    if not 1 <= lhs.ndim - 2 <= 3:
-        return _why("rank")
-    if not _auto(params.get("out_sharding")):
-        return _why("sharding")
-    if 0 in (*lhs.shape, *rhs.shape, *out_shape):
-        return _why("empty")
-    return None
+    n = lhs.ndim - 2
+    sharding = params.get("out_sharding")
+    why = lowering.lax_computes(n, (1,) * max(n, 0), 1, None if _auto(sharding) else sharding,
+                                (*lhs.shape, *rhs.shape, *out_shape))
+    return None if why is None else _why(_LAX_COMPUTES[why])
 
 
 def reversed_filters(eqns: Sequence[Any]) -> dict[Any, tuple[Any, tuple[int, ...]]]:

@@ -30,7 +30,7 @@ from typing import Any
 import jax
 from jax.extend.core import Literal
 
-from jaxconv._src import matmul
+from jaxconv._src import lowering, matmul
 
 
 def products(eqns: Sequence[Any]) -> dict[Any, Any]:
@@ -73,10 +73,10 @@ def swapped(product: Any, lhs: Any, rhs: Any) -> Any:
 
 def onednn_product(params: dict[str, Any], lhs: Any, rhs: Any) -> Any:
     """``dot_general(lhs, rhs, **params)`` on oneDNN's matmul (:func:`matmul.matmul`), or why
-    it runs as written (a string: :func:`matmul.why_not`). The precision is a float32 one's
+    it runs as written (a string: the chooser's ``product_why_not``). The precision is a float32 one's
     concern: bfloat16 products are exact in oneDNN's float32 sums."""
     dims, preferred = params["dimension_numbers"], params.get("preferred_element_type")
-    why = matmul.why_not(jax.typeof(lhs), jax.typeof(rhs), dims, preferred)
+    why = lowering.product_why_not(jax.typeof(lhs), jax.typeof(rhs), dims, preferred)
     if why is not None:
         return why
     (lc, rc), _ = dims
@@ -88,5 +88,5 @@ def takes(eqn: Any) -> bool:
     if eqn.primitive.name != "dot_general":
         return False
     lhs, rhs = (v.aval for v in eqn.invars)
-    return matmul.why_not(lhs, rhs, eqn.params["dimension_numbers"],
-                          eqn.params.get("preferred_element_type")) is None
+    return lowering.product_why_not(lhs, rhs, eqn.params["dimension_numbers"],
+                                    eqn.params.get("preferred_element_type")) is None

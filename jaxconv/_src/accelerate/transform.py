@@ -36,7 +36,7 @@ from jax._src import linear_util as lu  # wrapping a function for tracing (no pu
 from jax._src.interpreters import partial_eval as pe  # tracing a nested jaxpr again
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
-from jaxconv._src import host_memory, lax_refs
+from jaxconv._src import lax_refs, lowering
 from jaxconv._src.accelerate import patterns, products, recompute, sums, widening
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -378,7 +378,7 @@ def accelerate(fun: F) -> F:
     """
     if not callable(fun):
         raise TypeError(f"accelerate: fun must be callable, got {type(fun).__name__}")
-    host_memory.keep_by_default()  # kept at the import already, or the late import's warning
+    lowering.keep_freed_memory()  # kept at the import already, or the late import's warning
 
     def accelerated(*args: Any, **kwargs: Any) -> Any:
         kinds = _nnx_kinds()

@@ -8,15 +8,24 @@
 * ``taps``: matrix products per kernel tap (``"dot"``);
 * ``shifted``: depthwise multiply-adds per tap (``"shifted"``);
 * ``grouped``: the combinators of grouped problems (``"per_group"``, ``"block_diagonal"``);
-* ``method``: the record of one method; ``registry``: all of them, and ``run``, which
-  executes a call's plan;
-* ``policy``: the plan of each call (its method, per device's blocks or not, fenced or not);
-  ``measured``: the small CPU problems timed against XLA's own program; ``spmd``: the
-  per-device calls of a partitioned program; ``onednn``: the oneDNN method and ``applies``.
-
-Which method ``"auto"`` picks per problem and backend is ``jaxconv/_src/backends.py``.
+* ``method``: the record of one method; ``methods``: all of them; ``registry``: ``run``,
+  which executes a call's plan, and the ops' ``lowering=`` paragraphs;
+* ``chooser``: the one place that decides, each call's resolved plan (its method and
+  parameters, per device's blocks or not, its fallback, and why), from ``tables`` (the
+  per-backend rules, data) and ``measured`` (the timed candidates' verdicts, cached);
+  ``execute``: runs a plan; ``spmd``: the per-device calls of a partitioned program;
+  ``onednn``: the oneDNN method and ``applies``.
 """
 
+from jaxconv._src.lowering.chooser import (
+    BACKENDS,
+    PLATFORMS,
+    keep_freed_memory,
+    lax_computes,
+    product_on_onednn,
+    product_why_not,
+)
+from jaxconv._src.lowering.chooser import plan
 from jaxconv._src.lowering.common import accumulation_dtype, strided_and_dilated
 from jaxconv._src.lowering.method import Method
 from jaxconv._src.lowering.registry import (
@@ -34,7 +43,9 @@ from jaxconv._src.lowering.registry import (
 )
 
 __all__ = [
+    "BACKENDS",
     "METHODS",
+    "PLATFORMS",
     "Method",
     "accumulation_dtype",
     "choose",
@@ -42,8 +53,13 @@ __all__ = [
     "data_grad",
     "document_lowering",
     "forward",
+    "keep_freed_memory",
+    "lax_computes",
     "methods",
     "one_device_method",
+    "plan",
+    "product_on_onednn",
+    "product_why_not",
     "run",
     "strided_and_dilated",
     "weight_grad",

@@ -1,6 +1,7 @@
-"""Executing a kernel call's :class:`Plan` (which ``policy.plan`` makes): its leaf method, on
-each device's blocks where the plan says so (``spmd.call``, which sets each block's threads),
-or its combinator with a leaf plan for each sub-problem. Nothing here decides a method."""
+"""Executing a kernel call's :class:`Plan` (which ``chooser.plan`` makes): its method's function
+with the plan's parameters, on each device's blocks where the plan says so (``spmd.call``,
+which sets each block's threads; blocks the method refuses run the plan's fallback), or its
+combinator with a leaf plan for each sub-problem. Nothing here decides a method."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ from typing import Any
 
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Array, CombinatorFn, DType, Kernel, Precision
-from jaxconv._src.lowering import onednn, spmd
-from jaxconv._src.lowering.methods import METHODS, default_leaf
+from jaxconv._src.lowering import spmd
+from jaxconv._src.lowering.methods import METHODS
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """How one kernel call runs (made by ``policy.plan``)."""
+    """How one kernel call runs, fully resolved (made by ``chooser.plan``)."""
 
     kernel: Kernel
     #: the method that computes it (a registered name, never ``"auto"``)
@@ -26,12 +27,19 @@ class Plan:
     backend: str | None
     #: run per device's blocks (``spmd.call``), in a program split across devices
     per_shard: bool = False
-    #: the method's products fenced off from the operations around them (``common.product``)
-    fence: bool = False
+    #: the method's parameters, (name, value) pairs its function takes as keywords:
+    #: Winograd's ``tile``, ``fence`` (products fenced off from the operations around them:
+    #: ``common.product``), ``threads`` (0: the handler's rule; per device's blocks, spmd's)
+    params: tuple[tuple[str, Any], ...] = ()
+    #: the leaf method for a device's blocks the method refuses (``Method.refuses``), or None
+    fallback: str | None = None
     dtype: Any = None
     precision: Precision = None
     preferred_element_type: DType = None
-    #: the plan of a combinator's one-group sub-problem (``policy``: the same backend's table)
+    #: why this method (what ``jaxconv.explain`` prints): "rule" (the table), "measured: ..." or
+    #: "cache: ..." (a timed choice), "forced", or a forced method's replacement and its reason
+    why: str = dataclasses.field(default="", compare=False)
+    #: the plan of a combinator's one-group sub-problem (``chooser``: the same backend's table)
     sub_plan: Callable[[Kernel, ConvProblem], Plan] | None = dataclasses.field(
         default=None, compare=False)
 
@@ -57,18 +65,15 @@ def _compute(plan: Plan, a: Array, b: Array, p: ConvProblem) -> Array:
     """A leaf plan on (a, b): on each device's blocks or as one call."""
     record = METHODS[plan.method]
     fn = typing.cast(Any, record.kernels[plan.kernel])
+    params = dict(plan.params)
 
     def compute(sa: Array, sb: Array, sub: ConvProblem, threads: int = 0) -> Array:
-        extra: dict[str, Any] = {"threads": threads} if record.per_shard else {}
-        if record.fenced_on:
-            extra["fence"] = plan.fence
-        if plan.method == "onednn" and onednn.applies(plan.kernel, sub, plan.dtype,
-                                             plan.preferred_element_type):
-            # a device's blocks oneDNN does not take (the plan's own test, on the blocks): one
-            # convolution on them
-            other = typing.cast(Any, METHODS[default_leaf(plan.kernel)].kernels[plan.kernel])
+        if plan.fallback is not None and record.refuses is not None and record.refuses(
+                plan.kernel, sub, plan.dtype, plan.preferred_element_type):
+            other = typing.cast(Any, METHODS[plan.fallback].kernels[plan.kernel])
             return typing.cast(Array, other(sa, sb, sub, plan.precision,
                                             plan.preferred_element_type))
+        extra = {**params, "threads": threads} if "threads" in params else params
         return typing.cast(Array, fn(sa, sb, sub, plan.precision, plan.preferred_element_type,
                                      **extra))
     if plan.per_shard:

@@ -2,7 +2,7 @@
 
 Each reworks a grouped problem into one-group problems and runs them through ``leaf``: the
 formulation of the sub-problem's kernel that the backend's table picks, planned by the
-policy (``policy.Plan.leaf``) for the backend this kernel call is lowered for. A combinator
+chooser (``Plan.sub_plan``) for the backend this kernel call is lowered for. A combinator
 never re-enters the ``"auto"`` dispatch and never stages a second ``platform_dependent``.
 """
 

@@ -1,37 +1,25 @@
-"""The CPU table's choice checked against XLA's own program, by timing both on this machine.
+"""Timed choices: the candidates the chooser hands over, timed once per machine, and the cache
+of verdicts.
 
-The CPU table (``backends.py``) is a set of rules measured on some CPUs; on another, a small
-problem's chosen formulation can run a few microseconds behind XLA's own convolution. So, for
-a problem small enough to time in a few milliseconds (at most :data:`MEASURE_MAX_MACS`
-multiply-adds), the first lowering of a kernel for the CPU times the table's method and XLA's
-own program for that kernel (:data:`XLA_OWN`: the forward as one ``lax.conv_general_dilated``,
-the gradients as the program ``jax.vjp`` emits), each compiled alone on random operands of the
-problem's shapes and dtype, interleaved (:func:`_sample_times`), and takes XLA's where it
+The CPU table (``tables.py``) is a set of rules measured on some CPUs; on another, a small
+problem's chosen formulation can run a few microseconds behind XLA's own convolution, and
+Winograd's transforms may cost more than the products they save. So the chooser
+(``chooser.py``: ``candidates``, which problems and which methods) hands this module a
+:class:`Contest`: the rule's method and the candidates that may replace it, each a function of
+the two operands. :func:`pick` compiles each alone on random operands of the problem's shapes
+and dtype, times them interleaved (:func:`_sample_times`), and takes a challenger only where it
 leads beyond noise (below). The verdict is cached in the process and on disk
 (``~/.cache/jaxconv/measured-*.json``, :func:`machine`), so that a later process on the same
-machine compiles the same program without timing again. Larger problems keep the table's
-method: at their size the table's rules were measured on both Intel and AMD CPUs
-(docs/performance.md).
+machine compiles the same program without timing again.
 
-Winograd (``"winograd"``, which the table picks for 3x3 stride-1 problems from
-``backends.WINOGRAD_MIN_CHANNELS`` channels and ``WINOGRAD_MIN_POSITIONS`` output positions per
-image) is timed the same way, each tile that its accuracy rule allows
-(``winograd.timed_tiles``: ``"winograd_4x4"``, ``"winograd_3x3"`` where it multiplies less,
-``"winograd_2x2"``) against oneDNN's direct kernel (``"onednn"``), up to
-:data:`WINOGRAD_MEASURE_MAX_MACS`: whether the transforms cost less than the products they
-save, and which tile wastes less at the output's edges, depend on the channels, the batch, the
-output size and the machine's caches and memory (docs/lowerings.md, "Winograd"). The tile that
-multiplies least (``winograd.fewest_products_tile``) is kept unless another tile timed faster
-by more than :data:`WINOGRAD_TILE_MARGIN`, and on bfloat16 operands it is taken over oneDNN's
-direct kernel only where it timed faster by :data:`WINOGRAD_BFLOAT16_MARGIN` (:func:`_verdict`).
-
-Every timed choice is a challenge to the rule's method (:func:`rule`: what runs with
-``JAXCONV_MEASURE=0``): each candidate's times are samples of interleaved rounds, and a
-challenger replaces the rule's method only where its median is lower by more than both
-candidates' noise (each one's interquartile half-range over its median) plus a margin
-(:func:`_beats`: :data:`CHALLENGER_MARGIN`, :data:`WINOGRAD_TILE_MARGIN` between tiles,
-:data:`WINOGRAD_BFLOAT16_MARGIN` for Winograd on bfloat16); otherwise the rule stands, so that
-two candidates within noise give every process the same program. Each choice is kept as a
+Every timed choice is a challenge to the rule's method (what runs with ``JAXCONV_MEASURE=0``):
+each candidate's times are samples of interleaved rounds, and a challenger replaces the rule's
+method only where its median is lower by more than both candidates' noise (each one's
+interquartile half-range over its median) plus a margin (:func:`_beats`:
+:data:`CHALLENGER_MARGIN`, :data:`WINOGRAD_TILE_MARGIN` between Winograd's tiles, where the
+tile that multiplies least is the rule among them, :data:`WINOGRAD_BFLOAT16_MARGIN` for
+Winograd on bfloat16, where oneDNN's direct kernel is the rule); otherwise the rule stands, so
+that two candidates within noise give every process the same program. Each choice is kept as a
 :class:`Decision` (its candidates' times, noise, the lead it needed and its source: timed
 now, or read from the cache), which :func:`decisions` lists and ``jaxconv.explain`` shows.
 The disk cache is per machine (CPU model, ISA, thread count), jax, jaxconv and handler build
@@ -65,21 +53,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxconv._src import backends
 from jaxconv._src.geometry import ConvProblem
-from jaxconv._src.kernel import DType, Kernel, Precision
-
-#: XLA's own program for each kernel: what ``jax.vjp`` of ``lax.conv_general_dilated`` runs
-XLA_OWN = {Kernel.FORWARD: "conv", Kernel.DATA: "vjp", Kernel.WEIGHT: "vjp"}
-
-#: the largest problem (multiply-adds) whose choice is timed: about a millisecond on the CPUs of
-#: docs/performance.md, so that both programs are timed in a few milliseconds
-MEASURE_MAX_MACS = 2 ** 25
-
-#: the largest problem whose Winograd is timed against oneDNN (about 20 ms a run on the Zen 4
-#: of docs/lowerings.md); larger ones keep Winograd, which won every such problem measured
-#: there (not measured on Intel CPUs)
-WINOGRAD_MEASURE_MAX_MACS = 2 ** 32
+from jaxconv._src.kernel import Array, DType, Kernel, Precision
 
 #: how much faster (a fraction of the rule's median), beyond both candidates' noise, a
 #: challenger must time to replace the rule's method (:func:`_beats`)
@@ -99,7 +74,7 @@ WINOGRAD_TILE_MARGIN = 0.15
 #: machine's cached verdicts took the 4x4 tile for all six of those kernels; with oneDNN's for
 #: them, the bfloat16 step ran 1-1.5% faster (a 2-core Zen 4; not measured on Intel CPUs:
 #: docs/lowerings.md, "Winograd"). So on bfloat16 the rule is oneDNN's direct kernel
-#: (:func:`rule`), and Winograd the challenger.
+#: (``chooser.rule``), and Winograd the challenger.
 WINOGRAD_BFLOAT16_MARGIN = 0.10
 
 #: each program runs at least this many times, and more until both have run this long (s);
@@ -284,7 +259,7 @@ def load_layouts() -> int:
     """Hands the handler this machine's layout verdicts from the disk cache, once per process
     (where measuring is on; off, the handler's trial is off too and keeps the caller's
     layouts), and stores this process's new ones at its exit (:func:`save_layouts`); the
-    number handed. Called where a call is first planned on oneDNN (``policy.plan``)."""
+    number handed. Called where a call is first planned on oneDNN (``chooser.plan``)."""
     from jaxconv._src.onednn import library
     if not library.status().available or not enabled():
         return 0  # the handler reads JAXCONV_MEASURE itself: off, no trial
@@ -341,81 +316,47 @@ def _key(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Pre
                  str(preferred_element_type), sorted(fields.items(), key=lambda kv: kv[0])))
 
 
-# What "auto" may run on one CPU device, per problem class: the candidates it times. Each
-# class's candidates are checked against PyTorch on problems of that class, pads past the
-# kernel and strided remainders included (tests/test_lowering_candidates.py); a method wrong
-# for a class must not be one of its candidates (docs/lowerings.md, "What auto may run").
-CANDIDATE_CLASSES = {
-    "winograd": "the table's Winograd (3x3, stride 1): the tiles its accuracy rule allows and "
-                "oneDNN's direct kernel, up to WINOGRAD_MEASURE_MAX_MACS",
-    "small": "any other table method, up to MEASURE_MAX_MACS: it and XLA's own program "
-             "(XLA_OWN: the forward's one convolution, the gradients' jax.vjp program)",
-    "table": "the table's method alone: XLA's own program, a larger problem, or XLA's program "
-             "not applying",
-}
+@dataclasses.dataclass(frozen=True)
+class Contest:
+    """What the chooser (``chooser.py``) hands :func:`pick`: one kernel call whose CPU table
+    picked ``method``, the method that runs untimed (``rule``), and the candidates that may
+    replace it, each a function of the two operands (``calls``, the rule's among them where it
+    is timed); ``fewest``: for Winograd, the tile that multiplies least (the rule among the
+    tiles)."""
+
+    kernel: Kernel
+    p: ConvProblem
+    method: str
+    dtype: np.dtype
+    precision: Precision
+    preferred_element_type: DType
+    rule: str
+    calls: dict[str, Callable[[Array, Array], Array]]
+    fewest: str | None = None
 
 
-def candidate_class(kernel: Kernel, p: ConvProblem, method: str, *, xla_applies: bool) -> str:
-    """Which of :data:`CANDIDATE_CLASSES` a call whose CPU table picked ``method`` is in."""
-    if method == "winograd":  # the table picks it only where oneDNN applies
-        return "winograd" if backends.macs(p) <= WINOGRAD_MEASURE_MAX_MACS else "table"
-    if not xla_applies or method == XLA_OWN[kernel] or backends.macs(p) > MEASURE_MAX_MACS:
-        return "table"
-    return "small"
-
-
-def timed(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, *,
-          xla_applies: bool) -> tuple[str, ...]:
-    """The methods ``"auto"`` times for ``kernel`` of ``p`` where the CPU table picked
-    ``method`` (:data:`CANDIDATE_CLASSES`); one method: nothing is timed."""
-    klass = candidate_class(kernel, p, method, xla_applies=xla_applies)
-    if klass == "winograd":
-        from jaxconv._src.lowering import winograd
-        return (*(f"winograd_{m}x{m}" for m in winograd.timed_tiles(kernel, p, dtype)),
-                "onednn")
-    if klass == "small":
-        return (method, XLA_OWN[kernel])
-    return (method,)
-
-
-def rule(kernel: Kernel, p: ConvProblem, method: str, dtype: Any) -> str:
-    """What runs without timing (``JAXCONV_MEASURE=0``, a problem past the caps) where the CPU
-    table picked ``method``: ``method`` itself, but for Winograd on bfloat16 operands oneDNN's
-    direct kernel (:data:`WINOGRAD_BFLOAT16_MARGIN`)."""
-    if method == "winograd" and np.dtype(dtype) == jnp.bfloat16:
-        return "onednn"
-    return method
-
-
-def pick(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Precision,
-         preferred_element_type: DType, *, run: Callable[..., Any], xla_applies: bool) -> str:
-    """What ``"auto"`` runs for ``kernel`` of ``p`` where the CPU table picked ``method``: the
-    rule's method (:func:`rule`) unless a challenger among the candidates (:func:`timed`:
-    XLA's own program for ``kernel`` where ``xla_applies``; for ``"winograd"`` the tiles that
-    the accuracy rule allows and oneDNN's direct kernel) timed faster beyond noise on this
-    machine (:func:`_verdict`), once per problem and machine (the module docstring); ``run``
-    is the registry's dispatch (``registry.run``), which compiles each."""
-    candidates = timed(kernel, p, method, dtype, xla_applies=xla_applies)
-    incumbent = rule(kernel, p, method, dtype)
-    if len(candidates) < 2 or not enabled():
-        return incumbent
-    key = _key(kernel, p, method, dtype, precision, preferred_element_type)
+def pick(contest: Contest) -> str:
+    """The method that runs for ``contest``: its rule, unless a challenger among its
+    candidates timed faster beyond noise on this machine (:func:`_verdict`), once per problem
+    and machine (the module docstring). One candidate, or measuring off: the rule."""
+    c = contest
+    if len(c.calls) < 2 or not enabled():
+        return c.rule
+    key = _key(c.kernel, c.p, c.method, c.dtype, c.precision, c.preferred_element_type)
     with _LOCK:
         if key not in _VERDICTS:
             record = _disk()["methods"].get(key)
             source = "cache"
-            if not isinstance(record, dict) or record.get("verdict") not in (*candidates,
-                                                                             method):
-                samples = _sample_times(kernel, p, candidates, dtype, precision,
-                                        preferred_element_type, run,
-                                        _WINOGRAD_SECONDS if method == "winograd" else
+            if not isinstance(record, dict) or record.get("verdict") not in (*c.calls,
+                                                                             c.method):
+                samples = _sample_times(c, _WINOGRAD_SECONDS if c.fewest is not None else
                                         2 * _MIN_SECONDS)
-                record = _verdict(samples, method, incumbent, kernel, p, dtype)
+                record = _verdict(samples, c)
                 _store(key, record)
                 source = "measured"
             _VERDICTS[key] = record["verdict"]
             _DECISIONS[key] = Decision(
-                str(kernel), _describe(p), str(np.dtype(dtype)), record["rule"],
+                str(c.kernel), _describe(c.p), str(c.dtype), record["rule"],
                 record["verdict"], source, dict(record["times_ms"]), dict(record["noise"]),
                 float(record["lead"]), float(record["need"]))
             _LOG.info("%s", _DECISIONS[key].line())
@@ -443,22 +384,19 @@ def _beats(challenger: list[float], incumbent: list[float], margin: float) -> tu
     return lead, margin + _noise(challenger) + _noise(incumbent)
 
 
-def _verdict(samples: dict[str, list[float]], method: str, incumbent: str, kernel: Kernel,
-             p: ConvProblem, dtype: Any) -> dict[str, Any]:
-    """The verdict on a call whose table picked ``method``, from each candidate's timed
-    ``samples`` (s): the rule's method (``incumbent``) unless a challenger beats it
+def _verdict(samples: dict[str, list[float]], c: Contest) -> dict[str, Any]:
+    """The verdict on ``c``, from each candidate's timed ``samples`` (s): the rule's method
+    (``c.rule``) unless a challenger beats it
     (:func:`_beats`). For Winograd: of the tiles, the one that multiplies least unless another
     beats it by :data:`WINOGRAD_TILE_MARGIN`; on float32 that tile is the rule, which oneDNN's
     direct kernel must beat by :data:`CHALLENGER_MARGIN`; on bfloat16 oneDNN's is the rule,
     which the tile must beat by :data:`WINOGRAD_BFLOAT16_MARGIN`. For the others XLA's own
     program must beat the table's method by :data:`CHALLENGER_MARGIN`. A record for the disk
     cache (:class:`Decision`'s fields)."""
-    verdict = incumbent
-    if method == "winograd":
-        from jaxconv._src.lowering import winograd
-        side = winograd.fewest_products_tile(kernel, p, dtype)
-        tile = f"winograd_{side}x{side}"
-        fewest, best = tile, -1.0
+    incumbent = verdict = c.rule
+    if c.fewest is not None:
+        tile = fewest = c.fewest
+        best = -1.0
         for m in samples:  # another tile: a clear lead beyond both noises
             if m.startswith("winograd_") and m != fewest:
                 got, needed = _beats(samples[m], samples[fewest], WINOGRAD_TILE_MARGIN)
@@ -478,28 +416,25 @@ def _verdict(samples: dict[str, list[float]], method: str, incumbent: str, kerne
         if lead > need:
             verdict = min((m for m in samples if m != incumbent),
                           key=lambda m: statistics.median(samples[m]))
-    return {"kernel": str(kernel), "problem": _describe(p), "rule": incumbent,
+    return {"kernel": str(c.kernel), "problem": _describe(c.p), "rule": incumbent,
             "verdict": verdict, "lead": round(lead, 4), "need": round(need, 4),
             "times_ms": {m: round(statistics.median(v) * 1e3, 4) for m, v in samples.items()},
             "noise": {m: round(_noise(v), 4) for m, v in samples.items()}}
 
 
-def _sample_times(kernel: Kernel, p: ConvProblem, methods: tuple[str, ...], dtype: Any,
-                  precision: Precision, preferred_element_type: DType,
-                  run: Callable[..., Any], seconds: float) -> dict[str, list[float]]:
-    """Each method's times (s) for ``kernel`` on ``p``, compiled alone and interleaved, one
-    sample a round, over at least _MIN_ROUNDS rounds and ``seconds``."""
+def _sample_times(c: Contest, seconds: float) -> dict[str, list[float]]:
+    """Each candidate's times (s) for ``c``, compiled alone and interleaved, one sample a
+    round, over at least _MIN_ROUNDS rounds and ``seconds``."""
+    p, methods = c.p, tuple(c.calls)
     shapes = {Kernel.FORWARD: (p.x_shape, p.filter_shape), Kernel.DATA: (p.y_shape, p.filter_shape),
-              Kernel.WEIGHT: (p.x_shape, p.y_shape)}[kernel]
+              Kernel.WEIGHT: (p.x_shape, p.y_shape)}[c.kernel]
     rng = np.random.default_rng(0)
     with jax.ensure_compile_time_eval():  # run now, also from inside a program's lowering
-        a, b = (jax.device_put(rng.standard_normal(s).astype(dtype), jax.devices("cpu")[0])
+        a, b = (jax.device_put(rng.standard_normal(s).astype(c.dtype), jax.devices("cpu")[0])
                 for s in shapes)
         calls = {}
         for m in methods:
-            fn = jax.jit(functools.partial(run, kernel, p=p, method=m, backend="cpu",
-                                           precision=precision,
-                                           preferred_element_type=preferred_element_type))
+            fn = jax.jit(c.calls[m])
             compiled = fn.lower(a, b).compile()
             jax.block_until_ready(compiled(a, b))  # type: ignore[no-untyped-call]
             calls[m] = compiled

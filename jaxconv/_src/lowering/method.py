@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import CombinatorFn, Kernel, KernelFn
@@ -51,7 +52,7 @@ class Method:
     inapplicable: Callable[[ConvProblem], str | None] = always
     #: whether it reworks the problem and runs its pieces through a leaf formulation
     combinator: bool = False
-    #: the backends (``backends.BACKENDS``) whose programs may hold it; None: every one. A
+    #: the backends (``tables.BACKENDS``) whose programs may hold it; None: every one. A
     #: program lowered for another backend computes the problem by that backend's own choice.
     platforms: tuple[str, ...] | None = None
     #: whether, in a program XLA's SPMD partitioner splits across devices, it runs on each
@@ -62,6 +63,10 @@ class Method:
     #: operations around them (they take ``fence=True`` there: ``common.product``, where
     #: XLA:GPU aborted otherwise)
     fenced_on: tuple[str, ...] = ()
+    #: why it does not take a kernel's operands (kernel, problem, dtype,
+    #: preferred_element_type), or None: a device's blocks it refuses run the plan's fallback
+    #: (``execute.py``); None: it takes whatever its problem test allows
+    refuses: Callable[[Kernel, ConvProblem, Any, Any], str | None] | None = None
 
     def why_not(self, kernel: Kernel, p: ConvProblem) -> str | None:
         """Why this method cannot compute ``kernel`` for ``p``, or None if it can."""

@@ -1,6 +1,6 @@
 """Every lowering method by name (:data:`METHODS`), the names each kernel accepts, and why a
 method does not apply to a problem. Everything that needs the methods reads this table: the
-ops' ``lowering=`` checks and docstrings, the policy, the execution, the tests."""
+ops' ``lowering=`` checks and docstrings, the chooser, the execution, the tests."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ into its own blocked format (and the activations where no implementation takes t
 The FFI target is registered for the ``cpu`` platform only (``Method.platforms``: a program
 lowered for another platform never holds the call), and only when the handler is built and
 loads (``onednn/library.py``); otherwise the method does not apply and says why. Whether
-oneDNN computes a call is decided in one place, :func:`applies`, which the policy
-(``policy.py``) asks before it plans a call: the handler is loaded and takes the problem, the
+oneDNN computes a call is decided in one place, :func:`applies`, which the chooser
+(``chooser.py``) asks before it plans a call: the handler is loaded and takes the problem, the
 operands are float32 or, where this CPU has the instructions (oneDNN is asked once when it
 loads), bfloat16 or float16, ``preferred_element_type`` is their dtype, and the fitted input
 keeps a position. Operands it does not take go to the default leaf formulation.
@@ -34,6 +34,7 @@ always sees the problem's own rank.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -106,7 +107,7 @@ def _dtypes() -> tuple[np.dtype, ...]:
 def applies(kernel: Kernel | None, p: ConvProblem, dtype: DType | None = None,
             preferred_element_type: DType = None) -> str | None:
     """Why oneDNN does not compute ``kernel`` of ``p`` with operands of ``dtype``, or None
-    where it does: the one place that decides it (the policy, the backends' tables and the
+    where it does: the one place that decides it (the chooser, the backends' tables and the
     method's record all ask here). ``kernel`` or ``dtype`` None: the checks that need them are
     left out (a forced ``lowering=`` is checked on the problem alone)."""
     why = library.why_not(p)
@@ -124,6 +125,39 @@ def applies(kernel: Kernel | None, p: ConvProblem, dtype: DType | None = None,
         fitted, _ = _cropped(p, fitted=kernel is Kernel.WEIGHT and not _strided_1x1_in_onednn(p))
         if min(fitted.input_size) <= 0:
             return "needs an input of at least one position after its crops"
+    return None
+
+
+#: oneDNN's ISAs (``library.status().isa``) with native bfloat16 dot products
+NATIVE_BF16_ISAS = ("AVX-512 BF16", "AVX-512 FP16", "AVX-512 AMX", "AVX-512 AMX FP16")
+
+
+def native_bfloat16() -> bool:
+    """Whether jaxconv's handler is loaded and its oneDNN computes bfloat16 natively."""
+    found = library.status()
+    return found.available and found.isa in NATIVE_BF16_ISAS
+
+
+def product_applies(a: Any, b: Any, dimension_numbers: Any,
+                    preferred_element_type: DType) -> str | None:
+    """Why ``dot_general(a, b, dimension_numbers, preferred_element_type=...)`` (abstract
+    values) is not a product ``matmul.matmul`` computes on oneDNN, or None (the chooser
+    asks: ``chooser.product_on_onednn``)."""
+    (ca, cb), (ba, bb) = dimension_numbers
+    if ba or bb or a.ndim != 2 or b.ndim != 2 or len(ca) != 1 or len(cb) != 1:
+        return "a matmul multiplies two matrices over one axis each, without batch axes"
+    bf16 = np.dtype(jnp.bfloat16)
+    if np.dtype(a.dtype) != bf16 or np.dtype(b.dtype) != bf16:
+        return (f"oneDNN's matmul replaces XLA's for bfloat16 operands (float32 ran within "
+                f"the machine's spread of it through XLA on a 2-core Zen 4; docs/onednn.md), "
+                f"got {np.dtype(a.dtype)} and {np.dtype(b.dtype)}")
+    if preferred_element_type is not None and np.dtype(preferred_element_type) not in (
+            bf16, np.dtype(np.float32)):
+        return (f"a bfloat16 matmul returns bfloat16 or float32, got preferred_element_type "
+                f"{np.dtype(preferred_element_type)}")
+    if not native_bfloat16():
+        return ("oneDNN does not compute bfloat16 natively on this CPU (or jaxconv's handler is "
+                "not loaded): XLA's float32 product")
     return None
 
 
@@ -178,4 +212,4 @@ def _kernel(kernel: Kernel) -> object:
 ONEDNN = Method(
     "onednn", "oneDNN's own primitive through XLA's FFI (CPU, with the ``onednn`` extra)",
     {k: _kernel(k) for k in Kernel},  # type: ignore[misc]
-    lambda p: applies(None, p), platforms=("cpu",), per_shard=True)
+    lambda p: applies(None, p), platforms=("cpu",), per_shard=True, refuses=applies)

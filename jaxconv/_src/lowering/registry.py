@@ -1,5 +1,5 @@
 """The registry's face: the methods (``methods.py``), the dispatch every kernel call goes
-through (:func:`run`: the policy's plan, executed), and the ops' ``lowering=`` paragraphs.
+through (:func:`run`: the chooser's plan, executed), and the ops' ``lowering=`` paragraphs.
 
 :data:`METHODS` holds one :class:`~jaxconv._src.lowering.method.Method` per name the ops'
 ``lowering=`` accepts. Everything else reads it: the values each op accepts and the
@@ -7,7 +7,7 @@ messages for the others (``options.check_lowering``), the ``lowering=`` paragrap
 op's docstring (:func:`document_lowering`), the primitive's lowering (:func:`run`), and the
 tests (the lowering matrix, and a check that the public ``Literal`` types list the same
 names). Adding a lowering: one module with its record, one entry in ``methods.py``, one rule
-per backend table in ``backends.py`` (docs/lowerings.md).
+per backend table in ``tables.py`` (docs/lowerings.md).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Array, DType, Kernel, Precision
-from jaxconv._src.lowering import policy
+from jaxconv._src.lowering import chooser
 from jaxconv._src.lowering.execute import execute
 from jaxconv._src.lowering.methods import LOWERING_TYPES, METHODS, methods, why_not
 
@@ -30,20 +30,20 @@ __all__ = ["LOWERING_TYPES", "METHODS", "choose", "chosen_by", "data_grad", "doc
 
 def choose(kernel: Kernel, p: ConvProblem, backend: str, *, partitioned: bool = False) -> str:
     """The method ``lowering="auto"`` picks for ``kernel`` on ``p`` on ``backend``'s table (a
-    partitioned or exported program: never a custom call; :func:`policy.plan` decides the
+    partitioned or exported program: never a custom call; ``chooser.plan`` decides the
     rest)."""
-    return policy.choose(kernel, p, backend, onednn_ok=False if partitioned else None)
+    return chooser.choose(kernel, p, backend, onednn_ok=False if partitioned else None)
 
 
-one_device_method = policy.one_device_method
-chosen_by = policy.chosen_by
+one_device_method = chooser.one_device_method
+chosen_by = chooser.chosen_by
 
 
 def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, backend: str | None,
         precision: Precision = None, preferred_element_type: DType = None,
         partitioned: bool = False, portable: bool = False) -> Array:
-    """``kernel`` on (a, b) by ``method`` (``"auto"``: the table of ``backend``): the policy's
-    plan (``policy.py``), executed.
+    """``kernel`` on (a, b) by ``method`` (``"auto"``: the table of ``backend``): the chooser's
+    plan (``chooser.py``), executed.
 
     ``partitioned``: in a program XLA's SPMD partitioner splits across devices, where a custom
     call runs per device's blocks if its method can (``Method.per_shard``, ``spmd.py``), else the
@@ -60,7 +60,7 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
         dtype = preferred_element_type if preferred_element_type is not None else a.dtype
         return jnp.zeros(out_shape, dtype)
     same = a.dtype if a.dtype == b.dtype else None  # mixed operands: no library takes them
-    return execute(policy.plan(kernel, p, method=method, backend=backend, dtype=same,
+    return execute(chooser.plan(kernel, p, method=method, backend=backend, dtype=same,
                                precision=precision, preferred_element_type=preferred_element_type,
                                partitioned=partitioned, portable=portable), a, b, p)
 

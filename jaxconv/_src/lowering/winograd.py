@@ -18,8 +18,8 @@ multiplies the transformed tiles with its own register-blocked products:
 The rounding error grows with the tile: the transforms' entries (up to 8 for m = 4) scale
 values before the float32 products sum them. docs/precision.md ("Winograd") holds the
 measured error of each tile size against float64 on the benchdnn 3x3 problems. The ops keep
-``Precision.HIGHEST`` and other dtypes on direct arithmetic (``policy.plan``);
-``lowering="auto"`` takes Winograd where it pays (``backends.py``): the fastest on the running
+``Precision.HIGHEST`` and other dtypes on direct arithmetic (``chooser.plan``);
+``lowering="auto"`` takes Winograd where it pays (``tables.py``): the fastest on the running
 machine of oneDNN and the tiles whose measured error stays within half of float32's bound in
 ``jaxconv.testing.TOLERANCE`` (:func:`tile`; ``measured.py``).
 
@@ -208,9 +208,13 @@ def _call(kernel: Kernel, a: Array, b: Array, out_shape: tuple[int, ...], p: Con
 
 
 def _kernel(kernel: Kernel, tile_side: int | None) -> object:
+    """The kernel of a tile's method (``tile_side``), or of ``"winograd"`` (None: the tile is
+    the plan's parameter, which the chooser resolves: :func:`fewest_products_tile`)."""
     def compute(a: Array, b: Array, p: ConvProblem, precision: Precision,
-                preferred_element_type: DType) -> Array:
-        m = fewest_products_tile(kernel, p, a.dtype) if tile_side is None else tile_side
+                preferred_element_type: DType, tile: int | None = None) -> Array:
+        m = tile_side if tile_side is not None else tile
+        if m is None:
+            raise RuntimeError("jaxconv: 'winograd' planned without its tile")
         pt, pl = p.pads_begin  # the end pads follow from the sizes (stride 1)
         n = p.batch
         if kernel is Kernel.FORWARD:  # a = x, b = W

@@ -1,4 +1,7 @@
-"""Which formulation each kernel uses, per backend (docs/lowerings.md).
+"""The per-backend tables: which formulation each kernel uses (docs/lowerings.md).
+
+Data the chooser (``chooser.py``) reads, and nothing else does: it tells each table whether
+oneDNN may be picked (``onednn``, which ``lowering/onednn.py``'s ``applies`` decides).
 
 ``lowering="auto"`` (the default of every op that has a choice) does not look at
 ``jax.default_backend()``: a jitted op is traced once and may be lowered for
@@ -6,7 +9,7 @@ another platform (``jax.export``, or arrays placed on another device). The
 primitive registers one lowering per platform (``primitive.py``): the program
 lowered for a platform runs that backend's table, once per kernel call, and the
 compiler never sees the other backends' choices. Every name a table returns is a
-method of ``lowering/registry.py`` (tests/test_lowerings.py checks it).
+method of ``lowering/methods.py`` (tests/test_lowering_registry.py checks it).
 
 The rules are tables over the resolved problem, one per backend:
 
@@ -172,34 +175,24 @@ def _onednn_pays(p: ConvProblem, kernel: Kernel = Kernel.WEIGHT, xla: str = "") 
     return count >= minimum
 
 
-def _onednn_ok(kernel: Kernel, p: ConvProblem, onednn: bool | None) -> bool:
-    """``onednn``, or where None whether oneDNN applies to the problem (``lowering/onednn.py``'s
-    ``applies``, the one place that decides it; the policy passes what it found for the
-    call's dtypes)."""
-    if onednn is not None:
-        return onednn
-    from jaxconv._src.lowering import onednn as onednn_lowering
-    return onednn_lowering.applies(kernel, p) is None
-
-
-def forward_method(p: ConvProblem, backend: str, onednn: bool | None = None) -> str:
+def forward_method(p: ConvProblem, backend: str, onednn: bool) -> str:
     """The forward method ``lowering="auto"`` picks for ``p`` on ``backend`` (``onednn``: whether
-    the CPU table may pick oneDNN; None: where it applies to ``p``)."""
+    the CPU table may pick oneDNN)."""
     _check_backend(backend)
     if backend == "cpu":
         xla = _forward_cpu(p)
-        ok = _onednn_ok(Kernel.FORWARD, p, onednn)
+        ok = onednn
         if ok and _winograd_pays(p):
             return "winograd"
         return "onednn" if ok and _onednn_pays(p, Kernel.FORWARD, xla) else xla
     return "conv"
 
 
-def weight_grad_method(p: ConvProblem, backend: str, onednn: bool | None = None) -> str:
+def weight_grad_method(p: ConvProblem, backend: str, onednn: bool) -> str:
     """The weight-gradient method ``lowering="auto"`` picks for ``p`` on ``backend``."""
     _check_backend(backend)
     if backend == "cpu":
-        ok = _onednn_ok(Kernel.WEIGHT, p, onednn)
+        ok = onednn
         if ok and _winograd_pays(p):
             return "winograd"
         return "onednn" if ok and _onednn_pays(p) else _weight_grad_cpu(p)
@@ -208,12 +201,12 @@ def weight_grad_method(p: ConvProblem, backend: str, onednn: bool | None = None)
     return "vjp"
 
 
-def data_grad_method(p: ConvProblem, backend: str, onednn: bool | None = None) -> str:
+def data_grad_method(p: ConvProblem, backend: str, onednn: bool) -> str:
     """The data-gradient method ``lowering="auto"`` picks for ``p`` on ``backend``."""
     _check_backend(backend)
     if backend == "cpu":
         xla = _data_grad_cpu(p)
-        ok = _onednn_ok(Kernel.DATA, p, onednn)
+        ok = onednn
         if ok and _winograd_pays(p):
             return "winograd"
         return "onednn" if ok and _onednn_pays(p, Kernel.DATA, xla) else xla

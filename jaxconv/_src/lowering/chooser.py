@@ -1,0 +1,387 @@
+"""The chooser: the one place that decides how each kernel call runs, as a resolved :class:`Plan`.
+
+For a kernel, a problem, the backend its program is lowered for and the call's dtypes,
+:func:`plan` decides
+
+* the method: ``"auto"`` by the backend's table (``tables.py``, data read here alone); on one
+  CPU device the table's method is the rule, and the candidates that may replace it
+  (:func:`candidates`: XLA's own program for a small problem, Winograd's tiles against oneDNN's
+  direct kernel) are handed to ``measured.py``, which times them once per machine and keeps
+  the verdict. A forced method is checked, and replaced by the backend's XLA formulation
+  where the program cannot hold it (a custom call lowered for another platform, in an export,
+  or in a partitioned program that it cannot run per shard in), or by the default leaf where
+  oneDNN does not take the operands. ``lowering="direct"`` and ``JAXCONV_WINOGRAD=0`` are
+  ``"auto"`` without Winograd (:func:`winograd_allowed`; docs/precision.md, "Winograd");
+* its parameters: Winograd's tile, the products' fence (``common.product``), the thread count
+  a per-shard call takes (set per device's blocks by ``spmd.py``);
+* whether it runs per device's blocks (a program XLA's partitioner splits across devices);
+* its fallback: the leaf that computes a device's blocks the method does not take;
+* why: :func:`chosen_by`, the string ``jaxconv.explain`` prints.
+
+The same module answers the other choices between jaxconv's kernels and XLA's: whether a
+matrix product runs on oneDNN (:func:`product_on_onednn`, for ``matmul.py`` and
+``accelerate``), which calls of ``lax.conv_general_dilated`` jaxconv hands to lax
+(:func:`lax_computes`, for ``lax_conv.py`` and ``accelerate``), and when the process's
+allocator keeps freed memory (:func:`keep_freed_memory`, the one caller of ``host_memory``'s
+setting). Whether oneDNN computes a call is asked of one function, ``onednn.applies``.
+``execute.py`` runs a plan; a combinator's sub-problems get plans of their own
+(``Plan.sub_plan``: a leaf method each, a table never picking a combinator for one group).
+``tests/test_lowering_policy.py`` asserts that no other module reads the tables, times a
+choice or sets the allocator.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jaxlib import version as jaxlib_version
+
+from jaxconv._src import host_memory
+from jaxconv._src.geometry import ConvProblem
+from jaxconv._src.kernel import Array, DType, Kernel, Precision
+from jaxconv._src.lowering import measured, onednn, tables, winograd
+from jaxconv._src.lowering.execute import Plan, execute
+from jaxconv._src.lowering.methods import METHODS, default_leaf, methods
+
+#: The jaxlib versions on which XLA's SPMD partitioner was seen to miscompute a strided weight
+#: gradient split across 8 CPU devices (a 3x3 kernel, stride 2 or 3, pads 1: 0.2-1.0 off, as
+#: jax.vjp's own; docs/distributed.md), and from which the workaround below applies: such a
+#: problem runs as oneDNN's call per device's blocks even where oneDNN would not pay. A jaxlib
+#: verified fixed (tests/distributed/sharded_ops.py without the workaround) goes in
+#: PARTITIONER_FIXED_IN.
+PARTITIONER_BUG_SEEN_ON = ("0.10.2",)
+PARTITIONER_FIXED_IN: tuple[str, ...] = ()
+
+#: the backends with a rule table, and the platforms each covers (``tables.py``)
+BACKENDS, PLATFORMS = tables.BACKENDS, tables.PLATFORMS
+
+#: the Winograd methods (``lowering/winograd.py``)
+WINOGRAD_METHODS = ("winograd", "winograd_2x2", "winograd_3x3", "winograd_4x4")
+
+#: the lowering values that choose (every other is a method, forced): ``"direct"`` is
+#: ``"auto"`` without Winograd
+CHOOSING = ("auto", "direct")
+
+#: XLA's own program for each kernel: what ``jax.vjp`` of ``lax.conv_general_dilated`` runs
+XLA_OWN = {Kernel.FORWARD: "conv", Kernel.DATA: "vjp", Kernel.WEIGHT: "vjp"}
+
+#: the largest problem (multiply-adds) whose choice is timed: about a millisecond on the CPUs of
+#: docs/performance.md, so that both programs are timed in a few milliseconds
+MEASURE_MAX_MACS = 2 ** 25
+
+#: the largest problem whose Winograd is timed against oneDNN (about 20 ms a run on the Zen 4
+#: of docs/lowerings.md); larger ones keep Winograd, which won every such problem measured
+#: there (not measured on Intel CPUs)
+WINOGRAD_MEASURE_MAX_MACS = 2 ** 32
+
+
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in v.split(".")[:3] if part.isdigit())
+
+
+def partitioner_workaround(jaxlib: str = jaxlib_version.__version__) -> bool:
+    """Whether ``jaxlib`` takes the strided weight gradients of partitioned CPU programs away
+    from XLA's partitioner: from the earliest jaxlib the bug was seen on, until one is verified
+    fixed."""
+    first = min(_version(v) for v in PARTITIONER_BUG_SEEN_ON)
+    return _version(jaxlib) >= first and jaxlib not in PARTITIONER_FIXED_IN
+
+
+@functools.cache
+def winograd_allowed() -> bool:
+    """Whether ``lowering="auto"`` may run Winograd in this process: unless
+    ``JAXCONV_WINOGRAD=0`` (read once; docs/precision.md, "Winograd")."""
+    return os.environ.get("JAXCONV_WINOGRAD", "1") != "0"
+
+
+def _highest(precision: Precision) -> bool:
+    """Whether ``precision`` asks for full float32 arithmetic (HIGHEST, for either operand)."""
+    if precision is None:
+        return False
+    found = precision if isinstance(precision, tuple) else (precision,)
+    return any(lax.Precision(q) == lax.Precision.HIGHEST for q in found if q is not None)
+
+
+# ------------------------------------------------------------------------ the tables' method
+
+def choose(kernel: Kernel, p: ConvProblem, backend: str, *, onednn_ok: bool | None = None) -> str:
+    """The backend table's method for ``kernel`` of ``p`` (``onednn_ok``: whether oneDNN may
+    be picked; None: where it applies to the problem)."""
+    if onednn_ok is None:
+        onednn_ok = onednn.applies(kernel, p) is None
+    return tables.METHOD[kernel](p, backend, onednn_ok)
+
+
+def cpu_table_method(kernel: Kernel, p: ConvProblem, dtype: Any, precision: Precision = None,
+                     preferred_element_type: DType = None, *, direct: bool = False) -> str:
+    """The CPU table's method for ``kernel`` of ``p`` on one device, before any timing: the
+    rule whose challengers :func:`candidates` lists. Winograd is left to oneDNN's direct
+    kernel for the dtypes and precisions ``"auto"`` does not take it for, and with
+    ``direct`` (``lowering="direct"``, ``JAXCONV_WINOGRAD=0``)."""
+    ok = onednn.applies(kernel, p, dtype, preferred_element_type) is None
+    method = choose(kernel, p, "cpu", onednn_ok=ok)
+    if method == "winograd" and (direct or not winograd_allowed()
+                                 or not winograd.pays_for(dtype) or _highest(precision)):
+        method = "onednn"
+    return method
+
+
+def xla_own_applies(kernel: Kernel, p: ConvProblem) -> bool:
+    """Whether XLA's own program for ``kernel`` (:data:`XLA_OWN`) computes ``p``."""
+    return METHODS[XLA_OWN[kernel]].why_not(kernel, p) is None
+
+
+# ---------------------------------------------------------------- what a timing may replace
+
+# What "auto" may run on one CPU device, per problem class: the candidates it times. Each
+# class's candidates are checked against PyTorch on problems of that class, pads past the
+# kernel and strided remainders included (tests/test_lowering_candidates.py); a method wrong
+# for a class must not be one of its candidates (docs/lowerings.md, "What auto may run").
+CANDIDATE_CLASSES = {
+    "winograd": "the table's Winograd (3x3, stride 1): the tiles its accuracy rule allows and "
+                "oneDNN's direct kernel, up to WINOGRAD_MEASURE_MAX_MACS",
+    "small": "any other table method, up to MEASURE_MAX_MACS: it and XLA's own program "
+             "(XLA_OWN: the forward's one convolution, the gradients' jax.vjp program)",
+    "table": "the table's method alone: XLA's own program, a larger problem, or XLA's program "
+             "not applying",
+}
+
+
+def candidate_class(kernel: Kernel, p: ConvProblem, method: str, *, xla_applies: bool) -> str:
+    """Which of :data:`CANDIDATE_CLASSES` a call whose CPU table picked ``method`` is in."""
+    if method == "winograd":  # the table picks it only where oneDNN applies
+        return "winograd" if tables.macs(p) <= WINOGRAD_MEASURE_MAX_MACS else "table"
+    if not xla_applies or method == XLA_OWN[kernel] or tables.macs(p) > MEASURE_MAX_MACS:
+        return "table"
+    return "small"
+
+
+def candidates(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, *,
+               xla_applies: bool) -> tuple[str, ...]:
+    """The methods ``"auto"`` times for ``kernel`` of ``p`` where the CPU table picked
+    ``method`` (:data:`CANDIDATE_CLASSES`); one method: nothing is timed."""
+    klass = candidate_class(kernel, p, method, xla_applies=xla_applies)
+    if klass == "winograd":
+        return (*(f"winograd_{m}x{m}" for m in winograd.timed_tiles(kernel, p, dtype)),
+                "onednn")
+    if klass == "small":
+        return (method, XLA_OWN[kernel])
+    return (method,)
+
+
+def rule(kernel: Kernel, p: ConvProblem, method: str, dtype: Any) -> str:
+    """What runs without timing (``JAXCONV_MEASURE=0``, a problem past the caps) where the CPU
+    table picked ``method``: ``method`` itself, but for Winograd on bfloat16 operands oneDNN's
+    direct kernel (``measured.WINOGRAD_BFLOAT16_MARGIN``)."""
+    if method == "winograd" and np.dtype(dtype) == jnp.bfloat16:
+        return "onednn"
+    return method
+
+
+def _contest(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Precision,
+             preferred_element_type: DType) -> measured.Contest:
+    """The rule's method for ``kernel`` of ``p`` and the candidates that may replace it, each a
+    function of the two operands (its plan, executed), for ``measured.pick``."""
+    names = candidates(kernel, p, method, dtype, xla_applies=xla_own_applies(kernel, p))
+
+    def call(m: str) -> Callable[[Array, Array], Array]:
+        def run(a: Array, b: Array) -> Array:  # planned where it is traced (timed), not before
+            forced = plan(kernel, p, method=m, backend="cpu", dtype=dtype, precision=precision,
+                          preferred_element_type=preferred_element_type)
+            return execute(forced, a, b, p)
+        return run
+    side = winograd.fewest_products_tile(kernel, p, dtype) if method == "winograd" else None
+    return measured.Contest(
+        kernel, p, method, np.dtype(dtype), precision, preferred_element_type,
+        rule=rule(kernel, p, method, dtype), calls={m: call(m) for m in names},
+        fewest=None if side is None else f"winograd_{side}x{side}")
+
+
+def one_device_method(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any,
+                      precision: Precision = None, preferred_element_type: DType = None,
+                      *, direct: bool = False) -> str:
+    """What ``lowering="auto"`` (``direct``: ``"direct"``) runs for ``kernel`` on one device of
+    ``backend``: the table's method, on the CPU the winner of its candidates where
+    ``measured.py`` timed them."""
+    if backend != "cpu":
+        return choose(kernel, p, backend, onednn_ok=False)
+    method = cpu_table_method(kernel, p, dtype, precision, preferred_element_type, direct=direct)
+    return measured.pick(_contest(kernel, p, method, dtype, precision, preferred_element_type))
+
+
+def chosen_by(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any,
+              precision: Precision = None, preferred_element_type: DType = None,
+              *, direct: bool = False) -> str:
+    """Where :func:`one_device_method`'s answer came from, for ``jaxconv.explain``: "rule"
+    (the table, nothing timed), else "measured" (timed in this process) or "cache" (an earlier
+    process's timing), with the fastest challenger's lead over the rule's method and the lead
+    it needed (``measured.Decision``)."""
+    if backend != "cpu":
+        return "rule"
+    method = cpu_table_method(kernel, p, dtype, precision, preferred_element_type, direct=direct)
+    d = measured.decision(kernel, p, method, dtype, precision, preferred_element_type)
+    if d is None:
+        return "rule"
+    return f"{d.source}: {d.lead:+.0%} vs {d.need:.0%} needed"
+
+
+# ----------------------------------------------------------------------------------- the plan
+
+def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dtype: Any,
+         precision: Precision = None, preferred_element_type: DType = None,
+         partitioned: bool = False, portable: bool = False) -> Plan:
+    """The plan of ``kernel`` on ``p`` by ``method`` (``"auto"``: the backend's table;
+    ``"direct"``: the same without Winograd).
+
+    ``partitioned``: in a program XLA's SPMD partitioner splits across devices (a custom call
+    then runs per device's blocks where its method can, else the backend's XLA formulation);
+    ``portable``: no custom call at all (an export).
+
+    Raises:
+      ValueError: ``method`` is not a method of ``kernel`` (or ``"auto"`` without a backend).
+    """
+    ok = (backend == "cpu" and not portable
+          and onednn.applies(kernel, p, dtype, preferred_element_type) is None)
+    asked, why = method, "forced"
+    if method in CHOOSING:
+        if backend is None:
+            raise ValueError(f"lowering: method {method!r} needs a backend to choose for")
+        method = _auto(kernel, p, backend, dtype, precision, preferred_element_type,
+                       partitioned=partitioned, portable=portable, onednn_ok=ok,
+                       direct=method == "direct")
+        bug = METHODS[method].why_not(kernel, p) if method in METHODS else None
+        if bug is not None:  # a table bug (tests/test_lowering_registry.py), never a user's
+            raise RuntimeError(f"jaxconv: the {backend} table picked {bug}")
+        why = ("rule" if partitioned or portable else
+               chosen_by(kernel, p, backend, dtype, precision, preferred_element_type,
+                         direct=asked == "direct"))
+    if method not in METHODS or kernel not in METHODS[method].kernels:
+        raise ValueError(f"lowering: method must be 'auto', 'direct' or one of "
+                         f"{list(methods(kernel))}, got {method!r}")
+    record = METHODS[method]
+    if backend is not None and record.platforms is not None and (
+            backend not in record.platforms or portable or (partitioned and not record.per_shard)):
+        method = choose(kernel, p, backend, onednn_ok=False)
+    elif method in WINOGRAD_METHODS and (
+            winograd.dtype_why(dtype, preferred_element_type) or _highest(precision)
+            or METHODS[method].why_not(kernel, p)):
+        # Winograd rounds more than direct arithmetic: Precision.HIGHEST, and operands it does
+        # not take (float64, float16, two dtypes), get the direct convolution (oneDNN's where it
+        # applies); so does a problem a batching rule made grouped (vmap over the filter).
+        # ("auto" leaves bfloat16 to oneDNN in cpu_table_method.)
+        method = "onednn" if ok else default_leaf(kernel)
+    elif method == "onednn" and onednn.applies(kernel, p, dtype, preferred_element_type):
+        method = default_leaf(kernel)  # operands the handler does not take
+    if asked not in CHOOSING and method != asked:
+        why = f"forced {asked}, which this call cannot run"
+    record = METHODS[method]
+    if backend is not None:
+        keep_freed_memory(backend)  # jaxconv's CPU kernel will run
+    if method == "onednn":  # earlier processes' layout verdicts, before the first call
+        measured.load_layouts()
+    params: dict[str, Any] = {}
+    if method == "winograd":  # the tile that multiplies least
+        params["tile"] = winograd.fewest_products_tile(kernel, p, dtype)
+    if record.fenced_on:
+        params["fence"] = backend in record.fenced_on
+    if record.per_shard:
+        params["threads"] = 0  # the handler's rule; spmd.call sets it per device's blocks
+    sub_plan = None
+    if record.combinator:  # each one-group sub-problem: the same backend's table, or one convolution
+        def sub_plan(sub_kernel: Kernel, sub: ConvProblem) -> Plan:
+            return plan(sub_kernel, sub, method="auto" if backend is not None else
+                        default_leaf(sub_kernel), backend=backend, dtype=dtype,
+                        precision=precision, preferred_element_type=preferred_element_type,
+                        partitioned=partitioned, portable=portable)
+    return Plan(kernel, method, backend, per_shard=partitioned and record.per_shard,
+                params=tuple(sorted(params.items())),
+                fallback=default_leaf(kernel) if record.refuses is not None else None, why=why,
+                dtype=None if dtype is None else np.dtype(dtype),
+                precision=precision, preferred_element_type=preferred_element_type,
+                sub_plan=sub_plan)
+
+
+def _auto(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any, precision: Precision,
+          preferred_element_type: DType, *, partitioned: bool, portable: bool, onednn_ok: bool,
+          direct: bool) -> str:
+    """The method ``"auto"`` (``direct``: ``"direct"``) runs for ``kernel`` of ``p``."""
+    if not (partitioned or portable):
+        return one_device_method(kernel, p, backend, dtype, precision, preferred_element_type,
+                                 direct=direct)
+    method = choose(kernel, p, backend, onednn_ok=False)
+    if partitioned and not portable:
+        one_device = choose(kernel, p, backend, onednn_ok=onednn_ok)
+        if one_device in WINOGRAD_METHODS:  # no per-shard form: oneDNN's per shard
+            one_device = "onednn"
+        if METHODS[one_device].per_shard:  # the one-device choice, per batch shard
+            method = one_device
+        elif (kernel is Kernel.WEIGHT and onednn_ok and any(s > 1 for s in p.strides)
+              and partitioner_workaround()):
+            method = "onednn"
+    return method
+
+
+# ------------------------------------------------------------ the other kernels' choices
+
+def product_why_not(a: Any, b: Any, dimension_numbers: Any,
+                    preferred_element_type: DType) -> str | None:
+    """Why ``dot_general(a, b, dimension_numbers)`` (abstract values) of a program on one device
+    does not run on oneDNN's matmul (``onednn.product_applies``), or None where it does: what
+    ``accelerate`` reports for a product it leaves as written."""
+    return onednn.product_applies(a, b, dimension_numbers, preferred_element_type)
+
+
+def product_on_onednn(a: Any, b: Any, dimension_numbers: Any, preferred_element_type: DType,
+                      *, partitioned: bool = False, exported: bool = False) -> bool:
+    """Whether ``dot_general(a, b, dimension_numbers)`` (abstract values) runs on oneDNN's
+    matmul (``matmul.py``): in a program on one device that is not exported, where oneDNN
+    computes it (``onednn.product_applies``). A program that will run it keeps freed memory."""
+    ours = (not partitioned and not exported and onednn.product_applies(
+        a, b, dimension_numbers, preferred_element_type) is None)
+    if ours:
+        keep_freed_memory("cpu")
+    return ours
+
+
+def keep_freed_memory(backend: str = "cpu") -> None:
+    """Where one of jaxconv's CPU kernels will run, the allocator keeps the memory XLA:CPU
+    frees (``host_memory.keep_by_default``: once per process, and a warning where jaxconv was
+    imported after the program's first computation; docs/training.md, "Host memory")."""
+    if backend == "cpu":
+        host_memory.keep_by_default()
+
+
+#: The calls of ``jaxconv.conv_general_dilated`` that lax computes itself (same value, lax's
+#: derivatives), as the reasons the code gives and the docs list (docs/migration.md, "Computed
+#: by jaxconv, handed to lax"; a test keeps the two equal). Every other call runs jaxconv's
+#: forward kernel.
+HANDED_TO_LAX: dict[str, str] = {
+    "operands not real floating point": "complex, integer and bool operands",
+    "not 1 to 3 spatial axes": "0 spatial axes (lax computes a matrix product) or more than 3",
+    "input dilation": "`lhs_dilation` > 1 (a transposed convolution: `jaxconv.conv_transpose` "
+                      "has jaxconv's derivatives)",
+    "batch_group_count > 1": "`batch_group_count` > 1",
+    "out_sharding": "an `out_sharding` (explicit sharding mode)",
+    "a zero-size extent": "a zero-size batch, channel or spatial extent, or an empty output",
+}
+
+
+def lax_computes(n: int, lhs_dilation: Sequence[int], batch_groups: int, out_sharding: Any,
+                 extents: Sequence[int]) -> str | None:
+    """Why lax computes a call of real floating operands with ``n`` spatial axes (a key of
+    :data:`HANDED_TO_LAX`), or None where jaxconv's kernel does (``accelerate`` asks for the
+    checks a pattern of autodiff has no answer to either: rank, sharding, extents)."""
+    reasons = [
+        (not 1 <= n <= 3, "not 1 to 3 spatial axes"),
+        (any(d > 1 for d in lhs_dilation), "input dilation"),
+        (batch_groups > 1, "batch_group_count > 1"),
+        (out_sharding is not None, "out_sharding"),
+        (min(extents, default=1) <= 0, "a zero-size extent"),  # lhs, rhs or the result
+    ]
+    return next((why for hit, why in reasons if hit), None)
