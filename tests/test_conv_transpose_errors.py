@@ -101,7 +101,7 @@ CASES = [
     ("layout-channels-weights-format", lambda: ctw(X, DY, (4, 3, 3, 3), **S2), ValueError,
      ["these shapes match weights_format='IOX': pass it"]),
     ("lowering-unknown", lambda: ct(X, W, **S2, lowering="phase"), ValueError,
-     ["conv_transpose: lowering must be one of ['auto', 'grid', 'phases', 'dot', 'vjp', "
+     ["conv_transpose: lowering must be one of ['auto', 'direct', 'grid', 'phases', 'dot', 'vjp', "
       "'onednn', 'winograd', 'winograd_2x2', 'winograd_3x3', 'winograd_4x4', 'per_group', "
       "'block_diagonal'], got 'phase'"]),
     ("lowering-inapplicable", lambda: ctw(X, DY, WS, **S2, lowering="shifted"), ValueError,

@@ -28,7 +28,7 @@ from tests import helpers as h
 @pytest.mark.parametrize("kernel", list(Kernel))
 def test_public_literal_types_list_the_registry(kernel):
     literal = methods_registry.LOWERING_TYPES[kernel]
-    assert typing.get_args(literal) == ("auto", *lowering.methods(kernel))
+    assert typing.get_args(literal) == ("auto", "direct", *lowering.methods(kernel))
 
 
 def test_every_method_has_a_leaf_or_combinator_function_per_kernel():
@@ -60,7 +60,7 @@ def test_each_op_takes_its_kernels_lowering_type_and_documents_its_methods(op):
         return
     paragraph = doc[start:doc.index("compiled program", start)]
     named = set(re_quoted(paragraph))
-    assert named == {"auto", *lowering.methods(kernel)}
+    assert named == {"auto", "direct", *lowering.methods(kernel)}
 
 
 def re_quoted(text: str) -> list[str]:
@@ -121,7 +121,7 @@ def test_a_new_registry_entry_is_reachable_from_every_op_of_its_kernel(monkeypat
     got = jaxconv.convolution(x, w, **kw, lowering="lax_reference")  # not in the Literal: a str
     h.assert_close(got, jaxconv.convolution(x, w, **kw, lowering="conv"), jnp.float32)
     # a forward method only: the data-gradient ops list their own methods and refuse it
-    with pytest.raises(ValueError, match=r"lowering must be one of \['auto', 'grid', .*\], got "
+    with pytest.raises(ValueError, match=r"lowering must be one of \['auto', 'direct', 'grid', .*\], got "
                                          r"'lax_reference'"):
         jaxconv.convolution_backward_data(jnp.ones((1, 3, 5, 6)), w, (7, 6), strides=(2, 1),
                                           groups=2, lowering="lax_reference")

@@ -216,7 +216,7 @@ def test_kernels_reject_an_unknown_method():
 def test_inapplicable_or_unknown_method():
     x, dy = jnp.ones((1, 6, 6, 4)), jnp.ones((1, 4, 4, 4))
     with pytest.raises(ValueError, match=r"^convolution_backprop_filters: lowering must be one of "
-                                         r"\['auto', 'conv', 'feature_group', 'shifted', 'dot', "
+                                         r"\['auto', 'direct', 'conv', 'feature_group', 'shifted', 'dot', "
                                          r"'vjp', 'onednn', 'winograd', 'winograd_2x2', "
                                          r"'winograd_3x3', 'winograd_4x4', 'per_group', "
                                          r"'block_diagonal'\], got 'fast'"):
@@ -225,7 +225,7 @@ def test_inapplicable_or_unknown_method():
                                          r"'shifted' needs one input channel per group"):
         jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering="shifted")
     with pytest.raises(ValueError, match=r"'feature_group' regroups a grouped problem, got "
-                                         r"groups=1; use one of \['auto', 'conv', 'dot', 'vjp'\]"):
+                                         r"groups=1; use one of \['auto', 'direct', 'conv', 'dot', 'vjp'\]"):
         jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering="feature_group")
     with pytest.raises(ValueError, match=r"'per_group' splits a grouped problem, got groups=1"):
         jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering="per_group")
@@ -234,7 +234,7 @@ def test_inapplicable_or_unknown_method():
     with pytest.raises(TypeError, match="convolution_backprop_filters: lowering must be a string"):
         jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering=None)
     with pytest.raises(ValueError, match="^convolution_backward_data: lowering must be one of "
-                                         r"\['auto', 'grid', 'phases', 'dot', 'vjp', 'onednn', "
+                                         r"\['auto', 'direct', 'grid', 'phases', 'dot', 'vjp', 'onednn', "
                                          r"'winograd', 'winograd_2x2', 'winograd_3x3', "
                                          r"'winograd_4x4', 'per_group', 'block_diagonal'\], "
                                          r"got 'fft'"):

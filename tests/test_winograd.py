@@ -324,6 +324,66 @@ def test_highest_compiles_no_winograd_call():
     assert "jaxconv_winograd" not in program(lax.Precision.HIGHEST)
 
 
+# The switches of docs/precision.md, "Winograd": lowering="direct" per op call, per accelerated
+# function, and JAXCONV_WINOGRAD=0 per process. Each leaves no Winograd call in the program, in
+# the derivatives too, and computes what oneDNN's direct kernel computes, bit for bit.
+
+def _loss(lowering):
+    def loss(x, w):
+        return (jaxconv.convolution(x, w, pads_begin=1, pads_end=1, lowering=lowering) ** 2).sum()
+    return loss
+
+
+def test_lowering_direct_runs_no_winograd_in_the_call_and_its_derivatives():
+    rng = np.random.default_rng(5)
+    x, w = h.random(rng, (2, 16, 16, 32)), h.random(rng, (3, 3, 32, 32))
+
+    def program(lowering):
+        return jax.jit(jax.value_and_grad(_loss(lowering), argnums=(0, 1))).lower(x, w).as_text()
+    assert "jaxconv_winograd" in program("auto")
+    direct = program("direct")
+    assert "jaxconv_winograd" not in direct and "jaxconv_onednn" in direct
+    got = jax.jit(lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1,
+                                                   lowering="direct"))(x, w)
+    want = jax.jit(lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1,
+                                                    lowering="onednn"))(x, w)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_accelerate_lowering_direct_runs_no_winograd():
+    x, w = jnp.ones((2, 16, 16, 32)), jnp.ones((3, 3, 32, 32)) / 288
+
+    def loss(x, w):
+        y = lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return (y ** 2).sum()
+
+    def program(**kw):
+        return jax.jit(jaxconv.accelerate(jax.grad(loss, argnums=(0, 1)), **kw)).lower(
+            x, w).as_text()
+    assert "jaxconv_winograd" in program()
+    direct = program(lowering="direct")
+    assert "jaxconv_winograd" not in direct and "jaxconv_onednn" in direct
+    with pytest.raises(ValueError, match="accelerate: lowering must be 'auto' or 'direct', "
+                                         "got 'winograd'"):
+        jaxconv.accelerate(loss, lowering="winograd")
+
+
+def test_jaxconv_winograd_0_switches_it_off_for_the_process():
+    code = ("import jax, jax.numpy as jnp, jaxconv\n"
+            "x, w = jnp.ones((2, 16, 16, 32)), jnp.ones((3, 3, 32, 32))\n"
+            "f = lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1)\n"
+            "text = jax.jit(jax.grad(lambda x, w: f(x, w).sum(), argnums=(0, 1))).lower(x, w)"
+            ".as_text()\n"
+            "forced = jax.jit(lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1, "
+            "lowering='winograd')).lower(x, w).as_text()\n"
+            "print('winograd' in text, 'onednn' in text, 'winograd' in forced)\n")
+    env = {**os.environ, "JAXCONV_WINOGRAD": "0", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300, check=True).stdout.split()
+    assert out == ["False", "True", "True"]  # a forced Winograd method still runs it
+
+
 def test_jit_vmap_and_grad_through_winograd():
     rng = np.random.default_rng(2)
     x, w, dy, attrs, refs = _case(rng, 2, (9, 8), 32, 48, ((1, 1), (1, 1)))

@@ -223,9 +223,9 @@ def _jaxconv(lhs: ArrayLike, rhs: ArrayLike, lax_call: Any, window_strides: Sequ
              lowering: ForwardLowering) -> jax.Array:
     """The call through jaxconv's forward kernel, or ``lax_call`` where jaxconv has none."""
     def by_lax(why: str) -> jax.Array:
-        if lowering != "auto":
+        if lowering not in ("auto", "direct"):
             raise ValueError(
-                f"{_OP}: lowering must be 'auto' where lax computes the call ({why}; see the "
+                f"{_OP}: lowering must be 'auto' or 'direct' where lax computes the call ({why}; see the "
                 f"docstring), got {lowering!r}")
         out: jax.Array = lax_call(lhs, rhs)
         return out

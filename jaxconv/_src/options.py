@@ -78,20 +78,20 @@ def check_inputs(
 def check_lowering(op: str, kernel: Kernel, lowering_value: Any, p: ConvProblem) -> str:
     """Validates an op's ``lowering=`` against the methods of its kernel and the problem ``p``.
 
-    Returns the method (``"auto"`` or one of the kernel's methods in the registry).
+    Returns the method (``"auto"``, ``"direct"`` or one of the kernel's methods in the registry).
     """
-    allowed = ["auto", *lowering.methods(kernel)]
+    allowed = ["auto", "direct", *lowering.methods(kernel)]
     if not isinstance(lowering_value, str):
         raise TypeError(f"{op}: lowering must be a string, one of {allowed}, got "
                         f"{lowering_value!r}")
     if lowering_value not in allowed:
         raise ValueError(f"{op}: lowering must be one of {allowed}, got {lowering_value!r}")
-    if lowering_value == "auto":
+    if lowering_value in ("auto", "direct"):
         return lowering_value
     why = lowering.why_not(lowering_value, kernel, p)
     if why is not None:
         # the methods every installation and platform has (deterministic messages): not "onednn"
-        usable = ["auto", *(m for m in allowed[1:] if lowering.METHODS[m].platforms is None
+        usable = ["auto", "direct", *(m for m in allowed[2:] if lowering.METHODS[m].platforms is None
                             and lowering.why_not(m, kernel, p) is None)]
         raise ValueError(f"{op}: lowering={lowering_value!r} does not apply to this problem: "
                          f"{why}; use one of {usable}")

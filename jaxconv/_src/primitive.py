@@ -163,14 +163,18 @@ _RHS = {Kernel.FORWARD: (Kernel.WEIGHT, True), Kernel.DATA: (Kernel.WEIGHT, Fals
 
 
 def _adjoint(table: dict[Kernel, tuple[Kernel, bool]], ct: Any, other: Array, undefined: Any,
-             *, kernel: Kernel, p: ConvProblem, precision: Precision, **_: Any) -> Any:
+             *, kernel: Kernel, p: ConvProblem, precision: Precision, method: str,
+             **_: Any) -> Any:
     if type(ct) is ad.Zero:
         return ad.Zero(undefined.aval)
     target, swap = table[kernel]
     if other.dtype != ct.dtype:  # widen the defined operand, as JAX's conv transpose does
         other = other.astype(ct.dtype)
     a, b = (other, ct) if swap else (ct, other)
-    out = apply(a, b, kernel=target, p=p, precision=precision)
+    # a forced method is the primal's alone (its transpose is another kernel); "direct", a
+    # choice without Winograd, holds for every derivative
+    out = apply(a, b, kernel=target, p=p, precision=precision,
+                method="direct" if method == "direct" else "auto")
     dtype = undefined.aval.dtype
     return out.astype(dtype) if out.dtype != dtype else out
 

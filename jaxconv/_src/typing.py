@@ -45,12 +45,12 @@ DataFormat: TypeAlias = Literal["NXC", "NCX", "nxc", "ncx"]
 ConvolutionFilterFormat: TypeAlias = Literal["XIO", "OIX", "xio", "oix"]
 ConvTransposeFilterFormat: TypeAlias = Literal[
     "IOX", "XOI", "OIX", "XIO", "iox", "xoi", "oix", "xio"]
-ForwardLowering: TypeAlias = Literal["auto", "conv", "dot", "shifted", "onednn", "winograd",
-                                     "winograd_2x2", "winograd_3x3", "winograd_4x4", "per_group",
-                                     "block_diagonal"]
+ForwardLowering: TypeAlias = Literal["auto", "direct", "conv", "dot", "shifted", "onednn",
+                                     "winograd", "winograd_2x2", "winograd_3x3", "winograd_4x4",
+                                     "per_group", "block_diagonal"]
 WeightGradLowering: TypeAlias = Literal[
-    "auto", "conv", "feature_group", "shifted", "dot", "vjp", "onednn", "winograd",
+    "auto", "direct", "conv", "feature_group", "shifted", "dot", "vjp", "onednn", "winograd",
     "winograd_2x2", "winograd_3x3", "winograd_4x4", "per_group", "block_diagonal"]
-DataGradLowering: TypeAlias = Literal["auto", "grid", "phases", "dot", "vjp", "onednn", "winograd",
-                                      "winograd_2x2", "winograd_3x3", "winograd_4x4", "per_group",
-                                      "block_diagonal"]
+DataGradLowering: TypeAlias = Literal["auto", "direct", "grid", "phases", "dot", "vjp", "onednn",
+                                      "winograd", "winograd_2x2", "winograd_3x3", "winograd_4x4",
+                                      "per_group", "block_diagonal"]

@@ -211,7 +211,7 @@ def _problem(layout: str, x_shape: tuple[int, ...], y_shape: tuple[int, ...] | N
 
 
 def data_pattern(params: dict[str, Any], dy: Array, rhs: Array, out_shape: Sequence[int],
-                 unreversed: Array | None = None) -> Array | str:
+                 unreversed: Array | None = None, lowering: str = "auto") -> Array | str:
     """A data gradient (module docstring): dx from dy and the reversed, role-swapped filter
     ``rhs``; ``unreversed``: ``rhs`` before autodiff's ``rev``, where known (reversing ``rhs``
     back is then no operation at all: XLA:CPU does not cancel two reversals of a bfloat16 array,
@@ -240,12 +240,13 @@ def data_pattern(params: dict[str, Any], dy: Array, rhs: Array, out_shape: Seque
     x_shape = (batch, in_channels, *x_size) if layout == "NCX" else (batch, *x_size, in_channels)
     p = _problem(layout, x_shape, tuple(dys.shape), tuple(w.shape), strides, dil, *pads, groups)
     precision, out_dtype = _options(params)
-    dx = primitive.data_grad(dys, w, p=p, precision=precision, preferred_element_type=out_dtype)
+    dx = primitive.data_grad(dys, w, p=p, precision=precision, preferred_element_type=out_dtype,
+                             method=lowering)
     return _place(dx, _roles(layout, n), out_spec)
 
 
 def weight_pattern(params: dict[str, Any], lhs: Array, dy: Array,
-                   out_shape: Sequence[int]) -> Array | str:
+                   out_shape: Sequence[int], lowering: str = "auto") -> Array | str:
     """A weight gradient (module docstring): W from x (batch and feature swapped) and dy."""
     lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
     strides, dil = params["rhs_dilation"], params["window_strides"]
@@ -263,36 +264,40 @@ def weight_pattern(params: dict[str, Any], lhs: Array, dy: Array,
     w_shape = (*kernel, in_channels // groups, out_channels)
     p = _problem(layout, tuple(xs.shape), tuple(dys.shape), w_shape, strides, dil, *pads, groups)
     precision, out_dtype = _options(params)
-    dw = primitive.weight_grad(xs, dys, p=p, precision=precision, preferred_element_type=out_dtype)
+    dw = primitive.weight_grad(xs, dys, p=p, precision=precision, preferred_element_type=out_dtype,
+                               method=lowering)
     n = len(kernel)  # XIO: I (the result's batch role) at n, O (its feature role) at n + 1
     return _place(dw, (n, n + 1, *range(n)), out_spec)
 
 
-def forward_pattern(params: dict[str, Any], lhs: Array, rhs: Array) -> Array:
+def forward_pattern(params: dict[str, Any], lhs: Array, rhs: Array,
+                    lowering: str = "auto") -> Array:
     """A forward convolution: :func:`jaxconv.conv_general_dilated` with the equation's
     arguments (which hands lax the calls it has no kernel for)."""
     return lax_conv.conv_general_dilated(
         lhs, rhs, params["window_strides"], params["padding"], params["lhs_dilation"],
         params["rhs_dilation"], params["dimension_numbers"], params["feature_group_count"],
-        params["batch_group_count"], params["precision"], params["preferred_element_type"])
+        params["batch_group_count"], params["precision"], params["preferred_element_type"],
+        lowering=lowering)  # type: ignore[arg-type]
 
 
 def conv_pattern(params: dict[str, Any], lhs: Array, rhs: Array, out_shape: Sequence[int],
-                 unreversed: Array | None = None) -> Array | str:
+                 unreversed: Array | None = None, lowering: str = "auto") -> Array | str:
     """The equation through jaxconv's kernel, or why it runs as lax wrote it; ``unreversed``:
-    the filter before autodiff's ``rev`` (:func:`filter_before_rev`), where it is one."""
+    the filter before autodiff's ``rev`` (:func:`filter_before_rev`), where it is one;
+    ``lowering``: ``"auto"``, or ``"direct"`` (no Winograd) for every kernel it runs."""
     kind = conv_kind(params, lhs, rhs, out_shape, unreversed is not None)
     if not isinstance(kind, Kernel):  # a reason (Kernel is a str enum: test it first)
         return kind
     if kind is Kernel.DATA:
-        out = data_pattern(params, lhs, rhs, out_shape, unreversed)
+        out = data_pattern(params, lhs, rhs, out_shape, unreversed, lowering)
         if not isinstance(out, str) or any(d > 1 for d in params["lhs_dilation"]):
             return out
     if kind is Kernel.WEIGHT:
-        out = weight_pattern(params, lhs, rhs, out_shape)
+        out = weight_pattern(params, lhs, rhs, out_shape, lowering)
         if not isinstance(out, str) or params["batch_group_count"] > 1:
             return out
-    return forward_pattern(params, lhs, rhs)
+    return forward_pattern(params, lhs, rhs, lowering)
 
 
 # ------------------------------------------------------------------------------ max pool

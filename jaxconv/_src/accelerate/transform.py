@@ -36,13 +36,15 @@ from jax._src import linear_util as lu  # wrapping a function for tracing (no pu
 from jax._src.interpreters import partial_eval as pe  # tracing a nested jaxpr again
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
-from jaxconv._src import lax_refs, lowering
+from jaxconv._src import lax_refs
+from jaxconv._src.lowering import chooser
 from jaxconv._src.accelerate import patterns, products, recompute, sums, widening
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-def _conv(eqn: Any, lhs: Any, rhs: Any, unreversed: Any = None) -> Any:
-    return patterns.conv_pattern(eqn.params, lhs, rhs, eqn.outvars[0].aval.shape, unreversed)
+def _conv(eqn: Any, lhs: Any, rhs: Any, unreversed: Any = None, lowering: str = "auto") -> Any:
+    return patterns.conv_pattern(eqn.params, lhs, rhs, eqn.outvars[0].aval.shape, unreversed,
+                                 lowering)
 
 
 def _pool(eqn: Any, x: Any) -> Any:
@@ -114,10 +116,11 @@ def _subjaxprs(params: dict[str, Any]) -> list[Jaxpr]:
 
 
 def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
-             wide_results: bool = False) -> list[Any]:
+             wide_results: bool = False, lowering: str = "auto") -> list[Any]:
     """``jax.core.eval_jaxpr`` with jaxconv's kernels for the equations :data:`RULES` match,
     and 16-bit arithmetic in float32 (:mod:`widening`). The results are the 16-bit values, or
-    with ``wide_results`` (an inlined ``jit``'s, read by the caller's equations) as they are."""
+    with ``wide_results`` (an inlined ``jit``'s, read by the caller's equations) as they are;
+    ``lowering``: the method every convolution asks for (``"auto"`` or ``"direct"``)."""
     env: dict[Any, Any] = {}
 
     def read(v: Any) -> Any:
@@ -154,13 +157,15 @@ def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
             elif factored is not None:
                 outs = sums.run(eqn, factored, read(factored.other), read(factored.factor))
             elif (again := _again(eqn, program, env)) is not None:
-                outs = _equation(eqn, [_recomputed(again, eqn, env, copies), *invals[1:]])
+                outs = _equation(eqn, [_recomputed(again, eqn, env, copies, lowering),
+                                       *invals[1:]], lowering=lowering)
             elif product is not None:  # the product in the layout the transpose makes
                 outs = products.swapped(product, *(widening.narrow(read(v))
                                                    for v in product.invars))
             else:
                 before = patterns.filter_before_rev(eqn, reversed_filters)
-                outs = _equation(eqn, invals, None if before is None else read(before))
+                outs = _equation(eqn, invals, None if before is None else read(before),
+                                 lowering)
         if not eqn.primitive.multiple_results:
             outs = [outs]
         for var, value in zip(eqn.outvars, outs):
@@ -189,7 +194,7 @@ def _again(eqn: Any, program: recompute.Program, env: dict[Any, Any]) -> Any:
 
 
 def _recomputed(again: recompute.Chain, eqn: Any, env: dict[Any, Any],
-                copies: recompute.Copies) -> Any:
+                copies: recompute.Copies, lowering: str) -> Any:
     """``eqn``'s operand computed again by ``again``'s equations from copies of its sources."""
     operand = eqn.invars[0]
     size = int(np.prod(operand.aval.shape))
@@ -201,7 +206,7 @@ def _recomputed(again: recompute.Chain, eqn: Any, env: dict[Any, Any],
         ins = [v.val if isinstance(v, Literal) else local[v] for v in e.invars]
         if widening.targets(e):
             ins = [widening.widened(x) for x in ins]
-        local[e.outvars[0]] = _equation(e, ins)
+        local[e.outvars[0]] = _equation(e, ins, lowering=lowering)
     value = local[operand]
     return widening.widened(value) if widening.targets(eqn) else value
 
@@ -225,7 +230,8 @@ def _bind(eqn: Any, invals: Sequence[Any], params: dict[str, Any] | None = None)
     return eqn.primitive.bind(*invals, **bind_params)
 
 
-def _equation(eqn: Any, wide_invals: list[Any], unreversed: Any = None) -> Any:
+def _equation(eqn: Any, wide_invals: list[Any], unreversed: Any = None,
+              lowering: str = "auto") -> Any:
     """``eqn`` on ``wide_invals`` (its operands, 16-bit ones maybe :class:`widening.Wide`);
     ``unreversed``: a convolution's filter before autodiff's ``rev``, where it is one."""
     name = eqn.primitive.name
@@ -236,7 +242,8 @@ def _equation(eqn: Any, wide_invals: list[Any], unreversed: Any = None) -> Any:
     subs = _subjaxprs(eqn.params)
     if name in _INLINED and subs and any(_holds_target(s) for s in subs):
         closed = eqn.params[_INLINED[name]]
-        return evaluate(closed.jaxpr, closed.consts, wide_invals, wide_results=True)
+        return evaluate(closed.jaxpr, closed.consts, wide_invals, wide_results=True,
+                        lowering=lowering)
     invals = [widening.narrow(v) for v in wide_invals]
     rule = RULES.get(name)
     if rule is not None:
@@ -244,13 +251,14 @@ def _equation(eqn: Any, wide_invals: list[Any], unreversed: Any = None) -> Any:
         if pooled is not None:  # on the float32 values (its reasons do not depend on the width)
             out = rule(eqn, *map(widening.float32, wide_invals))
             return _bind(eqn, invals) if isinstance(out, str) else widening.Wide(out, pooled)
-        out = (_conv(eqn, invals[0], invals[1], widening.narrow(unreversed)) if rule is _conv
+        out = (_conv(eqn, invals[0], invals[1], widening.narrow(unreversed), lowering)
+               if rule is _conv
                else rule(eqn, *invals))
         return _bind(eqn, invals) if isinstance(out, str) else out
     if not subs or not any(_holds_target(s) for s in subs):
         return _bind(eqn, invals)
     try:
-        params = _rewritten_params(eqn)
+        params = _rewritten_params(eqn, lowering)
     except Exception:  # noqa: BLE001 - a body that only traces in its own context runs as it was
         return _bind(eqn, invals)
     if params is None:
@@ -259,12 +267,13 @@ def _equation(eqn: Any, wide_invals: list[Any], unreversed: Any = None) -> Any:
     return _bind(eqn, [*hoisted, *invals], params)
 
 
-def _retrace(jaxpr: Jaxpr, consts: Sequence[Any]) -> tuple[Jaxpr, list[Any]] | None:
+def _retrace(jaxpr: Jaxpr, consts: Sequence[Any],
+             lowering: str = "auto") -> tuple[Jaxpr, list[Any]] | None:
     """``jaxpr`` evaluated by :func:`evaluate` and traced again on its own input types: the
     rewritten jaxpr and its constants; None where its output types changed (a nested jaxpr must
     keep its signature)."""
     in_avals = [v.aval for v in jaxpr.invars]
-    fn = functools.partial(evaluate, jaxpr, consts)
+    fn = functools.partial(evaluate, jaxpr, consts, lowering=lowering)
     debug = jaxpr.debug_info or api_util.debug_info("accelerate", fn, in_avals, {})
     new, out_avals, new_consts = pe.trace_to_jaxpr_dynamic(
         lu.wrap_init(lambda *a: fn(a), debug_info=debug), in_avals)
@@ -276,29 +285,29 @@ def _retrace(jaxpr: Jaxpr, consts: Sequence[Any]) -> tuple[Jaxpr, list[Any]] | N
     return new, list(new_consts)
 
 
-def _closed(value: ClosedJaxpr) -> ClosedJaxpr | None:
-    out = _retrace(value.jaxpr, value.consts)
+def _closed(value: ClosedJaxpr, lowering: str) -> ClosedJaxpr | None:
+    out = _retrace(value.jaxpr, value.consts, lowering)
     return None if out is None else ClosedJaxpr(*out)
 
 
-def _rewritten_params(eqn: Any) -> dict[str, Any] | None:
+def _rewritten_params(eqn: Any, lowering: str) -> dict[str, Any] | None:
     """The equation's params with every nested jaxpr rewritten; an open jaxpr's new constants
     become leading inputs (``_hoisted``) where the primitive takes them (``checkpoint``),
     else the equation runs as written (None)."""
     params = dict(eqn.params)
     for key, value in eqn.params.items():
         if isinstance(value, ClosedJaxpr):
-            closed = _closed(value)
+            closed = _closed(value, lowering)
             if closed is None:
                 return None
             params[key] = closed
         elif isinstance(value, tuple) and value and all(isinstance(v, ClosedJaxpr) for v in value):
-            news = [_closed(v) for v in value]
+            news = [_closed(v, lowering) for v in value]
             if any(v is None for v in news):
                 return None
             params[key] = tuple(news)
         elif isinstance(value, Jaxpr):
-            out = _retrace(value, ())
+            out = _retrace(value, (), lowering)
             if out is None:
                 return None
             new, consts = out
@@ -315,7 +324,7 @@ def _is_array(value: Any) -> bool:
     return isinstance(value, (jax.Array, np.ndarray, np.generic))
 
 
-def accelerate(fun: F) -> F:
+def accelerate(fun: F, *, lowering: str = "auto") -> F:
     """Runs every convolution and max pool that ``fun`` computes through jaxconv's kernels.
 
     A function transformation, like ``jax.grad``: ``jax.jit(jaxconv.accelerate(train_step))``
@@ -357,12 +366,17 @@ def accelerate(fun: F) -> F:
 
     Args:
       fun: the function to accelerate (a training step, a loss, a model's apply).
+      lowering: ``"auto"`` (default: each kernel's method chosen per problem and machine,
+        Winograd included, docs/lowerings.md), or ``"direct"``: the same without Winograd,
+        whose results are not bit-identical to a direct convolution's (docs/precision.md,
+        "Winograd"). A static choice: the two are two functions, compiled apart.
 
     Returns:
       A function with ``fun``'s signature and values.
 
     Raises:
       TypeError: ``fun`` is not callable.
+      ValueError: ``lowering`` is neither ``"auto"`` nor ``"direct"``.
 
     Example:
       >>> import jax, jax.numpy as jnp, jaxconv
@@ -378,7 +392,9 @@ def accelerate(fun: F) -> F:
     """
     if not callable(fun):
         raise TypeError(f"accelerate: fun must be callable, got {type(fun).__name__}")
-    lowering.keep_freed_memory()  # kept at the import already, or the late import's warning
+    if lowering not in ("auto", "direct"):
+        raise ValueError(f"accelerate: lowering must be 'auto' or 'direct', got {lowering!r}")
+    chooser.keep_freed_memory()  # kept at the import already, or the late import's warning
 
     def accelerated(*args: Any, **kwargs: Any) -> Any:
         kinds = _nnx_kinds()
@@ -386,7 +402,7 @@ def accelerate(fun: F) -> F:
                                                   is_leaf=lambda v: isinstance(v, kinds))
         objects = [i for i, v in enumerate(leaves) if isinstance(v, kinds)]
         if not objects:
-            return _call(lambda a, k: fun(*a, **k), (args, kwargs))
+            return _call(lambda a, k: fun(*a, **k), (args, kwargs), lowering)
         # flax.nnx objects are mutated in place: their state goes in as arrays, the state the
         # call leaves them in comes out and is written back into them (as nnx.jit does)
         nnx = sys.modules["flax.nnx"]
@@ -401,7 +417,7 @@ def accelerate(fun: F) -> F:
             a, k = jax.tree_util.tree_unflatten(tree, full)
             return fun(*a, **k), nnx.split(merged)[1]
 
-        out, new_state = _call(call, (state, others))
+        out, new_state = _call(call, (state, others), lowering)
         nnx.update([leaves[i] for i in objects], new_state)
         return out
 
@@ -422,7 +438,7 @@ def _named_like(wrapper: Callable[..., Any], fun: Callable[..., Any]) -> None:
         pass
 
 
-def _call(fun: Callable[..., Any], inputs: tuple[Any, Any]) -> Any:
+def _call(fun: Callable[..., Any], inputs: tuple[Any, Any], lowering: str) -> Any:
     """``fun(*inputs)`` traced and evaluated by :func:`evaluate`: array leaves are traced, the
     others are constants of the trace; so are the result's leaves that are not arrays (an
     equinox model's activation function, returned with the updated model), as under
@@ -443,7 +459,7 @@ def _call(fun: Callable[..., Any], inputs: tuple[Any, Any]) -> Any:
         return [out_leaves[i] for i in result["arrays"]]
 
     closed = jax.make_jaxpr(flat)(*(leaves[i] for i in traced))
-    outs = evaluate(closed.jaxpr, closed.consts, [leaves[i] for i in traced])
+    outs = evaluate(closed.jaxpr, closed.consts, [leaves[i] for i in traced], lowering=lowering)
     full = list(result["leaves"])
     for i, v in zip(result["arrays"], outs):
         full[i] = v

@@ -99,8 +99,9 @@ def lowering_paragraph(kernel: Kernel) -> str:
     names = [f'``"{m}"`` ({METHODS[m].summary})' for m in methods(kernel)]
     listed = ", ".join(names[:-1]) + " or " + names[-1]
     return (f'the {kernel.label} formulation: ``"auto"`` (default: chosen per problem and per '
-            f"backend, see docs/lowerings.md), {listed}. A static argument: it changes the "
-            f"compiled program.")
+            f'backend, see docs/lowerings.md), ``"direct"`` (the same without Winograd, whose '
+            f"results are not bit-identical to a direct convolution's: docs/precision.md), "
+            f"{listed}. A static argument: it changes the compiled program.")
 
 
 def document_lowering(kernel: Kernel) -> Callable[[_F], _F]:
