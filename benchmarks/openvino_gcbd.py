@@ -49,7 +49,7 @@ def main() -> int:
         from openvino import opset1
         from openvino.utils.node_factory import NodeFactory
 
-        from tests import openvino_oracle as ovo
+        from tests.support import openvino_oracle as ovo
 
         param = opset1.parameter(list(x.shape), np.float32)
         node = NodeFactory("opset1").create(

@@ -4,15 +4,15 @@ import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The CPU table's method everywhere (jaxconv/_src/lowering/measured.py would time each of the
-# suite's thousands of tiny problems against XLA's program); tests/test_lowering_measured.py
+# suite's thousands of tiny problems against XLA's program); tests/lowering/test_measured.py
 # switches it on where it tests it.
 os.environ.setdefault("JAXCONV_MEASURE", "0")
 
 # The suite compiles thousands of small programs, and on CPU LLVM's optimisation of each is
-# a quarter of its time (tests/test_batching.py: 104 s at XLA's default level, 77 s at 0; 2
+# a quarter of its time (tests/core/test_batching.py: 104 s at XLA's default level, 77 s at 0; 2
 # cores). No test asserts a time, and oneDNN's calls are compiled code of their own. The level
 # can change rounding, though (how LLVM orders a reduction's float32 sums): every bound per
-# dtype holds at both levels, but one whole model step with BatchNorm (tests/test_bench_models.py)
+# dtype holds at both levels, but one whole model step with BatchNorm (tests/tools/test_bench_models.py)
 # is 18x further from its float64 oracle at level 0, so the tests that bound a whole step's
 # rounding run in a child at XLA's own level (helpers.rerun_at_xla_default_level). A level
 # the caller sets in XLA_FLAGS wins (JAXCONV_TEST_XLA_OPT=default keeps XLA's own).
@@ -30,8 +30,8 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 import pytest  # noqa: E402
 from jax import lax  # noqa: E402
 
-# @pytest.mark.isolated tests run in a child process off CPU (tests/isolation.py).
-pytest_plugins = ["tests.isolation"]
+# @pytest.mark.isolated tests run in a child process off CPU (tests/support/isolation.py).
+pytest_plugins = ["tests.support.isolation"]
 
 
 @pytest.fixture
@@ -45,8 +45,8 @@ def no_compute(monkeypatch):
     monkeypatch.setattr(lax, "pad", boom)
 
 
-# Hypothesis profiles (tests/test_properties.py): "ci" by default, "long" for a deep run:
-#   HYPOTHESIS_PROFILE=long python -m pytest tests/test_properties.py
+# Hypothesis profiles (tests/ops/test_properties.py): "ci" by default, "long" for a deep run:
+#   HYPOTHESIS_PROFILE=long python -m pytest tests/ops/test_properties.py
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 settings.register_profile("ci", max_examples=12, deadline=None, derandomize=True,

@@ -58,7 +58,7 @@ def convolution(
     ``DK = (K - 1) * D + 1``. Under ``jax.grad`` (and ``jax.jvp``, ``jax.vmap``)
     its derivatives are the kernels of :func:`convolution_backward_data` and
     :func:`convolution_backprop_filters`, never lax's own transposes
-    (tests/test_primitive.py), so no strided + dilated remainder reaches XLA
+    (tests/core/test_primitive.py), so no strided + dilated remainder reaches XLA
     (docs/semantics.md, "A toolchain hazard").
 
     Args:

@@ -1,4 +1,4 @@
-"""One process of a data-parallel training run (tests/test_distributed.py, docs/distributed.md).
+"""One process of a data-parallel training run (tests/core/test_distributed.py, docs/distributed.md).
 
     python -m tests.distributed.sgd_steps PROCESS_ID NUM_PROCESSES COORDINATOR OUT.npz
 

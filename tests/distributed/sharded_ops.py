@@ -1,4 +1,4 @@
-"""Runs in a child process with 8 simulated CPU devices (tests/test_sharding.py).
+"""Runs in a child process with 8 simulated CPU devices (tests/core/test_sharding.py).
 
 Every op under ``jax.jit`` with ``NamedSharding`` inputs (batch-sharded data, replicated or
 sharded filters) and inside ``shard_map`` (weight gradients reduced across the data axis with

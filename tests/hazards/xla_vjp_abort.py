@@ -1,4 +1,4 @@
-"""Child-process scripts for tests/test_hazards.py (HAZARDS.md section 1).
+"""Child-process scripts for tests/core/test_hazards.py (HAZARDS.md section 1).
 
 jaxlib 0.10.2 on CPU aborts the whole process (SIGABRT in XLA's
 AlgebraicSimplifier, "Window dimensions do not match RHS shape") when compiling

@@ -10,7 +10,7 @@ Forward convolution output size::
 The ``rem = (I + pb + pe - DK) % S`` trailing elements of the padded input are
 never read by the forward convolution; the lowerings crop them explicitly
 (letting XLA see that remainder together with a kernel dilation aborts jaxlib
-0.10.2 on CPU: tests/test_hazards.py).
+0.10.2 on CPU: tests/core/test_hazards.py).
 
 auto_pad (oneDNN ``infer_auto_pad``)::
 

@@ -26,7 +26,7 @@ allocator keeps freed memory (:func:`keep_freed_memory`, the one caller of ``hos
 setting). Whether oneDNN computes a call is asked of one function, ``onednn.applies``.
 ``execute.py`` runs a plan; a combinator's sub-problems get plans of their own
 (``Plan.sub_plan``: a leaf method each, a table never picking a combinator for one group).
-``tests/test_lowering_policy.py`` asserts that no other module reads the tables, times a
+``tests/lowering/test_chooser.py`` asserts that no other module reads the tables, times a
 choice or sets the allocator.
 """
 
@@ -141,7 +141,7 @@ def xla_own_applies(kernel: Kernel, p: ConvProblem) -> bool:
 
 # What "auto" may run on one CPU device, per problem class: the candidates it times. Each
 # class's candidates are checked against PyTorch on problems of that class, pads past the
-# kernel and strided remainders included (tests/test_lowering_candidates.py); a method wrong
+# kernel and strided remainders included (tests/lowering/test_candidates.py); a method wrong
 # for a class must not be one of its candidates (docs/lowerings.md, "What auto may run").
 CANDIDATE_CLASSES = {
     "winograd": "the table's Winograd (3x3, stride 1): the tiles its accuracy rule allows and "
@@ -256,7 +256,7 @@ def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dt
                        partitioned=partitioned, portable=portable, onednn_ok=ok,
                        direct=method == "direct")
         bug = METHODS[method].why_not(kernel, p) if method in METHODS else None
-        if bug is not None:  # a table bug (tests/test_lowering_registry.py), never a user's
+        if bug is not None:  # a table bug (tests/lowering/test_registry.py), never a user's
             raise RuntimeError(f"jaxconv: the {backend} table picked {bug}")
         why = ("rule" if partitioned or portable else
                chosen_by(kernel, p, backend, dtype, precision, preferred_element_type,

@@ -4,7 +4,7 @@ Padding stays explicit (``lax_refs.pad``: ``lax.pad`` with its crops done by ``l
 that no negative pad reaches XLA, docs/semantics.md, "Negative pads") wherever the
 transposes JAX derives under ``grad`` would otherwise reach the pattern that aborts jaxlib
 0.10.2 on CPU (the strided + dilated convolution bug: docs/semantics.md, "A toolchain
-hazard", tests/test_hazards.py).
+hazard", tests/core/test_hazards.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ grouped problem), ``"vjp"`` (data and weight gradients: the program ``jax.vjp`` 
 ``"grid"`` (data gradient). Except ``"vjp"``, none puts an input dilation inside a
 convolution, and padding stays explicit wherever the transposes JAX derives under ``grad``
 would otherwise reach the pattern that aborts jaxlib 0.10.2 on CPU (docs/semantics.md, "A
-toolchain hazard", tests/test_hazards.py); ``"vjp"`` hands problems with both a stride and a
+toolchain hazard", tests/core/test_hazards.py); ``"vjp"`` hands problems with both a stride and a
 dilation to a safe form.
 """
 
@@ -34,7 +34,7 @@ _RelabelledMethod = Literal["conv", "feature_group", "vjp"]
 # padding (pb, pe - rem: the never-read remainder cropped) inside it, at most
 # the dilated window's extent less one per side (common.fit; the rest explicit).
 # On a problem with a stride and a dilation the transposes JAX derives from
-# padding inside abort jaxlib 0.10.2 (tests/test_hazards.py): there the primal
+# padding inside abort jaxlib 0.10.2 (tests/core/test_hazards.py): there the primal
 # keeps that form and a custom_jvp sends every derivative through the form
 # with all of the padding explicit (a lax.pad, then VALID), as the weight
 # gradient's "conv" does. An explicit pad is a copy of x that XLA materializes,
@@ -149,7 +149,7 @@ def _data_grad_grid(dy: Array, w: Array, p: ConvProblem, precision: Precision,
         lhs, padding = dy, pads
     else:
         # Explicit grid (lax.pad with interior padding) + VALID: an input dilation
-        # inside the convolution aborts jaxlib 0.10.2 under grad (tests/test_hazards.py).
+        # inside the convolution aborts jaxlib 0.10.2 under grad (tests/core/test_hazards.py).
         lhs = common.pad_spatial(dy, p.data.spatial_axes, pads, [s - 1 for s in p.strides])
         padding = "VALID"
     return common.conv(
@@ -202,7 +202,7 @@ def _weight_grad_conv(x: Array, dy: Array, p: ConvProblem, precision: Precision,
     materialized by XLA: 2x on N16 C64 56x56 k3). On a problem with a stride
     and a dilation (on any axes) the transposes JAX derives from that
     convolution for second-order grads abort jaxlib 0.10.2
-    (tests/test_hazards.py), so there the primal keeps the fast form ("vjp"
+    (tests/core/test_hazards.py), so there the primal keeps the fast form ("vjp"
     there takes the form of "conv") and a ``custom_jvp`` makes every
     derivative go through the explicitly padded form instead: the kernel is
     bilinear, so its JVP is ``wgrad(tx, dy) + wgrad(x, tdy)``, and JAX never

@@ -54,7 +54,7 @@ def execute(plan: Plan, a: Array, b: Array, p: ConvProblem) -> Array:
 
         def leaf(sub_kernel: Kernel, sa: Array, sb: Array, sub: ConvProblem) -> Array:
             leaf_plan = sub_plan(sub_kernel, sub)
-            if METHODS[leaf_plan.method].combinator:  # a table bug (tests/test_lowering_registry.py)
+            if METHODS[leaf_plan.method].combinator:  # a table bug (tests/lowering/test_registry.py)
                 raise RuntimeError(f"jaxconv: a combinator's sub-problem got {leaf_plan.method!r}")
             return _compute(leaf_plan, sa, sb, sub)
         return typing.cast(CombinatorFn, record.kernels[plan.kernel])(a, b, p, leaf=leaf)

@@ -9,7 +9,7 @@ another platform (``jax.export``, or arrays placed on another device). The
 primitive registers one lowering per platform (``primitive.py``): the program
 lowered for a platform runs that backend's table, once per kernel call, and the
 compiler never sees the other backends' choices. Every name a table returns is a
-method of ``lowering/methods.py`` (tests/test_lowering_registry.py checks it).
+method of ``lowering/methods.py`` (tests/lowering/test_registry.py checks it).
 
 The rules are tables over the resolved problem, one per backend:
 

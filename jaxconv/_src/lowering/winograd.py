@@ -57,7 +57,7 @@ _G = {
 
 def matrices(m: int) -> dict[str, np.ndarray]:
     """B^T, G and A^T of F(m x m, 3 x 3) in float64 (the handler's transforms are these,
-    written out; tests/test_winograd.py checks them against direct convolution)."""
+    written out; tests/lowering/test_winograd.py checks them against direct convolution)."""
     bt: list[list[float]]
     at: list[list[float]]
     if m == 2:

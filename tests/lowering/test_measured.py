@@ -1,0 +1,310 @@
+"""The CPU table's choice checked against XLA's own program by timing (lowering/measured.py)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jaxconv
+from jaxconv._src import geometry
+from jaxconv._src.kernel import Kernel
+from jaxconv._src.lowering import chooser, measured
+from jaxconv._src.onednn import library
+from tests.support import helpers as h
+
+DN = ("NHWC", "HWIO", "NHWC")
+
+
+def _conv(x, w):
+    return jaxconv.conv_general_dilated(x, w, (1, 1), "SAME", rhs_dilation=(2, 2),
+                                        dimension_numbers=DN, precision=lax.Precision.HIGHEST)
+
+
+def _operands():
+    rng = np.random.default_rng(0)
+    return h.random(rng, (2, 9, 9, 8)), h.random(rng, (3, 3, 8, 16))
+
+
+def test_xla_program_is_taken_where_it_ran_faster(measuring, monkeypatch):
+    timed = []
+
+    def fake(c, seconds):  # (..., dtype, precision, type, run)
+        kernel, methods = c.kernel, tuple(c.calls)
+        timed.append((kernel, methods))
+        return {methods[0]: [2.0] * 7, methods[1]: [1.0] * 7}  # XLA's own program faster
+
+    monkeypatch.setattr(measured, "_sample_times", fake)
+    x, w = _operands()
+    want = lax.conv_general_dilated(x, w, (1, 1), "SAME", rhs_dilation=(2, 2),
+                                    dimension_numbers=DN, precision=lax.Precision.HIGHEST)
+    text = jax.jit(lambda x, w: _conv(x, w) + 0).lower(x, w).as_text()
+    assert timed and timed[0][0] is Kernel.FORWARD and timed[0][1][1] == "conv"
+    assert "jaxconv_onednn" not in text and "convolution" in text
+    h.assert_close(jax.jit(_conv)(x, w), want, jnp.float32)
+    assert {r["verdict"] for r in measured._disk()["methods"].values()} == {"conv"}
+    assert measured._cache_file().exists()
+    (d,) = measured.decisions()
+    assert (d.verdict, d.source, d.lead) == ("conv", "measured", 0.5) and d.rule != "conv"
+
+
+def test_the_tables_method_stays_where_it_ran_faster_and_verdicts_are_reused(measuring,
+                                                                              monkeypatch):
+    x, w = _operands()
+    jax.jit(lambda x, w: _conv(x, w) + 1).lower(x, w)  # really timed, here (a new program)
+    verdicts = dict(measured._VERDICTS)
+    assert len(verdicts) == 1 and set(verdicts.values()) <= {"conv", "onednn", "dot", "grid"}
+
+    def never(*args):
+        raise AssertionError("timed again")
+
+    monkeypatch.setattr(measured, "_sample_times", never)
+    monkeypatch.setattr(measured, "_VERDICTS", {})  # a later process: the disk cache
+    monkeypatch.setattr(measured, "_DECISIONS", {})
+    measured._disk.cache_clear()
+    jax.jit(lambda x, w: _conv(x, w) * 2).lower(x, w)
+    assert measured._VERDICTS == verdicts
+    assert [d.source for d in measured.decisions()] == ["cache"]
+
+
+def test_large_problems_and_switched_off_keep_the_table(measuring, monkeypatch):
+    monkeypatch.setattr(measured, "_sample_times", lambda *a: pytest.fail("timed"))
+    monkeypatch.setattr(chooser, "MEASURE_MAX_MACS", 10)
+    x, w = _operands()
+    jax.jit(lambda x, w: _conv(x, w) + 3).lower(x, w)
+    monkeypatch.setattr(chooser, "MEASURE_MAX_MACS", 2 ** 25)
+    monkeypatch.setattr(measured, "enabled", lambda: False)
+    jax.jit(lambda x, w: _conv(x, w) + 4).lower(x, w)
+    assert measured._VERDICTS == {}
+
+
+def test_each_timed_call_follows_an_untimed_call_of_its_own_method():
+    # timed call by call in turn, oneDNN's batch chunks ran in the wake of Winograd's OpenMP
+    # team at half speed (measured._TIMING)
+    methods = ("winograd_4x4", "winograd_2x2", "onednn")
+    for r in range(4):
+        calls = measured._round(methods, r)
+        assert [m for m, timed in calls if timed] == list(methods if r % 2 == 0 else methods[::-1])
+        for i, (m, timed) in enumerate(calls):
+            assert timed == (i > 0 and calls[i - 1] == (m, False))
+
+
+def _problem(batch=8, size=10, channels=64):
+    """A 3x3 stride-1 problem whose tile that multiplies least is 4x4."""
+    return geometry.convolution_problem(
+        "t", geometry.Names(), x_shape=(batch, size, size, channels), y_shape=None,
+        w_shape=(3, 3, channels, channels), strides=1, pads_begin=1, pads_end=1, dilations=1,
+        auto_pad="explicit", groups=1, data_format="NXC", filter_format="XIO")
+
+
+def _samples(times, spread=0.0):
+    """Seven samples of each median in ``times``, spread +-``spread`` (a fraction) around it."""
+    return {m: [t * (1 + spread * k / 3) for k in range(-3, 4)] for m, t in times.items()}
+
+
+def _winograd(times, dtype="float32", spread=0.0):
+    p = _problem()
+    contest = measured.Contest(Kernel.FORWARD, p, "winograd", np.dtype(dtype), None, None,
+                               rule=chooser.rule(Kernel.FORWARD, p, "winograd", np.dtype(dtype)),
+                               calls={}, fewest="winograd_4x4")
+    return measured._verdict(_samples(times, spread), contest)["verdict"]
+
+
+@pytest.mark.parametrize("times, want", [
+    # the 2x2 tile 10% faster than the 4x4 one (which multiplies least): within the margin
+    ({"winograd_4x4": 1.0, "winograd_2x2": 0.9, "onednn": 2.0}, "winograd"),
+    # 20% faster: taken
+    ({"winograd_4x4": 1.0, "winograd_2x2": 0.8, "onednn": 2.0}, "winograd_2x2"),
+    # oneDNN faster than the kept tile beyond the margin, though not than the other tile
+    ({"winograd_4x4": 1.0, "winograd_2x2": 0.9, "onednn": 0.95}, "onednn"),
+    # oneDNN 2% faster: within the margin, the rule's tile stands
+    ({"winograd_4x4": 1.0, "winograd_2x2": 1.2, "onednn": 0.98}, "winograd"),
+    # a tie with oneDNN: the rule's
+    ({"winograd_4x4": 1.0, "winograd_2x2": 1.2, "onednn": 1.0}, "winograd"),
+])
+def test_a_winograd_tile_other_than_the_fewest_products_one_needs_a_clear_lead(times, want):
+    assert _winograd(times) == want
+
+
+def test_a_lead_within_both_candidates_noise_leaves_the_rule():
+    """oneDNN's median 10% below the tile's: taken where both time steadily, not where each
+    one's samples spread by +-15% (interquartile half-range ~5% each, plus the margin)."""
+    times = {"winograd_4x4": 1.0, "winograd_2x2": 1.3, "onednn": 0.9}
+    assert _winograd(times) == "onednn"
+    assert _winograd(times, spread=0.15) == "winograd"
+    lead, need = measured._beats([0.9] * 7, [1.0] * 7, measured.CHALLENGER_MARGIN)
+    assert lead == pytest.approx(0.1) and need == pytest.approx(measured.CHALLENGER_MARGIN)
+    assert measured._noise([1.0, 1.0, 1.0, 1.2, 0.8, 1.1, 0.9]) > 0.04
+
+
+@pytest.mark.parametrize("onednn, want", [
+    (1.05, "onednn"),        # the tile 5% faster: within the margin
+    (1.0, "onednn"),         # a tie
+    (1.2, "winograd_4x4"),   # 17% faster: taken
+])
+def test_winograd_needs_a_clear_lead_over_onednn_on_bfloat16(onednn, want):
+    times = {"winograd_4x4": 1.0, "winograd_2x2": 1.3, "onednn": onednn}
+    assert chooser.rule(Kernel.FORWARD, _problem(), "winograd", jnp.bfloat16) == "onednn"
+    assert _winograd(times, "bfloat16") == want
+    assert _winograd(times) == "winograd"
+
+
+@pytest.mark.parametrize("dtype, want", [(jnp.float32, "jaxconv_winograd_forward"),
+                                         (jnp.bfloat16, "jaxconv_onednn_forward")])
+def test_auto_takes_onednn_over_a_small_winograd_lead_on_bfloat16(measuring, monkeypatch,
+                                                                   dtype, want):
+    from jaxconv._src.onednn import library
+    if np.dtype(dtype).name not in library.status().dtypes:  # e.g. an AVX2-only CPU
+        pytest.skip(f"this CPU's oneDNN does not compute {np.dtype(dtype).name}: the table "
+                    f"takes neither Winograd nor oneDNN")
+
+    def fake(c, seconds):  # the 4x4 tile 5% ahead of oneDNN
+        kernel, methods = c.kernel, tuple(c.calls)
+        return _samples({m: 1.0 if m == "winograd_4x4" else 1.05 for m in methods})
+
+    monkeypatch.setattr(measured, "_sample_times", fake)
+    x, w = jnp.ones((8, 14, 14, 64), dtype), jnp.ones((3, 3, 64, 64), dtype)
+    text = jax.jit(lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1)).lower(
+        x, w).as_text()
+    assert want in text
+
+
+def test_auto_keeps_the_tile_that_multiplies_least_against_a_small_lead(measuring, monkeypatch):
+    timed = []
+
+    def fake(c, seconds):  # (..., dtype, precision, type, run, seconds)
+        kernel, methods = c.kernel, tuple(c.calls)
+        timed.append(methods)
+        return _samples({m: 0.95 if m == "winograd_2x2" else 1.0 if m.startswith("winograd")
+                         else 2.0 for m in methods})
+
+    monkeypatch.setattr(measured, "_sample_times", fake)
+    x, w = jnp.ones((8, 10, 10, 64)), jnp.ones((3, 3, 64, 64))
+    text = jax.jit(lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1)).lower(
+        x, w).as_text()
+    assert timed == [("winograd_4x4", "winograd_2x2", "onednn")]
+    assert "jaxconv_winograd_forward" in text and "m = 4" in text
+    assert {r["verdict"] for r in measured._disk()["methods"].values()} == {"winograd"}
+
+
+@pytest.mark.skipif(not library.status().available, reason="the oneDNN handler is not built")
+def test_layout_verdicts_are_kept_for_later_processes_and_measure_off_keeps_the_callers(
+        measuring, layout_trial):
+    """A first call's layout trial (source "trial") is stored by ``save_layouts``; after the
+    handler forgets its primitives (as a new process starts), the remembered verdict is
+    taken without a trial (source "cache"); with the trial off (``JAXCONV_MEASURE=0``) the
+    caller's layouts are kept untimed (source "rule")."""
+    rng = np.random.default_rng(5)
+    x, w = h.random(rng, (3, 13, 11, 24)), h.random(rng, (3, 3, 24, 40))  # this test's own
+
+    def conv(x, w):
+        return jaxconv.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=DN)
+
+    def found():
+        (c,) = [c for c in library.choices() if c["kernel"] == "forward"
+                and c["x"] in (x.shape, (x.shape[0] // 2, *x.shape[1:]), (1, *x.shape[1:]))
+                and c["w"] == w.shape]
+        return c
+
+    want = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=DN,
+                                    precision=lax.Precision.HIGHEST)
+    run = jax.jit(lambda x, w: jaxconv.conv_general_dilated(
+        x, w, (1, 1), "SAME", dimension_numbers=DN, lowering="onednn"))
+    try:
+        h.assert_close(run(x, w), want, jnp.float32)
+        first = found()
+        assert first["source"] == "trial" and len(first["candidates"]) > 1, first
+        assert all(c["trial_ms"] is not None and c["noise"] >= 0 for c in first["candidates"])
+        assert measured.save_layouts() >= 1
+        kept = measured.cached()["layouts"][first["key"]]
+        assert (kept["layout"], kept["impl"]) == (first["candidates"][0]["layout"],
+                                                  first["candidates"][0]["impl"])
+        library.forget()  # a later process: nothing remembered, no primitive cached
+        assert measured.load_layouts.__wrapped__() >= 1
+        h.assert_close(run(x, w), want, jnp.float32)
+        again = found()
+        assert again["source"] == "cache" and again["candidates"][0]["impl"] == kept["impl"]
+        assert measured.save_layouts() == 0  # nothing new to store
+        library.forget()
+        library.set_trial(False)
+        h.assert_close(run(x, w), want, jnp.float32)
+        rule = found()
+        assert rule["source"] == "rule" and rule["candidates"][0]["layout"] == "caller"
+        assert all(c["trial_ms"] is None for c in rule["candidates"])
+    finally:
+        library.forget()
+
+
+def test_tune_makes_every_timed_choice_and_the_cli_shows_and_clears_them(
+        measuring, monkeypatch, tmp_path, capsys):
+    from jaxconv._src import cli
+    from jaxconv._src.onednn import library as lib
+
+    def fake(c, seconds):
+        kernel, methods = c.kernel, tuple(c.calls)
+        return {methods[0]: [1.0] * 7, methods[1]: [2.0] * 7}  # the table's method faster
+
+    monkeypatch.setattr(measured, "_sample_times", fake)
+    x, w = _operands()
+    state = jnp.ones(4)
+    step = jax.jit(lambda x, w, s: (_conv(x, w), s + 1), donate_argnums=2)
+    tuned = jaxconv.tune(step, x, w, state)
+    assert not state.is_deleted()  # tune ran on copies: a donated argument stays the caller's
+    (d,) = tuned.decisions
+    assert d.source == "measured" and d.verdict == d.rule != "conv"
+    assert d.lead == pytest.approx(-1.0) and "measured" in str(tuned)
+    assert tuned.path == measured.cache_path() and tuned.path.exists()
+    assert cli.main(["tune", "-v"]) == 0
+    out = capsys.readouterr().out
+    assert "1 method verdicts (0 not the rule's)" in out and f"rule {d.rule}" in out
+    monkeypatch.setattr(lib, "cache_dir", lambda: tmp_path)
+    assert cli.main(["tune", "--clear"]) == 0
+    assert "removed 1 cache file" in capsys.readouterr().out
+    assert not tuned.path.exists() and measured.decisions() == []
+    with pytest.raises(TypeError, match="tune: fn must be callable"):
+        jaxconv.tune(3)
+
+
+def test_explain_shows_where_each_choice_came_from(measuring, monkeypatch):
+    def fake(c, seconds):  # XLA's program 40% faster, steadily
+        kernel, methods = c.kernel, tuple(c.calls)
+        return {methods[0]: [1.0] * 7, methods[1]: [0.6] * 7}
+
+    monkeypatch.setattr(measured, "_sample_times", fake)
+    x, w = _operands()
+    rows = jaxconv.explain(jax.jit(_conv), x, w).rows
+    assert [(r.lowering, r.chosen) for r in rows] == [("conv", "measured: +40% vs 3% needed")]
+    monkeypatch.setattr(measured, "_VERDICTS", {})  # a later process: the disk cache
+    monkeypatch.setattr(measured, "_DECISIONS", {})
+    measured._disk.cache_clear()
+    rows = jaxconv.explain(jax.jit(_conv), x, w).rows
+    assert [r.chosen for r in rows] == ["cache: +40% vs 3% needed"]
+    monkeypatch.setattr(measured, "enabled", lambda: False)
+    monkeypatch.setattr(measured, "_DECISIONS", {})
+    assert [r.chosen for r in jaxconv.explain(jax.jit(_conv), x, w).rows] == ["rule"]
+
+
+def test_tune_runs_a_script_with_its_choices_timed(measuring, monkeypatch, tmp_path, capsys):
+    """``jaxconv tune SCRIPT ARGS``: the script runs as ``python SCRIPT ARGS`` would (its
+    ``sys.argv``, as ``__main__``), its programs' choices are timed and listed."""
+    from jaxconv._src import cli
+
+    monkeypatch.setattr(measured, "_sample_times",
+                        lambda c, seconds: {m: [1.0 + i] * 7 for i, m in enumerate(c.calls)})
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys\n"
+        "import jax, jax.numpy as jnp, jaxconv\n"
+        "assert __name__ == '__main__' and sys.argv[1:] == ['--epochs', '1'], sys.argv\n"
+        "x, w = jnp.ones((2, 9, 9, 8)), jnp.ones((3, 3, 8, 16))\n"
+        "jax.jit(lambda x, w: jaxconv.conv_general_dilated(\n"
+        "    x, w, (1, 1), 'SAME', rhs_dilation=(2, 2),\n"
+        "    dimension_numbers=('NHWC', 'HWIO', 'NHWC')) - 1)(x, w).block_until_ready()\n")
+    assert cli.main(["tune", str(script), "--epochs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "(measured; rule" in out and "1 method verdicts" in out, out
+    monkeypatch.setattr(measured, "enabled", lambda: False)
+    assert cli.main(["tune", str(script)]) == 2  # JAXCONV_MEASURE=0: nothing to tune
+    assert "JAXCONV_MEASURE=0" in capsys.readouterr().err
