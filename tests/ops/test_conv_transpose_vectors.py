@@ -160,15 +160,6 @@ def test_onednn_conv_transpose_backward_weights_shape(case):
 
 
 def test_onednn_benchdnn_deconv_bwd_w():
-    case = next(c for c in ONEDNN["benchdnn_graph_cases"]
-                if c["op"] == "ConvTransposeBackwardWeights")
-    a = case["attrs"]
-    out = jax.eval_shape(
-        lambda x, dy: jaxconv.conv_transpose_backward_weights(
-            x, dy, a["weights_shape"], strides=a["strides"], pads_begin=a["pads_begin"],
-            pads_end=a["pads_end"], dilations=a["dilations"], groups=a["groups"],
-            auto_pad=a["auto_pad"], data_format=a["data_format"],
-            weights_format=a["weights_format"]),
-        jax.ShapeDtypeStruct(case["src"], jnp.float32),
-        jax.ShapeDtypeStruct(case["diff_dst"], jnp.float32))
-    assert list(out.shape) == case["diff_weights"]
+    got, want = h.benchdnn_weights_shape(ONEDNN, "ConvTransposeBackwardWeights",
+                                         jaxconv.conv_transpose_backward_weights)
+    assert got == want

@@ -103,15 +103,6 @@ def test_onednn_convolution_backward_data():
 
 
 def test_onednn_benchdnn_backward_weights_shape():
-    case = next(c for c in ONEDNN["benchdnn_graph_cases"]
-                if c["op"] == "ConvolutionBackwardWeights")
-    a = case["attrs"]
-    out = jax.eval_shape(
-        lambda x, dy: jaxconv.convolution_backward_weights(
-            x, dy, a["weights_shape"], strides=a["strides"], pads_begin=a["pads_begin"],
-            pads_end=a["pads_end"], dilations=a["dilations"], groups=a["groups"],
-            auto_pad=a["auto_pad"], data_format=a["data_format"],
-            weights_format=a["weights_format"]),
-        jax.ShapeDtypeStruct(case["src"], jnp.float32),
-        jax.ShapeDtypeStruct(case["diff_dst"], jnp.float32))
-    assert list(out.shape) == case["diff_weights"]
+    got, want = h.benchdnn_weights_shape(ONEDNN, "ConvolutionBackwardWeights",
+                                         jaxconv.convolution_backward_weights)
+    assert got == want

@@ -60,6 +60,21 @@ def load_vectors(name: str) -> dict:
     return json.loads((DATA / "vectors" / name).read_text())
 
 
+def benchdnn_weights_shape(vectors: dict, op: str, fn) -> list[int]:
+    """The weight-gradient shape that ``fn`` (a weight-gradient op of jaxconv's) infers for the
+    benchdnn graph case of ``op`` in ``vectors``, and the case's own (``diff_weights``)."""
+    case = next(c for c in vectors["benchdnn_graph_cases"] if c["op"] == op)
+    a = case["attrs"]
+    out = jax.eval_shape(
+        lambda x, dy: fn(x, dy, a["weights_shape"], strides=a["strides"],
+                         pads_begin=a["pads_begin"], pads_end=a["pads_end"],
+                         dilations=a["dilations"], groups=a["groups"], auto_pad=a["auto_pad"],
+                         data_format=a["data_format"], weights_format=a["weights_format"]),
+        jax.ShapeDtypeStruct(case["src"], jnp.float32),
+        jax.ShapeDtypeStruct(case["diff_dst"], jnp.float32))
+    return [list(out.shape), case["diff_weights"]]
+
+
 def assert_close(got, ref, dtype) -> None:
     """``got`` is within the bound of ``dtype`` (the precision it was computed in) of ``ref``."""
     jaxconv.testing.assert_close(got, ref, dtype)
