@@ -264,8 +264,8 @@ def _jaxconv(lhs: ArrayLike, rhs: ArrayLike, lax_call: Any, window_strides: Sequ
         # negative pad from the memory beside its input: lax_refs), then jaxconv's kernel
         x, cropped = lax_refs.crop_operands(x, {"padding": pads, "dimension_numbers": dn})
         pads = [tuple(p) for p in cropped["padding"]]
-    why_lax = chooser.lax_computes(n, lhs_dil, batch_groups, out_sharding,
-                                   (*x.shape, *w.shape, *out_size))
+    why_lax = chooser.lax_computes(n, (*x.shape, *w.shape, *out_size), out_sharding=out_sharding,
+                                   lhs_dilation=lhs_dil, batch_groups=batch_groups)
     if why_lax is not None:
         return by_lax(why_lax)
     # jaxconv's layouts: data (N, *X, C) with filter (*X, I, O), or (N, C, *X) with (O, I, *X).

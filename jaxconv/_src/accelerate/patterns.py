@@ -148,8 +148,8 @@ def _common(params: dict[str, Any], lhs: Any, rhs: Any, out_shape: Sequence[int]
         return _why("dtype")
     n = lhs.ndim - 2
     sharding = params.get("out_sharding")
-    why = lowering.lax_computes(n, (1,) * max(n, 0), 1, None if _auto(sharding) else sharding,
-                                (*lhs.shape, *rhs.shape, *out_shape))
+    why = lowering.lax_computes(n, (*lhs.shape, *rhs.shape, *out_shape),
+                                out_sharding=None if _auto(sharding) else sharding)
     return None if why is None else _why(_LAX_COMPUTES[why])
 
 

@@ -22,21 +22,20 @@ from jaxconv._src.lowering.chooser import (
     PLATFORMS,
     keep_freed_memory,
     lax_computes,
+    one_device_method,
+    plan,
     product_on_onednn,
     product_why_not,
 )
-from jaxconv._src.lowering.chooser import plan
 from jaxconv._src.lowering.common import accumulation_dtype, strided_and_dilated
 from jaxconv._src.lowering.method import Method
 from jaxconv._src.lowering.registry import (
     METHODS,
     choose,
-    chosen_by,
     data_grad,
     document_lowering,
     forward,
     methods,
-    one_device_method,
     run,
     weight_grad,
     why_not,
@@ -49,7 +48,6 @@ __all__ = [
     "Method",
     "accumulation_dtype",
     "choose",
-    "chosen_by",
     "data_grad",
     "document_lowering",
     "forward",

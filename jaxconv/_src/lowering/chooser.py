@@ -16,7 +16,7 @@ For a kernel, a problem, the backend its program is lowered for and the call's d
   a per-shard call takes (set per device's blocks by ``spmd.py``);
 * whether it runs per device's blocks (a program XLA's partitioner splits across devices);
 * its fallback: the leaf that computes a device's blocks the method does not take;
-* why: :func:`chosen_by`, the string ``jaxconv.explain`` prints.
+* why (``Plan.why``): the string ``jaxconv.explain`` prints.
 
 The same module answers the other choices between jaxconv's kernels and XLA's: whether a
 matrix product runs on oneDNN (:func:`product_on_onednn`, for ``matmul.py`` and
@@ -203,32 +203,27 @@ def _contest(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision:
         fewest=None if side is None else f"winograd_{side}x{side}")
 
 
+def _one_device(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any, precision: Precision,
+                preferred_element_type: DType, direct: bool) -> tuple[str, str]:
+    """What ``lowering="auto"`` (``direct``: ``"direct"``) runs for ``kernel`` on one device of
+    ``backend``, and why: the table's method (``"rule"``), on the CPU the winner of its
+    candidates where ``measured.py`` timed them (``"measured: ..."``, ``"cache: ..."``: the
+    challenger's lead over the rule's method and the lead it needed)."""
+    if backend != "cpu":
+        return choose(kernel, p, backend, onednn_ok=False), "rule"
+    method = cpu_table_method(kernel, p, dtype, precision, preferred_element_type, direct=direct)
+    chosen = measured.pick(_contest(kernel, p, method, dtype, precision, preferred_element_type))
+    d = measured.decision(kernel, p, method, dtype, precision, preferred_element_type)
+    return chosen, "rule" if d is None else f"{d.source}: {d.lead:+.0%} vs {d.need:.0%} needed"
+
+
 def one_device_method(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any,
                       precision: Precision = None, preferred_element_type: DType = None,
                       *, direct: bool = False) -> str:
     """What ``lowering="auto"`` (``direct``: ``"direct"``) runs for ``kernel`` on one device of
     ``backend``: the table's method, on the CPU the winner of its candidates where
     ``measured.py`` timed them."""
-    if backend != "cpu":
-        return choose(kernel, p, backend, onednn_ok=False)
-    method = cpu_table_method(kernel, p, dtype, precision, preferred_element_type, direct=direct)
-    return measured.pick(_contest(kernel, p, method, dtype, precision, preferred_element_type))
-
-
-def chosen_by(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any,
-              precision: Precision = None, preferred_element_type: DType = None,
-              *, direct: bool = False) -> str:
-    """Where :func:`one_device_method`'s answer came from, for ``jaxconv.explain``: "rule"
-    (the table, nothing timed), else "measured" (timed in this process) or "cache" (an earlier
-    process's timing), with the fastest challenger's lead over the rule's method and the lead
-    it needed (``measured.Decision``)."""
-    if backend != "cpu":
-        return "rule"
-    method = cpu_table_method(kernel, p, dtype, precision, preferred_element_type, direct=direct)
-    d = measured.decision(kernel, p, method, dtype, precision, preferred_element_type)
-    if d is None:
-        return "rule"
-    return f"{d.source}: {d.lead:+.0%} vs {d.need:.0%} needed"
+    return _one_device(kernel, p, backend, dtype, precision, preferred_element_type, direct)[0]
 
 
 # ----------------------------------------------------------------------------------- the plan
@@ -246,21 +241,18 @@ def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dt
     Raises:
       ValueError: ``method`` is not a method of ``kernel`` (or ``"auto"`` without a backend).
     """
-    ok = (backend == "cpu" and not portable
-          and onednn.applies(kernel, p, dtype, preferred_element_type) is None)
+    refused = onednn.applies(kernel, p, dtype, preferred_element_type)  # None: it takes them
+    ok = backend == "cpu" and not portable and refused is None
     asked, why = method, "forced"
     if method in CHOOSING:
         if backend is None:
             raise ValueError(f"lowering: method {method!r} needs a backend to choose for")
-        method = _auto(kernel, p, backend, dtype, precision, preferred_element_type,
-                       partitioned=partitioned, portable=portable, onednn_ok=ok,
-                       direct=method == "direct")
+        method, why = _auto(kernel, p, backend, dtype, precision, preferred_element_type,
+                            partitioned=partitioned, portable=portable, onednn_ok=ok,
+                            direct=method == "direct")
         bug = METHODS[method].why_not(kernel, p) if method in METHODS else None
         if bug is not None:  # a table bug (tests/lowering/test_registry.py), never a user's
             raise RuntimeError(f"jaxconv: the {backend} table picked {bug}")
-        why = ("rule" if partitioned or portable else
-               chosen_by(kernel, p, backend, dtype, precision, preferred_element_type,
-                         direct=asked == "direct"))
     if method not in METHODS or kernel not in METHODS[method].kernels:
         raise ValueError(f"lowering: method must be 'auto', 'direct' or one of "
                          f"{list(methods(kernel))}, got {method!r}")
@@ -276,13 +268,11 @@ def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dt
         # applies); so does a problem a batching rule made grouped (vmap over the filter).
         # ("auto" leaves bfloat16 to oneDNN in cpu_table_method.)
         method = "onednn" if ok else default_leaf(kernel)
-    elif method == "onednn" and onednn.applies(kernel, p, dtype, preferred_element_type):
+    elif method == "onednn" and refused is not None:
         method = default_leaf(kernel)  # operands the handler does not take
     if asked not in CHOOSING and method != asked:
         why = f"forced {asked}, which this call cannot run"
     record = METHODS[method]
-    if backend is not None:
-        keep_freed_memory(backend)  # jaxconv's CPU kernel will run
     if method == "onednn":  # earlier processes' layout verdicts, before the first call
         measured.load_layouts()
     params: dict[str, Any] = {}
@@ -309,11 +299,10 @@ def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dt
 
 def _auto(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any, precision: Precision,
           preferred_element_type: DType, *, partitioned: bool, portable: bool, onednn_ok: bool,
-          direct: bool) -> str:
-    """The method ``"auto"`` (``direct``: ``"direct"``) runs for ``kernel`` of ``p``."""
+          direct: bool) -> tuple[str, str]:
+    """The method ``"auto"`` (``direct``: ``"direct"``) runs for ``kernel`` of ``p``, and why."""
     if not (partitioned or portable):
-        return one_device_method(kernel, p, backend, dtype, precision, preferred_element_type,
-                                 direct=direct)
+        return _one_device(kernel, p, backend, dtype, precision, preferred_element_type, direct)
     method = choose(kernel, p, backend, onednn_ok=False)
     if partitioned and not portable:
         one_device = choose(kernel, p, backend, onednn_ok=onednn_ok)
@@ -324,7 +313,7 @@ def _auto(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any, precision: P
         elif (kernel is Kernel.WEIGHT and onednn_ok and any(s > 1 for s in p.strides)
               and partitioner_workaround()):
             method = "onednn"
-    return method
+    return method, "rule"
 
 
 # ------------------------------------------------------------ the other kernels' choices
@@ -350,7 +339,8 @@ def product_on_onednn(a: Any, b: Any, dimension_numbers: Any, preferred_element_
 
 
 def keep_freed_memory(backend: str = "cpu") -> None:
-    """Where one of jaxconv's CPU kernels will run, the allocator keeps the memory XLA:CPU
+    """Where one of jaxconv's CPU kernels will run (``accelerate``, a kernel call lowered by
+    ``registry.run``, a oneDNN product), the allocator keeps the memory XLA:CPU
     frees (``host_memory.keep_by_default``: once per process, and a warning where jaxconv was
     imported after the program's first computation; docs/training.md, "Host memory")."""
     if backend == "cpu":
@@ -372,11 +362,12 @@ HANDED_TO_LAX: dict[str, str] = {
 }
 
 
-def lax_computes(n: int, lhs_dilation: Sequence[int], batch_groups: int, out_sharding: Any,
-                 extents: Sequence[int]) -> str | None:
-    """Why lax computes a call of real floating operands with ``n`` spatial axes (a key of
-    :data:`HANDED_TO_LAX`), or None where jaxconv's kernel does (``accelerate`` asks for the
-    checks a pattern of autodiff has no answer to either: rank, sharding, extents)."""
+def lax_computes(n: int, extents: Sequence[int], *, out_sharding: Any = None,
+                 lhs_dilation: Sequence[int] = (), batch_groups: int = 1) -> str | None:
+    """Why lax computes a call of real floating operands with ``n`` spatial axes and the
+    operands' and result's ``extents`` (a key of :data:`HANDED_TO_LAX`), or None where
+    jaxconv's kernel does (``accelerate``'s patterns, which read input dilation and batch
+    groups as autodiff's transposes, ask without them)."""
     reasons = [
         (not 1 <= n <= 3, "not 1 to 3 spatial axes"),
         (any(d > 1 for d in lhs_dilation), "input dilation"),

@@ -24,8 +24,8 @@ from jaxconv._src.lowering import chooser
 from jaxconv._src.lowering.execute import execute
 from jaxconv._src.lowering.methods import LOWERING_TYPES, METHODS, methods, why_not
 
-__all__ = ["LOWERING_TYPES", "METHODS", "choose", "chosen_by", "data_grad", "document_lowering",
-           "forward", "methods", "one_device_method", "run", "weight_grad", "why_not"]
+__all__ = ["LOWERING_TYPES", "METHODS", "choose", "data_grad", "document_lowering", "forward",
+           "methods", "run", "weight_grad", "why_not"]
 
 
 def choose(kernel: Kernel, p: ConvProblem, backend: str, *, partitioned: bool = False) -> str:
@@ -33,10 +33,6 @@ def choose(kernel: Kernel, p: ConvProblem, backend: str, *, partitioned: bool = 
     partitioned or exported program: never a custom call; ``chooser.plan`` decides the
     rest)."""
     return chooser.choose(kernel, p, backend, onednn_ok=False if partitioned else None)
-
-
-one_device_method = chooser.one_device_method
-chosen_by = chooser.chosen_by
 
 
 def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, backend: str | None,
@@ -55,6 +51,8 @@ def run(kernel: Kernel, a: Array, b: Array, p: ConvProblem, *, method: str, back
     channels, batch, input or output extent) is zeros, whatever the method: no method is
     written for zero-size operands, and none needs to be.
     """
+    if backend is not None:
+        chooser.keep_freed_memory(backend)  # jaxconv's CPU kernel will run
     out_shape = kernel.out_shape(p)
     if 0 in a.shape or 0 in b.shape or 0 in out_shape:
         dtype = preferred_element_type if preferred_element_type is not None else a.dtype

@@ -175,16 +175,20 @@ def _onednn_pays(p: ConvProblem, kernel: Kernel = Kernel.WEIGHT, xla: str = "") 
     return count >= minimum
 
 
+def _cpu(kernel: Kernel, p: ConvProblem, onednn: bool, xla: str) -> str:
+    """The CPU table: Winograd where it pays, else oneDNN where it pays, else ``xla`` (the
+    XLA:CPU rules' method), oneDNN's and Winograd's only where ``onednn``."""
+    if onednn and _winograd_pays(p):
+        return "winograd"
+    return "onednn" if onednn and _onednn_pays(p, kernel, xla) else xla
+
+
 def forward_method(p: ConvProblem, backend: str, onednn: bool) -> str:
     """The forward method ``lowering="auto"`` picks for ``p`` on ``backend`` (``onednn``: whether
     the CPU table may pick oneDNN)."""
     _check_backend(backend)
     if backend == "cpu":
-        xla = _forward_cpu(p)
-        ok = onednn
-        if ok and _winograd_pays(p):
-            return "winograd"
-        return "onednn" if ok and _onednn_pays(p, Kernel.FORWARD, xla) else xla
+        return _cpu(Kernel.FORWARD, p, onednn, _forward_cpu(p))
     return "conv"
 
 
@@ -192,10 +196,7 @@ def weight_grad_method(p: ConvProblem, backend: str, onednn: bool) -> str:
     """The weight-gradient method ``lowering="auto"`` picks for ``p`` on ``backend``."""
     _check_backend(backend)
     if backend == "cpu":
-        ok = onednn
-        if ok and _winograd_pays(p):
-            return "winograd"
-        return "onednn" if ok and _onednn_pays(p) else _weight_grad_cpu(p)
+        return _cpu(Kernel.WEIGHT, p, onednn, _weight_grad_cpu(p))
     if backend == "gpu":
         return _weight_grad_gpu(p)
     return "vjp"
@@ -205,11 +206,7 @@ def data_grad_method(p: ConvProblem, backend: str, onednn: bool) -> str:
     """The data-gradient method ``lowering="auto"`` picks for ``p`` on ``backend``."""
     _check_backend(backend)
     if backend == "cpu":
-        xla = _data_grad_cpu(p)
-        ok = onednn
-        if ok and _winograd_pays(p):
-            return "winograd"
-        return "onednn" if ok and _onednn_pays(p, Kernel.DATA, xla) else xla
+        return _cpu(Kernel.DATA, p, onednn, _data_grad_cpu(p))
     if backend == "gpu":
         return _data_grad_gpu(p)
     return "vjp"
