@@ -18,7 +18,7 @@ import json
 import math
 
 from jaxconv._src.bench import machine
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 
 # (layout, dtype, O, I, taps): the layouts ONEDNN_VERBOSE lists for ResNet-50's bfloat16 step
 # (brgconv's forwards "64a2b", "32a2b", "48a2b" padded; jit_bf16's "8b16a2b"; data gradients'

@@ -76,7 +76,7 @@ def child(model: str, batch: int, dtype: str, reps: int) -> dict[str, Any]:
 
     from jaxconv._src.bench.timing import interleaved
     from jaxconv._src.lowering import measured
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
 
     run = _training_loop(model, batch, dtype)
     measured.save_layouts()
@@ -107,7 +107,7 @@ def child_ab(model: str, batch: int, dtype: str, reps: int) -> dict[str, Any]:
 
     from jaxconv._src.bench.timing import _time_n, settle
     from jaxconv._src.lowering import measured
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
 
     measured._disk()["methods"].clear()  # time every choice now, store nothing
     measured._disk()["layouts"].clear()

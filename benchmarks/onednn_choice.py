@@ -26,7 +26,7 @@ import numpy as np
 import jaxconv
 from jaxconv._src.bench import benchdnn
 from jaxconv._src.kernel import Kernel
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 
 LISTS = ["conv_shapes_resnet_50", "conv_shapes_mobilenet", "conv_shapes_mobilenet_dw",
          "conv_shapes_3d", "conv_shapes_dilated", "deconv_shapes_2d", "deconv_shapes_3d"]

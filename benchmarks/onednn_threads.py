@@ -31,7 +31,7 @@ import numpy as np
 import jaxconv
 from jaxconv._src.bench.run import _time_n, calls_per_sample, cpu_model
 from jaxconv._src.bench.timing import settle
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 # a resnet_50 res3 weight gradient (N8, 28x28, 128 -> 128, 3x3) and a 768^3 matrix product:

@@ -23,7 +23,7 @@ import sys
 from typing import Any
 
 from jaxconv._src.bench.model_steps import _child, _merge
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 
 
 def table(results: list[dict[str, Any]]) -> str:

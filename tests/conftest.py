@@ -83,9 +83,9 @@ def measuring(monkeypatch, tmp_path):
 @pytest.fixture
 def layout_trial():
     """The oneDNN handler's layout trial on (the suite runs with JAXCONV_MEASURE=0, which
-    keeps the caller's layouts untimed: csrc/trial.h), its cached primitives dropped first (each
+    keeps the caller's layouts untimed: native/onednn/trial.h), its cached primitives dropped first (each
     problem's next first call chooses again), off again after the test."""
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
     library.forget()
     library.set_trial(True)
     yield

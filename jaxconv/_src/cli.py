@@ -91,7 +91,7 @@ def _check(args: argparse.Namespace) -> int:
     import jax
 
     from jaxconv._src import checks, host_faults, host_memory
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
 
     print(f"jaxconv check: backend {jax.default_backend()} ({jax.devices()[0].device_kind}), "
           f"float32, Precision.HIGHEST, tolerance {checks.TOLERANCE:.0e} relative")
@@ -229,7 +229,7 @@ def _build_onednn(args: argparse.Namespace) -> int:
     (or --prefix), with XLA's FFI headers from jaxlib, into jaxconv's cache directory."""
     import pathlib
 
-    from jaxconv._src.onednn import build, library
+    from jaxconv._src.native import build, library
 
     try:
         out = build.build(pathlib.Path(args.prefix) if args.prefix else None, verbose=True)
@@ -252,7 +252,7 @@ def _tune(args: argparse.Namespace) -> int:
     import runpy
 
     from jaxconv._src.lowering import measured
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
 
     if args.clear:
         removed = measured.clear()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import jax
 
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 
 
 def onednn_export_checks() -> list[jax.export.DisabledSafetyCheck]:

@@ -10,7 +10,7 @@ docs/onednn.md, "Matrix products").
 
 The product. ``matmul(a, b, contracting=(ca, cb))`` is ``lax.dot_general(a, b, ((ca,), (cb,)),
 ((), ()))`` of two matrices: ``a``'s free axis makes the result's rows, ``b``'s its columns.
-Each operand is read in its own layout through its strides (``csrc/matmul.h``). Its transposes
+Each operand is read in its own layout through its strides (``native/onednn/matmul.h``). Its transposes
 are products of the same kind (``C = op(A) op(B)``, ``dA = ct op(B)^T``, ``dB = op(A)^T ct``,
 each laid out as its operand), so derivatives of any order stay ``jaxconv_matmul`` equations,
 and ``vmap`` of one batched operand folds the batch into that operand's free axis.
@@ -36,7 +36,7 @@ from jax.interpreters import ad, batching, mlir
 
 from jaxconv._src import lowering, primitive
 from jaxconv._src.kernel import Array, DType
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 
 matmul_p = Primitive("jaxconv_matmul")
 

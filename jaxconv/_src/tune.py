@@ -79,7 +79,7 @@ def tune(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Tuned:
     """
     if not callable(fn):
         raise TypeError(f"tune: fn must be callable, got {type(fn).__name__}")
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
 
     def copy(a: Any) -> Any:
         return a.copy() if isinstance(a, jax.Array) else a

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import jaxconv
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 from tests.support import helpers as h
 
 # batch 4, 16 x 16 RGB images, 10 classes

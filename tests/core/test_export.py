@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import jaxconv
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 from tests.support import helpers as h
 
 pytest.importorskip("flatbuffers", reason="jax.export's serialization needs flatbuffers")

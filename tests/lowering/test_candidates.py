@@ -20,7 +20,7 @@ import jaxconv
 from jaxconv._src import geometry
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import chooser
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 from tests.support import helpers as h
 from tests.support import oracles
 

@@ -12,7 +12,7 @@ import jaxconv
 from jaxconv._src import geometry
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import chooser, measured
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 from tests.support import helpers as h
 
 DN = ("NHWC", "HWIO", "NHWC")
@@ -155,7 +155,7 @@ def test_winograd_needs_a_clear_lead_over_onednn_on_bfloat16(onednn, want):
                                          (jnp.bfloat16, "jaxconv_onednn_forward")])
 def test_auto_takes_onednn_over_a_small_winograd_lead_on_bfloat16(measuring, monkeypatch,
                                                                    dtype, want):
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
     if np.dtype(dtype).name not in library.status().dtypes:  # e.g. an AVX2-only CPU
         pytest.skip(f"this CPU's oneDNN does not compute {np.dtype(dtype).name}: the table "
                     f"takes neither Winograd nor oneDNN")
@@ -240,7 +240,7 @@ def test_layout_verdicts_are_kept_for_later_processes_and_measure_off_keeps_the_
 def test_tune_makes_every_timed_choice_and_the_cli_shows_and_clears_them(
         measuring, monkeypatch, tmp_path, capsys):
     from jaxconv._src import cli
-    from jaxconv._src.onednn import library as lib
+    from jaxconv._src.native import library as lib
 
     def fake(c, seconds):
         kernel, methods = c.kernel, tuple(c.calls)

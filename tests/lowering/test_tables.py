@@ -14,7 +14,7 @@ import jaxconv
 from jaxconv._src import geometry, lowering
 from jaxconv._src.lowering import tables
 from jaxconv._src.kernel import Kernel
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 from tests.support import helpers as h
 from tests.support import oracles
 from tests.support.cases import pack_fractal_z_loop

@@ -21,7 +21,7 @@ import jaxconv
 from jaxconv._src import geometry
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import chooser, winograd
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 from tests.support import helpers as h
 from tests.support import oracles
 
@@ -126,7 +126,7 @@ def test_other_dtypes_compute_directly():
 
 _ISA_SCRIPT = """
 import numpy as np, jax.numpy as jnp, jaxconv, torch
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 print(library.winograd_isa())
 rng = np.random.default_rng(0)
 x = rng.standard_normal((2, 9, 11, 21)).astype(np.float32)

@@ -1,6 +1,7 @@
-"""The oneDNN handler's pure decisions, one test each, called directly (no primitive runs).
+"""The handler's pure decisions, one test each, called directly (no primitive runs or pass).
 
-``jaxconv/_src/onednn/csrc/decisions.h`` holds them; ``csrc/diagnostics.cc`` exports each on
+``jaxconv/_src/native/onednn/decisions.h`` holds oneDNN's, ``native/winograd/winograd_decisions.h``
+Winograd's; ``native/onednn/diagnostics.cc`` exports each on
 plain numbers. They need the built handler (``jaxconv build-onednn``), and are skipped, with
 that reason, where it is not loaded.
 """
@@ -11,7 +12,7 @@ import ctypes
 
 import pytest
 
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 
 LIB = library.handler()
 pytestmark = pytest.mark.skipif(LIB is None, reason="the oneDNN handler is not built/loaded")
@@ -149,3 +150,64 @@ def test_filter_move_plan_takes_tiles_of_16_channels_only():
     # pairs of O over 16 O (not 32): no 16 x 16 tile of pairs
     assert plan([16, 2], [1, 0], True, dims=[16, 32, 1, 1], xio=[1, 16, 512, 512],
                 blk=[32, 16 * 16, 512, 512], element=2) == OFF
+
+
+# ---- Winograd's drivers (native/winograd/winograd_decisions.h) ----
+
+FUSED, STAGED, BLOCKED = 0, 1, 2
+
+
+def _wino(name, restype, *argtypes):
+    fn = getattr(LIB, f"jaxconv_winograd_decide_{name}")
+    fn.restype, fn.argtypes = restype, list(argtypes)
+    return fn
+
+
+def test_winograd_forward_fuses_while_u_fits_then_blocks_small_chunks():
+    plan = _wino("plan", ctypes.c_int, ctypes.c_int, ctypes.c_int, I64, I64, I64, I64, I64)
+    # U = 36 x C x K floats: 64 x 64 channels (0.6 MB) within 4 MB, 512 x 512 (37.7 MB) not
+    assert plan(0, 6, 64, 64, 4096, 4096, 0) == FUSED
+    assert plan(0, 6, 512, 512, 32, 32, 0) == BLOCKED      # 32 tiles <= 96: blocks of U
+    assert plan(0, 6, 512, 512, 200, 200, 0) == STAGED     # 200 tiles: the whole U
+    assert plan(0, 6, 512, 512, 200, 96, 0) == BLOCKED     # chunks of 96 tiles
+    assert plan(0, 4, 256, 256, 97, 97, 0) == FUSED        # F(2x2): 16 x 256 x 256 floats, 4 MB
+    assert plan(0, 4, 256, 288, 97, 97, 0) == STAGED       # 32 columns more: past 4 MB
+
+
+def test_winograd_weight_gradient_blocks_where_all_tiles_fit_twice_a_block():
+    plan = _wino("plan", ctypes.c_int, ctypes.c_int, ctypes.c_int, I64, I64, I64, I64, I64)
+    # dU = 36 x 64 x 64 floats (0.6 MB), within 1 MB: fused
+    assert plan(1, 6, 64, 64, 4096, 4096, 48) == FUSED
+    # 512 x 512: 37.7 MB of dU; 32 tiles in one chunk, at most 2 x 48: blocked
+    assert plan(1, 6, 512, 512, 32, 32, 48) == BLOCKED
+    assert plan(1, 6, 512, 512, 97, 97, 48) == STAGED      # more than twice the block's rows
+    assert plan(1, 6, 512, 512, 32, 16, 48) == STAGED      # not all tiles in one chunk
+
+
+def test_winograd_blocks_and_chunks_hold_what_their_bytes_allow():
+    chunk = _wino("chunk_tiles", I64, ctypes.c_int, I64, I64, I64, I64)
+    # 36 positions x (64 + 64) floats a tile: 18,432 bytes; 64 MB hold 3,640 tiles
+    assert chunk(6, 64, 64, 100_000, 64 << 20) == (64 << 20) // (36 * 128 * 4)
+    assert chunk(6, 64, 64, 10, 64 << 20) == 10             # never more than the tiles
+    assert chunk(6, 4096, 4096, 10, 1024) == 1              # at least one
+    forward = _wino("forward_block", I64, ctypes.c_int, I64, I64, I64, ctypes.c_int)
+    # 384 KiB / 18,432 bytes: 21 tiles, rounded down to rows of 12
+    assert forward(6, 64, 64, 10_000, 12) == 12
+    assert forward(6, 16, 32, 10_000, 12) == 384 * 1024 // (36 * 48 * 4) // 12 * 12
+    assert forward(6, 64, 64, 5, 12) == 12                  # a few tiles: one block of rows
+    weight = _wino("weight_block", I64, ctypes.c_int, I64, I64, I64)
+    assert weight(6, 64, 64, 10_000) == 384 * 1024 // (36 * 128 * 4)
+    assert weight(6, 4096, 4096, 10_000) == 1
+
+
+def test_winograd_channel_blocks_keep_every_thread_busy():
+    rows = _wino("filter_rows", I64, I64, I64)
+    assert rows(64, 2) == 16            # four blocks a thread, at least 16 channels
+    assert rows(1024, 2) == 64          # at most kWinogradFilterBlock
+    assert rows(512, 2) == 64 and rows(256, 2) == 32
+    splits = _wino("row_splits", I64, I64, I64)
+    assert splits(2, 8) == 1 and splits(8, 2) == 8 and splits(16, 3) == 11
+    weight_rows = _wino("weight_rows", I64, I64, I64, I64, ctypes.c_int)
+    assert weight_rows(512, 512, 2, 12) == 48   # 11 x 8 blocks for 2 threads: the full rows
+    assert weight_rows(64, 64, 2, 12) == 12     # 64 channels, one column group: smallest rows
+    assert weight_rows(256, 64, 2, 12) == 36    # 8 blocks of 36 (4 a thread)

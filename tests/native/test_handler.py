@@ -19,7 +19,7 @@ from jax import lax
 import jaxconv
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import registry
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 from tests.support import helpers as h
 from tests.support.onednn_matrix import (
     HIGHEST,
@@ -155,7 +155,7 @@ def test_without_the_library_jaxconv_works_and_says_why():
     why, forcing the method is a ValueError naming the reason, and 'auto' still computes."""
     code = textwrap.dedent("""
         import jax.numpy as jnp, jaxconv
-        from jaxconv._src.onednn import library
+        from jaxconv._src.native import library
         print(library.status().line())
         x, dy = jnp.ones((2, 6, 6, 2)), jnp.ones((2, 4, 4, 3))
         print(jaxconv.convolution_backprop_filters(x, dy, (3, 3, 2, 3)).shape)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import jaxconv
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 from tests.support import helpers as h
 from tests.support.onednn_matrix import (
     DEEP,
@@ -151,7 +151,7 @@ def test_batches_one_call_or_chunks_on_xlas_pool(m, batch):
 
 
 # Strided 1x1 data gradients: the handler computes the unit-stride one and spreads it onto
-# dx's grid with the zeros between (Spread in csrc/primitives.cc, SpreadCopy in csrc/execute.cc). The spacing on the
+# dx's grid with the zeros between (Spread in native/onednn/primitives.cc, SpreadCopy in native/onednn/execute.cc). The spacing on the
 # innermost buffer axis (NCX) and not (NXC), a trailing row no window reads, 1D and 3D, and a
 # batch past 2^21 multiply-adds per example (chunks on XLA's pool, each spreading its own).
 

@@ -21,7 +21,7 @@ import sys
 
 import pytest
 
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # the files and selection the child runs: about 60 s alone (2-core AMD EPYC, AVX2; 125 s with the family's 3-D cases)
@@ -35,7 +35,7 @@ ARGS = ["tests/ops/test_convolution.py", "tests/ops/test_convolution_vectors.py"
 def test_the_vendor_op_tests_pass_without_onednn():
     env = dict(os.environ, JAXCONV_ONEDNN="0", JAX_PLATFORMS="cpu")
     line = subprocess.run(
-        [sys.executable, "-c", "from jaxconv._src.onednn import library; "
+        [sys.executable, "-c", "from jaxconv._src.native import library; "
                                "print(library.status().line())"],
         capture_output=True, text=True, env=env, check=True, cwd=ROOT).stdout
     assert "not available (switched off by JAXCONV_ONEDNN=0)" in line, line

@@ -23,7 +23,7 @@ from jax import lax
 import jaxconv
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import registry
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 from tests.support import helpers as h
 
 HIGHEST = lax.Precision.HIGHEST

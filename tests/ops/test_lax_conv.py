@@ -15,7 +15,7 @@ import pytest
 from jax import lax
 
 import jaxconv
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 from tests.support import helpers as h
 
 HIGHEST = lax.Precision.HIGHEST

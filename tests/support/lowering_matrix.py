@@ -15,7 +15,7 @@ from jax import lax
 import jaxconv
 from jaxconv._src import geometry, lowering
 from jaxconv._src.kernel import Kernel
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 from tests.support import helpers as h
 from tests.support import oracles
 from tests.support.cases import ConvCase as Case

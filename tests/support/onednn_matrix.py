@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 from tests.support import helpers as h
 from tests.support import oracles
 

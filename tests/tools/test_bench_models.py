@@ -204,7 +204,7 @@ def test_runner_end_to_end(tmp_path):
     kernel = {"fwd": "forward", "dgrad": "data", "wgrad": "weight"}
     assert all(c["kernel"] == kernel[r["kind"]] and c["candidates"]
                for r in rows for c in r["onednn_choices"])
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
     assert any(r["onednn_choices"] for r in rows) == library.status().available
     m = result["machine"]
     assert m["torch"]["onednn"] and m["torch"]["threads"] >= 1 and m["xla_threads"] >= 1
@@ -270,7 +270,7 @@ def test_layer_tables_of_several_processes_pool_their_samples():
 def test_bfloat16_table_needs_the_instructions(capsys):
     """The bfloat16 per-layer table is refused, with the reason, where jaxconv's oneDNN does
     not compute bfloat16 on this CPU."""
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
     if "bfloat16" in library.status().dtypes:
         pytest.skip("this CPU's oneDNN computes bfloat16: the table runs")
     with pytest.raises(SystemExit):

@@ -240,7 +240,7 @@ def test_filter_move_and_transposed_product_benchmarks_run(tmp_path):
     ``benchmarks/transposed_product.py`` run once through and write their JSON (no timing
     asserted)."""
     from benchmarks import filter_moves, transposed_product
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
 
     out = tmp_path / "p.json"
     assert transposed_product.main(["--reps", "1", "--out", str(out)]) == 0
@@ -284,7 +284,7 @@ def test_winograd_tiles_benchmark_runs(tmp_path):
     """``benchmarks/winograd_tiles.py`` times every method on one layer, rotating two filters,
     and writes its JSON (no timing asserted)."""
     from benchmarks import winograd_tiles
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
 
     if not library.status().available:
         pytest.skip("needs the onednn extra built")
@@ -306,7 +306,7 @@ def test_winograd_tiles_benchmark_bfloat16_and_chosen_methods(tmp_path):
     """``--dtype bfloat16 --methods onednn winograd_4x4`` times those two and the baseline on
     bfloat16 operands, and the JSON says which dtype."""
     from benchmarks import winograd_tiles
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
 
     if not library.status().available:
         pytest.skip("needs the onednn extra built")
@@ -327,7 +327,7 @@ def test_process_sharing_alternates_the_kinds_and_reports_each_round(tmp_path, m
     oneDNN lowering's status line in the JSON; the table from the JSON. The children are
     stand-ins (the real ones: test_bench_models's ``--separate`` test)."""
     from benchmarks import process_sharing
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
 
     calls = []
 

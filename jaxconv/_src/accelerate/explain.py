@@ -204,7 +204,7 @@ def _notes(rows: list[Row], backend: str, fn: Any, args: tuple[Any, ...],
                      "(ResNet-18's stem pool: docs/training.md): jaxconv.accelerate runs "
                      "jaxconv.max_pool's")
     if backend == "cpu":
-        from jaxconv._src.onednn import library
+        from jaxconv._src.native import library
         if not library.status().available:
             notes.append(library.status().line() + " (docs/onednn.md: pip install "
                          "'jaxconv[onednn]' && jaxconv build-onednn)")
@@ -270,7 +270,7 @@ def _measure(rows: list[Row], fn: Any, args: tuple[Any, ...], kwargs: dict[str, 
 
 def _threading(rows: list[Row]) -> None:
     """Each oneDNN row's threading and layouts, as the handler's first call chose them."""
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
     chosen = library.choices()
     for r in rows:
         if r.lowering != "onednn":

@@ -69,7 +69,7 @@ def nominal_peak(cores: int | None = None) -> dict[str, Any]:
 def peak() -> dict[str, Any]:
     """The float32 peak in GFLOP/s: measured by the handler's FMA loop on every core where it
     is loaded (``gflops``, ``how``), with the nominal figure beside it (``nominal``)."""
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
     cores = os.cpu_count() or 1
     nominal = nominal_peak(cores)
     measured = library.fma_peak_gflops(cores)
@@ -126,7 +126,7 @@ def describe() -> dict[str, Any]:
     """Everything a model benchmark records about the machine and the libraries."""
     import jax
 
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
     flags = set(_cpuinfo().get("flags", "").split())
     status = library.status()
     return {"cpu": cpu_model(), "cpu_count": os.cpu_count(),

@@ -40,7 +40,7 @@ def _choices(prob: benchdnn.Problem, kind: str) -> list[dict[str, Any]]:
     kernel whose buffers are the row's (NXC / XIO, as ``run.build`` passes them), a chunk's
     with its share of the batch. x is matched whole or as the output-sized grid a strided 1x1
     weight gradient may reach the handler as (which of the two is the lowering's choice)."""
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
     kernel = {"fwd": "forward", "dgrad": "data", "wgrad": "weight"}[kind]
     xs = {(*prob.input_size, prob.in_channels), (*prob.output_size, prob.in_channels)}
     y = (*prob.output_size, prob.out_channels)
@@ -126,7 +126,7 @@ def layers(args: argparse.Namespace, dtype: Any) -> list[dict[str, Any]]:
 
     if args.layer_runs <= 1:
         return [one(m) for m in args.models]
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
     runs = []
     for run in range(args.layer_runs):
         cmd = [sys.executable, "-m", "jaxconv._src.bench.model_run", "--child-layers",

@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.child_layers:
         host_memory.keep_freed_memory()
-        from jaxconv._src.onednn import library
+        from jaxconv._src.native import library
         dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
         print(json.dumps({"onednn": library.status().line(), "layers": layers(args, dtype)}))
         return 0

@@ -258,7 +258,7 @@ def steps_child(args: argparse.Namespace) -> dict[str, Any]:
     rows = [measure_steps(m, args.batch, args.image or models.MODELS[m].image, args.reps,
                           not args.no_batchnorm, tuple(args.contenders),
                           bfloat16=args.dtype == "bfloat16") for m in args.models]
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
     return {"mode": args.mode, "rows": rows, "onednn": library.status().line(),
             "host_memory": host_memory.mode(),
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
@@ -266,7 +266,7 @@ def steps_child(args: argparse.Namespace) -> dict[str, Any]:
 
 def _child(args: argparse.Namespace, mode: str, contenders: list[str]) -> dict[str, Any]:
     """One child process's steps (:func:`steps_child`) of ``contenders``."""
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
     cmd = [sys.executable, "-m", "jaxconv._src.bench.model_run", "--child", "--mode", mode,
            "--models", *args.models, "--batch", str(args.batch or 0),
            "--reps", str(args.reps), "--contenders", *contenders]

@@ -64,7 +64,7 @@ from jaxconv._src.bench.timing import (  # noqa: F401 - re-exported for the scri
     same_program,
 )
 from jaxconv._src.bench.torch_contender import _torch_impl
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 
 TARGET_LISTS = ["conv_shapes_resnet_50", "conv_shapes_mobilenet", "conv_shapes_mobilenet_dw",
                 "conv_shapes_3d", "conv_shapes_dilated"]

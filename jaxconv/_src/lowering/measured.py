@@ -163,7 +163,7 @@ def machine() -> dict[str, Any]:
     """What the disk cache's verdicts hold for: the CPU, its ISA, the threads this process
     may run on, and the versions of jax, jaxconv and the handler (its build names oneDNN's)."""
     from jaxconv._src import version
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
     cpu, isa = _cpu()
     try:
         threads = len(os.sched_getaffinity(0))
@@ -183,7 +183,7 @@ def machine() -> dict[str, Any]:
 
 @functools.cache
 def _cache_file() -> pathlib.Path:
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
     key = json.dumps(machine(), sort_keys=True)
     tag = hashlib.sha256(key.encode()).hexdigest()[:16]
     return library.cache_dir() / f"measured-{tag}.json"
@@ -236,7 +236,7 @@ def cache_path() -> pathlib.Path:
 def clear() -> list[pathlib.Path]:
     """Removes every machine's disk cache of measured choices and forgets this process's
     verdicts (a program compiled later times again); the removed files."""
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
     removed = []
     for path in sorted({_cache_file(), *library.cache_dir().glob("measured-*.json")}):
         if not path.exists():
@@ -260,7 +260,7 @@ def load_layouts() -> int:
     (where measuring is on; off, the handler's trial is off too and keeps the caller's
     layouts), and stores this process's new ones at its exit (:func:`save_layouts`); the
     number handed. Called where a call is first planned on oneDNN (``chooser.plan``)."""
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
     if not library.status().available or not enabled():
         return 0  # the handler reads JAXCONV_MEASURE itself: off, no trial
     atexit.register(save_layouts)
@@ -274,7 +274,7 @@ def save_layouts() -> int:
     """Stores the layout verdicts of this process's trials (``library.choices()``, source
     "trial") in the disk cache, so that a later process on this machine and build takes them
     without a trial; the number added."""
-    from jaxconv._src.onednn import library
+    from jaxconv._src.native import library
     new = {}
     for c in library.choices():
         if c["source"] != "trial":

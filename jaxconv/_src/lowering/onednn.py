@@ -3,7 +3,7 @@
 oneDNN Graph's spec defines the first family; its runtime computes the same three kernels:
 ``convolution_forward`` (y from x and W), ``convolution_backward_data`` (dx from dy and W)
 and ``convolution_backward_weights`` (dW from x and dy), with oneDNN's strides, 0-based
-dilations (D - 1) and pads. The handler (``onednn/csrc/``) maps the caller's layout
+dilations (D - 1) and pads. The handler (``native/onednn/``) maps the caller's layout
 onto oneDNN's logical dims with strided memory descriptors: every data and filter format of
 jaxconv reaches it as it is, with no transpose in the program; oneDNN reorders its weights
 into its own blocked format (and the activations where no implementation takes the caller's).
@@ -24,7 +24,7 @@ unit-stride one on the grid of x it reads (``_grid`` below), except on AVX-512 w
 where oneDNN takes the stride and x whole (``_strided_1x1_in_onednn``); its data gradient is the handler's
 unit-stride one scattered onto dx's grid (``Spread`` in the handler).
 ``threads``: 0, the handler's own rule (batch chunks on XLA's pool or one call on oneDNN's
-OpenMP team, ``Chunks`` in ``csrc/decisions.h``); 1, one thread on the calling one (a device's shard
+OpenMP team, ``Chunks`` in ``native/onednn/decisions.h``); 1, one thread on the calling one (a device's shard
 where several devices of this process run their calls at once, ``spmd.py``).
 Zero-size problems never reach a method (``registry.run``). Batching happens before: the
 primitive's batching rule folds a mapped operand into the batch or the groups, so the handler
@@ -44,7 +44,7 @@ from jaxconv._src.geometry import ConvProblem, conv_output_size
 from jaxconv._src.kernel import Array, DType, Kernel, Precision
 from jaxconv._src.lowering import common
 from jaxconv._src.lowering.method import Method
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 
 
 def _cropped(p: ConvProblem, fitted: bool) -> tuple[ConvProblem, list[tuple[int, int]]]:
@@ -71,7 +71,7 @@ def _cropped(p: ConvProblem, fitted: bool) -> tuple[ConvProblem, list[tuple[int,
 # lowering matrix caught it: 38% off), and on a fitted (cropped) x it leaves its 1x1 kernel
 # for a generic one, 2.5x slower. On the grid it is oneDNN's unit-stride 1x1 kernel, a
 # product of matrices, for a copy of 1/S^rank of x. (The data gradient is the unit-stride one
-# too, scattered onto dx's grid by the handler itself: ``Spread`` in ``csrc/primitives.cc``.)
+# too, scattered onto dx's grid by the handler itself: ``Spread`` in ``native/onednn/primitives.cc``.)
 def _grid_of_1x1(p: ConvProblem) -> bool:
     return all(k == 1 for k in p.kernel) and any(s > 1 for s in p.strides)
 

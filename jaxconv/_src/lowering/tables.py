@@ -38,7 +38,7 @@ from typing import Literal
 
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Kernel
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 
 #: The backends with a rule table, and the platforms each one covers.
 BACKENDS = ("cpu", "gpu", "default")

@@ -6,7 +6,7 @@ F(m x m, 3 x 3) computes a tile of m x m outputs from (m + 2) x (m + 2) inputs w
 ``"winograd_2x2"`` (m = 2: 2.25x fewer), ``"winograd_3x3"`` (m = 3: 3.24x fewer),
 ``"winograd_4x4"`` (m = 4: 4x fewer), and ``"winograd"``, of the tiles its accuracy allows
 (:func:`tile`) the one that multiplies least (:func:`fewest_products_tile`).
-The handler (``onednn/csrc/winograd.h``) transforms the filter, x and dy tile by tile and
+The handler (``native/winograd/winograd.h``) transforms the filter, x and dy tile by tile and
 multiplies the transformed tiles with its own register-blocked products:
 
     forward      y  = A^T [ U (.) (B^T d B) ] A,  U = G g G^T  (per tile, summed over C)
@@ -36,7 +36,7 @@ import numpy as np
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Array, DType, Kernel, Precision
 from jaxconv._src.lowering.method import Method
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 
 #: the output tile sides the handler implements
 TILES = (2, 3, 4)
@@ -188,7 +188,7 @@ def _from_nhwc(a: Array, p: ConvProblem) -> Array:
 
 
 def _filter_view(p: ConvProblem, transposed: bool = False) -> np.ndarray:
-    """The handler's view of the filter buffer (``csrc/winograd.h``, FilterView): offset and
+    """The handler's view of the filter buffer (``native/winograd/winograd.h``, FilterView): offset and
     the strides of its rows, columns, input and output channels; ``transposed``, the data
     gradient's filter (flipped, its channels swapped) over the same buffer."""
     shape = p.filter_shape

@@ -184,27 +184,11 @@ __attribute__((target("avx512f"))) void StreamRows(const FilterMove& t, const vo
 
 using BlockRange = void (*)(const FilterMove&, const void*, void*, int64_t, int64_t);
 
-struct MoveJob {
-  BlockRange range;
-  const FilterMove* t;
-  const void* src;
-  void* dst;
-  int64_t blocks;
-};
-
-void MoveOnTeam(void* data) {  // one OpenMP thread's share of the blocks
-  const auto& job = *static_cast<MoveJob*>(data);
-  const int64_t k = Omp().thread_num(), n = Omp().num_threads();
-  job.range(*job.t, job.src, job.dst, job.blocks * k / n, job.blocks * (k + 1) / n);
-}
-
 // Runs `range` over [0, blocks) on the calling thread's OpenMP team (a team of one where the
 // call runs single-threaded), or on the calling thread alone where `team` is false.
 void RunMove(BlockRange range, const FilterMove& t, const void* src, void* dst, int64_t blocks,
              bool team) {
-  MoveJob job{range, &t, src, dst, blocks};
-  if (team && Omp().teams()) Omp().parallel(MoveOnTeam, &job, 0, 0);
-  else range(t, src, dst, 0, blocks);
+  OnTeam(blocks, [&](int64_t b0, int64_t b1) { range(t, src, dst, b0, b1); }, team);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 """The oneDNN lowering's compiled handler: where it is built, and loading it (never raising).
 
-``jaxconv build-onednn`` (:mod:`jaxconv._src.onednn.build`) compiles the handler's sources
-(:data:`SOURCES`, ``csrc/``) against the oneDNN of the ``onednn`` extra into :func:`artefact`, a
+``jaxconv build-onednn`` (:mod:`jaxconv._src.native.build`) compiles the handler's sources
+(:data:`SOURCES`, in ``runtime/``, ``onednn/`` and ``winograd/``) against the oneDNN of the ``onednn`` extra into :func:`artefact`, a
 path keyed by the handler's sources,
 jaxlib's version and the oneDNN it was built against, so that a changed source or toolchain is
 never loaded stale. :func:`status` loads it once (oneDNN itself first, from the prefix it was
@@ -26,16 +26,18 @@ from jaxlib import version as jaxlib_version
 
 from jaxconv._src.geometry import ConvProblem
 
-#: the handler's C++ sources and headers (one file per concern; csrc/ffi_entry.cc is the entry)
-SOURCE_DIR = pathlib.Path(__file__).with_name("csrc")
-SOURCES = tuple(sorted(SOURCE_DIR.glob("*.cc")))
-HEADERS = tuple(sorted(SOURCE_DIR.glob("*.h")))
+#: the handler's C++ sources and headers, one file per concern, in three folders: ``runtime/``
+#: (the FFI entry, the one OpenMP team, threads, working memory), ``onednn/`` (the oneDNN
+#: binding) and ``winograd/`` (Winograd's transforms, drivers, products and choices)
+SOURCE_DIRS = tuple(pathlib.Path(__file__).with_name(d) for d in ("runtime", "onednn", "winograd"))
+SOURCES = tuple(sorted(p for d in SOURCE_DIRS for p in d.glob("*.cc")))
+HEADERS = tuple(sorted(p for d in SOURCE_DIRS for p in d.glob("*.h")))
 #: the FFI targets, one per kernel (registered for the cpu platform only)
 TARGETS = {"forward": "jaxconv_onednn_forward", "data": "jaxconv_onednn_data",
            "weight": "jaxconv_onednn_weight"}
-#: the Winograd lowering's FFI targets (``csrc/winograd.h``; the data gradient is a forward)
+#: the Winograd lowering's FFI targets (``native/winograd/winograd.h``; the data gradient is a forward)
 WINOGRAD_TARGETS = {"forward": "jaxconv_winograd_forward", "weight": "jaxconv_winograd_weight"}
-#: dense matrix products on oneDNN's matmul (``csrc/matmul.h``; ``jaxconv/_src/matmul.py``)
+#: dense matrix products on oneDNN's matmul (``native/onednn/matmul.h``; ``jaxconv/_src/matmul.py``)
 MATMUL_TARGET = "jaxconv_onednn_matmul"
 #: oneDNN's CPU ISAs (dnnl_cpu_isa_t) by the value the handler reports
 _ISA = {0x1: "SSE4.1", 0x3: "AVX", 0x7: "AVX2", 0xf: "AVX2-VNNI", 0x1f: "AVX2-VNNI-2",
@@ -230,7 +232,7 @@ def _move_element(name: str, blocks: str, dtype: str) -> int:
 
 
 def handler() -> ctypes.CDLL | None:
-    """The loaded handler library (its C functions: ``csrc/diagnostics.cc``), or None where it
+    """The loaded handler library (its C functions: ``native/onednn/diagnostics.cc``), or None where it
     is not loaded. The tests call the handler's pure decisions through it."""
     return _HANDLES[-1] if status().available else None
 

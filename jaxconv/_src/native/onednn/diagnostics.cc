@@ -1,7 +1,8 @@
-// Plain C functions for ctypes (jaxconv/_src/onednn/library.py): oneDNN's version and ISA, the
+// Plain C functions for ctypes (jaxconv/_src/native/library.py): oneDNN's version and ISA, the
 // dtypes it computes on this CPU, the cache's state and choices, the machine's measured FMA
 // peak, a check of jaxconv's filter moves against oneDNN's reorder, and the pure decisions of
-// decisions.h on plain numbers, which tests/test_onednn_decisions.py calls one by one.
+// decisions.h on plain numbers, which tests/native/test_decisions.py calls one by one
+// (Winograd's: winograd/winograd_diagnostics.cc).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -20,7 +21,6 @@
 #include "filter_move.h"
 #include "problem.h"
 #include "trial.h"
-#include "winograd.h"
 
 using namespace jaxconv_onednn;  // NOLINT: this file only exports C functions
 
@@ -323,13 +323,6 @@ void jaxconv_onednn_forget() {
 
 // Whether first calls run the layout trial (trial.h, SetTrial).
 void jaxconv_onednn_set_trial(int on) { SetTrial(on != 0); }
-
-// The Winograd passes' vector ISA (0 AVX-512, 1 AVX2, 2 neither), and their chunk size in
-// bytes (0: the default), for the tests.
-int jaxconv_winograd_isa() { return WinogradIsa(); }
-void jaxconv_winograd_set_chunk_bytes(int64_t bytes) {
-  SetWinogradChunkBytes(static_cast<size_t>(bytes));
-}
 
 // ---- decisions.h on plain numbers ----
 

@@ -9,14 +9,6 @@
 
 namespace jaxconv_onednn {
 
-AlignedBytes Allocate(size_t bytes, bool zeroed) {
-  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(kAlign, rounded));
-  if (p == nullptr) throw std::bad_alloc();
-  if (zeroed) std::memset(p, 0, rounded);
-  return AlignedBytes(p);
-}
-
 dnnl::stream& Stream() {
   thread_local dnnl::stream s(Engine());
   return s;
@@ -27,21 +19,6 @@ void Exec(const dnnl::primitive& prim, dnnl::stream& s,
   dnnl::error::wrap_c_api(
       dnnl_primitive_execute(prim.get(), s.get(), static_cast<int>(args.size()), args.begin()),
       "could not execute a primitive");
-}
-
-uint8_t* Buffer::Get(size_t bytes) {
-  if (bytes > size_) {
-    data_ = Allocate(bytes, false);
-    size_ = bytes;
-  }
-  return data_.get();
-}
-
-void Buffer::Trim() {
-  if (size_ > kKeepBytes) {
-    data_.reset();
-    size_ = 0;
-  }
 }
 
 namespace {

@@ -3,7 +3,7 @@
 The ``onednn`` extra installs oneDNN 3.2 as PyPI's CPU-only GNU OpenMP build
 (``onednn-cpu-gomp`` + ``onednn-devel-cpu-gomp`` 2023.2.0: ``lib/libdnnl.so.3`` needing only
 the system's ``libgomp``, headers, CMake files). This step compiles the handler's sources
-(``csrc/*.cc``, one compiler process per file, as many at once as there are cores) against it
+(``*/*.cc``, one compiler process per file, as many at once as there are cores) against it
 and against XLA's FFI headers (shipped with jaxlib) with the system's C++ compiler, and links
 them into :func:`library.artefact`. It runs only when asked, never at import.
 
@@ -22,12 +22,12 @@ import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from jaxconv._src.onednn import library
+from jaxconv._src.native import library
 
 #: sources compiled with more than -O2: the Winograd transforms' channel loops need -O3's
 #: vectoriser (its loops with run-time alias checks and remainders), and its products' kernels
 #: the full unrolling of their register blocks
-OPTIMIZE = {"winograd.cc": "-O3", "winograd_product.cc": "-O3"}
+OPTIMIZE = {"winograd.cc": "-O3", "winograd_passes.cc": "-O3", "winograd_product.cc": "-O3"}
 
 
 def _cxx() -> str:
@@ -39,7 +39,7 @@ def compile_command(source: pathlib.Path, obj: pathlib.Path, root: pathlib.Path)
     import jax
 
     return [_cxx(), "-std=c++17", OPTIMIZE.get(source.name, "-O2"), "-fPIC", "-Wno-return-type", "-c",
-            f"-I{jax.ffi.include_dir()}", f"-I{root / 'include'}", f"-I{library.SOURCE_DIR}",
+            f"-I{jax.ffi.include_dir()}", f"-I{root / 'include'}", *(f"-I{d}" for d in library.SOURCE_DIRS),
             str(source), "-o", str(obj)]
 
 

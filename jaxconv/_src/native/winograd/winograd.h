@@ -51,22 +51,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace jaxconv_onednn {
+#include "winograd_decisions.h"
 
-constexpr size_t kWinogradBlockBytes = size_t{384} << 10;
-constexpr size_t kWinogradFusedMaxFilterBytes = size_t{4} << 20;
-constexpr size_t kWinogradFusedMaxWeightBytes = size_t{1} << 20;
-constexpr size_t kWinogradChunkBytes = size_t{64} << 20;
-constexpr size_t kWinogradKeepBytes = size_t{128} << 20;
-// tiles (2-core Zen 4, 256 -> 256: blocked 0.7-0.8x the whole U's time at 72 and 90 tiles,
-// 1.1-1.3x at 108 and 128)
-constexpr int64_t kWinogradBlockedMaxTiles = 96;
-constexpr int64_t kWinogradFilterBlock = 64;      // input channels of U's block
-constexpr int64_t kWinogradFilterColumns = 64;    // output channels of U's block (of 32)
-constexpr int64_t kWinogradWeightRows = 48;       // input channels of dU's block
-// floats a thread's transform of U needs to transpose a block (FilterRows): two of 9 taps x
-// 64 output channels (winograd_tiles.h's kBlock) x kWinogradFilterBlock input channels
-constexpr int64_t kWinogradFilterScratch = 2 * 9 * 64 * kWinogradFilterBlock;
+namespace jaxconv_onednn {
 
 // A 3 x 3 x C x K filter in the caller's buffer: element (i, j, c, k) is at
 // offset + i * row + j * col + c * in + k * out (strides may be negative: a flipped filter).
