@@ -1,5 +1,5 @@
 // The handler's pure decisions: functions of sizes and times only, with no oneDNN call, so that
-// each is tested directly (tests/test_onednn_decisions.py, through diagnostics.cc's exports).
+// each is tested directly (tests/native/test_decisions.py, through diagnostics.cc's exports).
 //
 // - how a call is threaded (Chunks) and how long its caller spins for its chunks
 //   (KeepSpinning): docs/onednn.md, "Threads";

@@ -7,7 +7,7 @@
 //   of pairs transposed as float32 tiles are;
 // - out of a float32 weight gradient's layout with O innermost in each tile: a copy of rows of
 //   16 O in XIO's order, each XIO row written start to end (RunFilterCopy).
-// All equal oneDNN's reorder bit for bit (tests/test_onednn.py,
+// All equal oneDNN's reorder bit for bit (tests/native/test_onednn.py,
 // test_filter_moves_equal_onednns_reorder). The plan is pure (decisions.h).
 #pragma once
 

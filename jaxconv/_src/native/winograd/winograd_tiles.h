@@ -8,7 +8,7 @@
 // small rationals, one whose float32 error measured smallest (F(4, 3)'s 2.5x below 0, +-1,
 // +-2; the method of Barabasz et al., "Error Analysis and Improving the Accuracy of Winograd
 // Convolution for Deep Neural Networks", 2020; docs/precision.md, "Winograd").
-// lowering/winograd.py holds them as matrices; tests/test_winograd.py compares.
+// lowering/winograd.py holds them as matrices; tests/lowering/test_winograd.py compares.
 #pragma once
 
 #include <algorithm>
@@ -23,8 +23,14 @@ constexpr int64_t kBlock = 64;  // channels per transform row (a block stays in 
 
 #define JAXCONV_ROWS _Pragma("GCC ivdep") for (int64_t i = 0; i < n; ++i)
 
+// Every function here is compiled into each ISA's pass (winograd_passes.cc) that calls it: left
+// to GCC's inlining limits, which count the whole file, the transforms were called out of line,
+// compiled for no ISA (a bfloat16 forward took 1.7x as long once the passes had a file of their
+// own).
+#define JAXCONV_INLINE inline __attribute__((always_inline))
+
 // Elements of the caller's buffers (float32, or bfloat16: the passes compute in float32).
-inline float FromBf16(uint16_t v) {
+JAXCONV_INLINE float FromBf16(uint16_t v) {
   const uint32_t bits = static_cast<uint32_t>(v) << 16;
   float f;
   std::memcpy(&f, &bits, sizeof f);
@@ -32,7 +38,7 @@ inline float FromBf16(uint16_t v) {
 }
 
 // Rounded to the nearest bfloat16, ties to even; a NaN stays a (quiet) NaN.
-inline uint16_t ToBf16(float f) {
+JAXCONV_INLINE uint16_t ToBf16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof bits);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
@@ -41,14 +47,14 @@ inline uint16_t ToBf16(float f) {
 
 // n floats, in vectors of 16 (a memcpy of a length known only at run time compiled to
 // `rep movs`, whose start-up took half of a filter transform's time).
-inline __attribute__((always_inline)) void CopyFloats(const float* src, float* dst, int64_t n) {
+JAXCONV_INLINE void CopyFloats(const float* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) std::memcpy(dst + i, src + i, 16 * sizeof(float));
   for (; i < n; ++i) dst[i] = src[i];
 }
 
 // n elements of buffer `src` from element `at` into floats.
-inline __attribute__((always_inline)) void LoadRow(const void* src, int64_t at, float* dst,
+JAXCONV_INLINE void LoadRow(const void* src, int64_t at, float* dst,
                                                    int64_t n, bool bf16) {
   if (!bf16) {
     CopyFloats(static_cast<const float*>(src) + at, dst, n);
@@ -58,7 +64,7 @@ inline __attribute__((always_inline)) void LoadRow(const void* src, int64_t at, 
   JAXCONV_ROWS dst[i] = FromBf16(in[i]);
 }
 
-inline __attribute__((always_inline)) void StoreRow(const float* src, void* dst, int64_t at,
+JAXCONV_INLINE void StoreRow(const float* src, void* dst, int64_t at,
                                                     int64_t n, bool bf16) {
   if (!bf16) {
     CopyFloats(src, static_cast<float*>(dst) + at, n);
@@ -71,7 +77,7 @@ inline __attribute__((always_inline)) void StoreRow(const float* src, void* dst,
 // dst (8 x 8, row stride ldd) = the transpose of src (row stride lds), in vectors of 8 floats:
 // interleave pairs of rows, then pairs of pairs, then the halves (GCC's vector extension: the
 // shuffles of the ISA the caller is compiled for).
-inline __attribute__((always_inline)) void Transpose8(const float* src, int64_t lds, float* dst,
+JAXCONV_INLINE void Transpose8(const float* src, int64_t lds, float* dst,
                                                       int64_t ldd) {
   typedef float V __attribute__((vector_size(32)));
   typedef int I __attribute__((vector_size(32)));
@@ -100,17 +106,17 @@ inline __attribute__((always_inline)) void Transpose8(const float* src, int64_t 
 // a loop over rows that the hardware's prefetcher does not follow (runs of a few lines, far
 // apart: the filter's taps).
 constexpr int64_t kPrefetch = 4;
-inline __attribute__((always_inline)) void Prefetch(const void* src, int64_t at, int64_t n,
+JAXCONV_INLINE void Prefetch(const void* src, int64_t at, int64_t n,
                                                     bool bf16) {
   const char* p = static_cast<const char*>(src) + at * (bf16 ? 2 : 4);
   for (int64_t b = 0; b < n * (bf16 ? 2 : 4); b += 64) __builtin_prefetch(p + b);
 }
 
-inline float Get(const void* src, int64_t at, bool bf16) {
+JAXCONV_INLINE float Get(const void* src, int64_t at, bool bf16) {
   return bf16 ? FromBf16(static_cast<const uint16_t*>(src)[at]) : static_cast<const float*>(src)[at];
 }
 
-inline void Put(void* dst, int64_t at, float v, bool bf16) {
+JAXCONV_INLINE void Put(void* dst, int64_t at, float v, bool bf16) {
   if (bf16) static_cast<uint16_t*>(dst)[at] = ToBf16(v);
   else static_cast<float*>(dst)[at] = v;
 }
@@ -122,7 +128,7 @@ template <>
 struct Tile<2> {
   static constexpr int kAlpha = 4;
   // t = B^T d over alpha rows of n channels
-  static inline void Input(const float* const* d, float* const* t, int64_t n) {
+  static JAXCONV_INLINE void Input(const float* const* d, float* const* t, int64_t n) {
     JAXCONV_ROWS {
       const float d0 = d[0][i], d1 = d[1][i], d2 = d[2][i], d3 = d[3][i];
       t[0][i] = d0 - d2;
@@ -132,7 +138,7 @@ struct Tile<2> {
     }
   }
   // y = A^T s: alpha rows into m
-  static inline void Output(const float* const* s, float* const* y, int64_t n) {
+  static JAXCONV_INLINE void Output(const float* const* s, float* const* y, int64_t n) {
     JAXCONV_ROWS {
       const float s1 = s[1][i], s2 = s[2][i];
       y[0][i] = s[0][i] + s1 + s2;
@@ -140,7 +146,7 @@ struct Tile<2> {
     }
   }
   // t = A e: m rows of dy into alpha (the adjoint of Output)
-  static inline void Grad(const float* const* e, float* const* t, int64_t n) {
+  static JAXCONV_INLINE void Grad(const float* const* e, float* const* t, int64_t n) {
     JAXCONV_ROWS {
       const float e0 = e[0][i], e1 = e[1][i];
       t[0][i] = e0;
@@ -150,7 +156,7 @@ struct Tile<2> {
     }
   }
   // t = G g: 3 rows of the filter into alpha
-  static inline void Filter(const float* const* g, float* const* t, int64_t n) {
+  static JAXCONV_INLINE void Filter(const float* const* g, float* const* t, int64_t n) {
     JAXCONV_ROWS {
       const float g0 = g[0][i], g1 = g[1][i], g2 = g[2][i];
       const float h = 0.5f * (g0 + g2);
@@ -161,7 +167,7 @@ struct Tile<2> {
     }
   }
   // o = G^T d: alpha rows of dU into 3 (the adjoint of Filter)
-  static inline void FilterGrad(const float* const* d, float* const* o, int64_t n) {
+  static JAXCONV_INLINE void FilterGrad(const float* const* d, float* const* o, int64_t n) {
     JAXCONV_ROWS {
       const float p = 0.5f * (d[1][i] + d[2][i]);
       o[0][i] = d[0][i] + p;
@@ -174,7 +180,7 @@ struct Tile<2> {
 template <>
 struct Tile<3> {
   static constexpr int kAlpha = 5;
-  static inline void Input(const float* const* d, float* const* t, int64_t n) {
+  static JAXCONV_INLINE void Input(const float* const* d, float* const* t, int64_t n) {
     JAXCONV_ROWS {
       const float d0 = d[0][i], d1 = d[1][i], d2 = d[2][i], d3 = d[3][i], d4 = d[4][i];
       t[0][i] = 2.0f * (d0 - d2) - d1 + d3;
@@ -184,7 +190,7 @@ struct Tile<3> {
       t[4][i] = d4 - d2 + 2.0f * (d1 - d3);
     }
   }
-  static inline void Output(const float* const* s, float* const* y, int64_t n) {
+  static JAXCONV_INLINE void Output(const float* const* s, float* const* y, int64_t n) {
     JAXCONV_ROWS {
       const float s1 = s[1][i], s2 = s[2][i], s3 = s[3][i];
       const float p12 = s1 + s2;
@@ -193,7 +199,7 @@ struct Tile<3> {
       y[2][i] = p12 + 4.0f * s3 + s[4][i];
     }
   }
-  static inline void Grad(const float* const* e, float* const* t, int64_t n) {
+  static JAXCONV_INLINE void Grad(const float* const* e, float* const* t, int64_t n) {
     JAXCONV_ROWS {
       const float e0 = e[0][i], e1 = e[1][i], e2 = e[2][i];
       const float p02 = e0 + e2;
@@ -204,7 +210,7 @@ struct Tile<3> {
       t[4][i] = e2;
     }
   }
-  static inline void Filter(const float* const* g, float* const* t, int64_t n) {
+  static JAXCONV_INLINE void Filter(const float* const* g, float* const* t, int64_t n) {
     JAXCONV_ROWS {
       const float g0 = g[0][i], g1 = g[1][i], g2 = g[2][i];
       const float p = g0 + g2;
@@ -215,7 +221,7 @@ struct Tile<3> {
       t[4][i] = g2;
     }
   }
-  static inline void FilterGrad(const float* const* d, float* const* o, int64_t n) {
+  static JAXCONV_INLINE void FilterGrad(const float* const* d, float* const* o, int64_t n) {
     JAXCONV_ROWS {
       const float d1 = d[1][i], d2 = d[2][i], d3 = d[3][i];
       const float h = -0.5f * d1, m23 = (d3 - d2) * (1.0f / 6);
@@ -229,7 +235,7 @@ struct Tile<3> {
 template <>
 struct Tile<4> {
   static constexpr int kAlpha = 6;
-  static inline void Input(const float* const* d, float* const* t, int64_t n) {
+  static JAXCONV_INLINE void Input(const float* const* d, float* const* t, int64_t n) {
     JAXCONV_ROWS {
       const float d0 = d[0][i], d1 = d[1][i], d2 = d[2][i], d3 = d[3][i], d4 = d[4][i],
                   d5 = d[5][i];
@@ -242,7 +248,7 @@ struct Tile<4> {
       t[5][i] = d5 + d1 + 1.5f * (d2 - d4) - 2.0f * d3;
     }
   }
-  static inline void Output(const float* const* s, float* const* y, int64_t n) {
+  static JAXCONV_INLINE void Output(const float* const* s, float* const* y, int64_t n) {
     JAXCONV_ROWS {
       const float s3 = s[3][i], s4 = s[4][i];
       const float p12 = s[1][i] + s[2][i], m12 = s[1][i] - s[2][i];
@@ -252,7 +258,7 @@ struct Tile<4> {
       y[3][i] = m12 + 8.0f * s3 - 0.125f * s4 + s[5][i];
     }
   }
-  static inline void Grad(const float* const* e, float* const* t, int64_t n) {
+  static JAXCONV_INLINE void Grad(const float* const* e, float* const* t, int64_t n) {
     JAXCONV_ROWS {
       const float e0 = e[0][i], e1 = e[1][i], e2 = e[2][i], e3 = e[3][i];
       const float p02 = e0 + e2, p13 = e1 + e3;
@@ -264,7 +270,7 @@ struct Tile<4> {
       t[5][i] = e3;
     }
   }
-  static inline void Filter(const float* const* g, float* const* t, int64_t n) {
+  static JAXCONV_INLINE void Filter(const float* const* g, float* const* t, int64_t n) {
     JAXCONV_ROWS {
       const float g0 = g[0][i], g1 = g[1][i], g2 = g[2][i];
       const float p = g0 + g2;
@@ -276,7 +282,7 @@ struct Tile<4> {
       t[5][i] = g2;
     }
   }
-  static inline void FilterGrad(const float* const* d, float* const* o, int64_t n) {
+  static JAXCONV_INLINE void FilterGrad(const float* const* d, float* const* o, int64_t n) {
     JAXCONV_ROWS {
       const float d1 = d[1][i], d2 = d[2][i], d3 = d[3][i], d4 = d[4][i];
       const float m21 = (d2 - d1) * (1.0f / 3);
@@ -364,7 +370,7 @@ struct Rows {
 // each of t's NOUT rows into dst(r, q). A whole block (n == kBlock) is compiled with its
 // length known: the rows' loops unrolled, no remainder.
 template <int NIN, int NOUT, typename F, typename Src, typename Dst>
-inline __attribute__((always_inline)) void SeparableOf(F f, const Src& src, const Dst& dst,
+JAXCONV_INLINE void SeparableOf(F f, const Src& src, const Dst& dst,
                                                        float* t, int64_t n) {
   const float* rows[NIN];
   float* outs[NOUT];
@@ -381,7 +387,7 @@ inline __attribute__((always_inline)) void SeparableOf(F f, const Src& src, cons
 }
 
 template <int NIN, int NOUT, typename F, typename Src, typename Dst>
-inline __attribute__((always_inline)) void Separable(F f, const Src& src, const Dst& dst,
+JAXCONV_INLINE void Separable(F f, const Src& src, const Dst& dst,
                                                      float* t, int64_t n) {
   if (n == kBlock) SeparableOf<NIN, NOUT>(f, src, dst, t, kBlock);
   else SeparableOf<NIN, NOUT>(f, src, dst, t, n);
