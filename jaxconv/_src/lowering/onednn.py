@@ -10,7 +10,7 @@ into its own blocked format (and the activations where no implementation takes t
 
 The FFI target is registered for the ``cpu`` platform only (``Method.platforms``: a program
 lowered for another platform never holds the call), and only when the handler is built and
-loads (``onednn/library.py``); otherwise the method does not apply and says why. Whether
+loads (``native/library.py``); otherwise the method does not apply and says why. Whether
 oneDNN computes a call is decided in one place, :func:`applies`, which the chooser
 (``chooser.py``) asks before it plans a call: the handler is loaded and takes the problem, the
 operands are float32 or, where this CPU has the instructions (oneDNN is asked once when it
