@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import re
 import time
 from typing import Any
@@ -122,8 +123,23 @@ def torch_info() -> dict[str, Any]:
             "threads": torch.get_num_threads()}
 
 
+def commit() -> str | None:
+    """The commit of the jaxconv tree that runs (``git describe --always --dirty``: a tree with
+    changes says so), or None outside a git checkout: the one a docs table names."""
+    import subprocess
+
+    root = pathlib.Path(__file__).resolve().parents[3]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"],
+                             capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
 def describe() -> dict[str, Any]:
-    """Everything a model benchmark records about the machine and the libraries."""
+    """Everything a model benchmark records about the machine and the libraries (and the
+    commit measured: :func:`commit`)."""
     import jax
 
     from jaxconv._src.native import library
@@ -134,7 +150,7 @@ def describe() -> dict[str, Any]:
                                          "avx512_fp16", "amx_tile"}),
             "jax": jax.__version__, "xla_threads": os.cpu_count(),
             "jaxconv_onednn": status.line(), "jaxconv_onednn_dtypes": list(status.dtypes),
-            "torch": torch_info(), "peak": peak()}
+            "torch": torch_info(), "peak": peak(), "commit": commit()}
 
 
 def result(command: str, **fields: Any) -> dict[str, Any]:

@@ -74,31 +74,39 @@ def runs(r: dict[str, Any], contender: str, label: str = "") -> str:
 
 
 def lead_table(results: list[dict[str, Any]]) -> str:
-    """The headline (docs/performance.md, README): per model, torch/accelerate and
-    torch/jaxconv (the hooks) in the usual script, without and with BatchNorm, each process's
-    ratio beside; and torch/accelerate with ``keep_freed_memory()`` called first (the ``kept``
-    mode), where it was run."""
+    """The headline (docs/performance.md, README): per model, the step's median ms of each
+    contender and torch over it, each process's ratio beside, for each BatchNorm setting and
+    memory mode the results hold (a column only where something was timed)."""
     rows: dict[str, dict[tuple[str, bool], dict[str, Any]]] = {}
     for res in results:
         for r in res.get("steps", []):
             rows.setdefault(f"{r['description']} ({r['batch']}, {r['image']})", {})[
                 (r["mode"], r["batchnorm"])] = r
-    lines = ["| model (batch, image) | torch / accelerate, no BatchNorm | with BatchNorm "
-             "| torch / jaxconv (hooks), no BatchNorm | with BatchNorm "
-             "| torch / accelerate, kept first: no BatchNorm, with |",
-             "|---|---|---|---|---|---|"]
+    found = {key for by in rows.values() for key in by}
+    columns = [(contender, mode, bn) for contender in ("accelerate", "jaxconv")
+               for mode in ("usual", "kept") for bn in (False, True)
+               if (mode, bn) in found and any(
+                   by.get((mode, bn), {}).get(f"torch_over_{contender}") is not None
+                   for by in rows.values())]
 
-    def cell(r: dict[str, Any], contender: str, bold: bool = True) -> str:
+    def head(contender: str, mode: str, bn: bool) -> str:
+        who = "accelerate" if contender == "accelerate" else "jaxconv (hooks)"
+        kept = ", kept first" if mode == "kept" else ""
+        return (f"{'with' if bn else 'no'} BatchNorm: torch / {who}{kept} (per process); "
+                f"{who} ms")
+
+    def cell(r: dict[str, Any], contender: str) -> str:
         ratio = r.get(f"torch_over_{contender}")
         if ratio is None:
             return "-"
-        return (f"**{ratio:.2f}**" if bold else f"{ratio:.2f}") + runs(r, contender)
+        ms = r["median_ms"].get(contender)
+        return f"**{ratio:.2f}**" + runs(r, contender) + ("" if ms is None else f"; {ms:.0f}")
 
+    lines = ["| model (batch, image) | " + " | ".join(head(*c) for c in columns) + " |",
+             "|---|" + "---|" * len(columns)]
     for model, by in rows.items():
-        cells = [cell(by.get(("usual", bn), {}), contender)
-                 for contender in ("accelerate", "jaxconv") for bn in (False, True)]
-        kept = [cell(by.get(("kept", bn), {}), "accelerate", bold=False) for bn in (False, True)]
-        lines.append(f"| {model} | " + " | ".join(cells) + f" | {'; '.join(kept)} |")
+        lines.append(f"| {model} | " + " | ".join(
+            cell(by.get((mode, bn), {}), contender) for contender, mode, bn in columns) + " |")
     return "\n".join(lines)
 
 
