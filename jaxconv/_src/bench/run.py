@@ -51,7 +51,7 @@ from jax import lax
 
 import jaxconv
 from jaxconv._src import lax_refs
-from jaxconv._src.bench import benchdnn
+from jaxconv._src.bench import benchdnn, machine
 from jaxconv._src.bench.timing import (  # noqa: F401 - re-exported for the scripts and tests
     _bind,
     _time,
@@ -402,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
             "devices": [str(device)], "cpu_count": os.cpu_count(), "cpu": cpu_model(),
             "onednn": library.status().line(),
             "platform": platform.platform(), "reps": reps, "batch_cap": args.batch_cap,
+            "commit": machine.commit(),
             "command": " ".join(["jaxconv bench", *(argv if argv is not None else sys.argv[1:])])}
     with jax.default_device(device):
         for prob, kind in _progress(tasks, "benchmarks"):
