@@ -135,3 +135,32 @@ def test_a_comparison_reads_the_value_its_neighbours_took():
     widen = made[gt.invars[0]]  # the mask reads the rounded value, widened again
     assert widen.primitive.name == "convert_element_type"
     assert widen.invars[0].aval.dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
+def test_sums_of_16_bit_floats_run_in_float32(dtype):
+    """A ``reduce_sum`` of a 16-bit float (autodiff's transpose of a broadcast: a bias's
+    gradient) sums in float32 and rounds once: within the dtype's bound of float64's sum of the
+    same cotangent (16,384 terms: a sum in 16 bits is not). A float32 sum runs as written."""
+    import re
+
+    rng = np.random.default_rng(5)
+    x = jnp.asarray(rng.standard_normal((64, 16, 16, 8)), dtype)
+    b = jnp.asarray(rng.standard_normal(8), jnp.float32)
+
+    def loss(b, x):
+        return jnp.sum(jnp.sin((x + b.astype(x.dtype)[None, None, None]).astype(jnp.float32)))
+
+    grad = jax.grad(loss)
+    got = jax.jit(jaxconv.accelerate(grad))(b, x)
+    ct = jnp.cos((x + b.astype(dtype)[None, None, None]).astype(jnp.float32)).astype(dtype)
+    ref = np.sum(np.asarray(ct, np.float64), axis=(0, 1, 2))
+    h.assert_close(got, ref, dtype)
+    before = str(jax.make_jaxpr(grad)(b, x))
+    after = str(jax.make_jaxpr(jaxconv.accelerate(grad))(b, x))
+    narrow = re.compile(r"\b(bf16|f16)\[[^\]]*\] = reduce_sum")
+    if dtype == jnp.float32:
+        assert after.count("reduce_sum") == before.count("reduce_sum")
+        assert after.count("convert_element_type") == before.count("convert_element_type")
+    else:
+        assert narrow.search(before) and not narrow.search(after)

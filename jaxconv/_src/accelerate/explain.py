@@ -22,8 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxconv._src import host_faults, host_memory, lowering
-from jaxconv._src.accelerate import patterns, transform
-from jaxconv._src.kernel import Kernel
+from jaxconv._src.accelerate import rewrites, transform
 
 #: arguments from this size on (bytes) are "a large state" whose donation matters
 LARGE_STATE_BYTES = 1 << 24
@@ -68,6 +67,25 @@ class Explanation:
     #: ``step``, ``convolutions``, ``pools``, ``rest`` in ms and, on the CPU, ``faults`` (the
     #: step's minor page faults a call) (``measure=True``), else empty
     timing: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: what :func:`jaxconv.accelerate`'s rewrites make of the program's lax equations, each
+    #: asked equation's decision in program order (nested jaxprs' included): the matches and
+    #: reasons of the transformation itself, which evaluated the program to say so
+    decisions: list[rewrites.Decision] = dataclasses.field(default_factory=list)
+
+    def rewrites(self) -> list[tuple[str, int, dict[str, int]]]:
+        """Per rewrite asked (in ``rewrites.REWRITES``' order): its name, the equations it
+        matched, and how many it declined for each reason (``rewrites.REASONS``' text)."""
+        out = []
+        for r in rewrites.REWRITES:
+            matched = sum(d.matched == r.name for d in self.decisions)
+            why: dict[str, int] = {}
+            for d in self.decisions:
+                for name, key in d.reasons:
+                    if name == r.name:
+                        why[rewrites.REASONS[key]] = why.get(rewrites.REASONS[key], 0) + 1
+            if matched or why:
+                out.append((r.name, matched, why))
+        return out
 
     def __str__(self) -> str:
         head = ("op", "kernel", "by", "shapes", "lowering", "chosen", "n", "threading",
@@ -86,6 +104,9 @@ class Explanation:
                          f"pools {t['pools']:.2f}, rest {t['rest']:.2f} (each convolution and "
                          f"pool timed alone; XLA runs independent operations of a step "
                          f"concurrently, so the parts may add up to more than the step)")
+        for name, matched, why in self.rewrites():
+            declined = "".join(f"; declined {n}: {w}" for w, n in why.items())
+            lines.append(f"rewrite {name}: {matched} matched{declined}")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -96,12 +117,11 @@ class Explanation:
         return "<pre>" + html.escape(str(self)) + "</pre>"
 
 
-def _walk(jaxpr: Any) -> list[tuple[Any, dict[Any, Any]]]:
-    """Every equation, nested ones included, with its jaxpr's reversed filters."""
+def _walk(jaxpr: Any) -> list[Any]:
+    """Every equation, nested ones included."""
     eqns = []
-    reversed_filters = patterns.reversed_filters(jaxpr.eqns)
     for eqn in jaxpr.eqns:
-        eqns.append((eqn, reversed_filters))
+        eqns.append(eqn)
         for sub in transform._subjaxprs(eqn.params):
             eqns.extend(_walk(sub))
     return eqns
@@ -111,7 +131,7 @@ def _fmt(*avals: Any) -> str:
     return " x ".join(f"{a.dtype}{list(a.shape)}" for a in avals)
 
 
-def _conv_row(eqn: Any, backend: str, reversed_filter: bool = False) -> Row:
+def _conv_row(eqn: Any, backend: str, decision: rewrites.Decision | None) -> Row:
     lhs, rhs = (v.aval for v in eqn.invars)
     out = eqn.outvars[0].aval
     shapes = f"{_fmt(lhs, rhs)} -> {list(out.shape)}"
@@ -124,11 +144,13 @@ def _conv_row(eqn: Any, backend: str, reversed_filter: bool = False) -> Row:
         return Row("convolution", str(kernel), "jaxconv", shapes, planned.method,
                    chosen=planned.why,
                    _bind=_binder(eqn), _avals=(lhs, rhs))
-    kind = patterns.conv_kind(eqn.params, lhs, rhs, out.shape, reversed_filter)
-    why = (f"accelerate runs jaxconv's {kind.label} kernel" if isinstance(kind, Kernel)
-           else kind)
-    return Row("convolution", str(kind) if isinstance(kind, Kernel) else "", "lax", shapes,
-               why, _bind=_binder(eqn), _avals=(lhs, rhs))
+    if decision is None:  # accelerate's evaluation did not reach it (Explanation.notes)
+        return Row("convolution", "", "lax", shapes, "not evaluated", _bind=_binder(eqn),
+                   _avals=(lhs, rhs))
+    matched = decision.matched is not None
+    return Row("convolution", str(decision.detail) if matched else "", "lax", shapes,
+               f"accelerate runs {decision.label}" if matched else decision.why(),
+               _bind=_binder(eqn), _avals=(lhs, rhs))
 
 
 def _pool_row(eqn: Any) -> Row:
@@ -151,13 +173,12 @@ def _key(r: Row) -> tuple[Any, ...]:
     return (r.op, r.kernel, r.by, r.shapes, r.lowering)
 
 
-def _rows(jaxpr: Any, backend: str) -> list[Row]:
+def _rows(jaxpr: Any, backend: str, record: transform.Record) -> list[Row]:
     rows: dict[tuple[Any, ...], Row] = {}
-    for eqn, reversed_filters in _walk(jaxpr):
+    for eqn in _walk(jaxpr):
         name = eqn.primitive.name
         if name in ("jaxconv_conv", "conv_general_dilated"):
-            row = _conv_row(eqn, backend,
-                           patterns.filter_before_rev(eqn, reversed_filters) is not None)
+            row = _conv_row(eqn, backend, record.get(eqn))
         elif name in _POOLS:
             row = _pool_row(eqn)
         else:
@@ -293,7 +314,8 @@ def explain(fn: Callable[..., Any], *args: Any, measure: bool = False, reps: int
     convolution and pool once, with how many times it runs: jaxconv's with its kernel and the
     lowering ``"auto"`` picks on this backend (``onednn``, or one of XLA's formulations:
     docs/onednn.md), lax's with the jaxconv kernel :func:`jaxconv.accelerate` would run or why
-    it would not. The notes name what is known to be slow here and the change that removes
+    it would not; then what each of accelerate's rewrites matched and declined (the
+    transformation's own decisions: it evaluates the traced program to say so). The notes name what is known to be slow here and the change that removes
     it: lax convolutions and pools that ``accelerate`` would take, XLA's max-pool gradient,
     the oneDNN extra not built, glibc's allocator defaults, a large state not donated.
 
@@ -331,12 +353,19 @@ def explain(fn: Callable[..., Any], *args: Any, measure: bool = False, reps: int
         raise TypeError(f"explain: fn must be callable, got {type(fn).__name__}")
     backend = jax.default_backend()
     closed = jax.make_jaxpr(fn)(*args, **kwargs)
-    rows = _rows(closed.jaxpr, backend)
-    notes = _notes(rows, backend, fn, args, kwargs)
+    record: transform.Record = {}
+    notes = []
+    try:  # accelerate's own evaluation of the program, traced only: its decisions
+        jax.make_jaxpr(lambda *a: transform.evaluate(closed.jaxpr, closed.consts, a,
+                                                     record=record))(*closed.in_avals)
+    except Exception as e:  # noqa: BLE001 - a program accelerate cannot evaluate says why
+        notes.append(f"jaxconv.accelerate cannot evaluate this program: {type(e).__name__}: {e}")
+    rows = _rows(closed.jaxpr, backend, record)
+    notes += _notes(rows, backend, fn, args, kwargs)
     timing: dict[str, float] = {}
     if measure:
         timing, faults = _measure(rows, fn, args, kwargs, reps)
         if faults is not None and faults.high:
             notes.append(faults.line())
-    return Explanation(backend, rows, notes, timing)
+    return Explanation(backend, rows, notes, timing, list(record.values()))
 

@@ -4,8 +4,8 @@ pools through jaxconv's kernels.
 How: the function is traced to a jaxpr (as ``jax.make_jaxpr`` does, in the caller's trace:
 under ``jit``, ``grad`` or ``vmap`` its arguments are that transformation's tracers), and the
 jaxpr is evaluated again equation by equation, as ``jax.core.eval_jaxpr`` does, except that
-each equation :mod:`patterns` recognises binds jaxconv's primitive instead of lax's. Every other
-equation is bound as it was. Nested jaxprs are rewritten where they hold an equation to rewrite:
+each equation a rewrite matches (``rewrites/``, asked in order) is computed by it: jaxconv's
+primitive instead of lax's. Every other equation is bound as it was. Nested jaxprs are rewritten where they hold an equation to rewrite:
 a ``jit`` is inlined (the caller's ``jit`` compiles the whole); ``checkpoint``, ``scan``,
 ``while``, ``cond``, ``custom_jvp`` and ``custom_vjp`` keep their primitive with the rewritten
 jaxpr (their custom rules stay as written); a nested jaxpr that cannot be traced again outside
@@ -38,64 +38,35 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
 from jaxconv._src import lax_refs
 from jaxconv._src.lowering import chooser
-from jaxconv._src.accelerate import patterns, products, recompute, sums, widening
+from jaxconv._src.accelerate import rewrites, widening
+from jaxconv._src.accelerate.analysis import Analysis
+from jaxconv._src.accelerate.rewrites.products import Product
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-def _conv(eqn: Any, lhs: Any, rhs: Any, unreversed: Any = None, lowering: str = "auto") -> Any:
-    return patterns.conv_pattern(eqn.params, lhs, rhs, eqn.outvars[0].aval.shape, unreversed,
-                                 lowering)
+_PRODUCT = Product()
 
-
-def _pool(eqn: Any, x: Any) -> Any:
-    return patterns.max_pool_pattern(eqn.params, x)
-
-
-def _scatter(eqn: Any, ct: Any, x: Any) -> Any:
-    return patterns.max_pool_scatter_pattern(eqn.params, ct, x)
-
-
-def _gather(eqn: Any, t: Any, x: Any) -> Any:
-    return patterns.max_pool_gather_pattern(eqn.params, t, x)
-
-
-def _window_sum(eqn: Any, x: Any) -> Any:
-    return patterns.window_sum_pattern(eqn.params, x)
-
-
-def _dot(eqn: Any, lhs: Any, rhs: Any) -> Any:
-    return products.onednn_product(eqn.params, lhs, rhs)
-
-
-#: the rewritten primitives, by name: each rule returns the result, or a string (why the
-#: equation runs as written)
-RULES: dict[str, Callable[..., Any]] = {
-    "conv_general_dilated": _conv,
-    "reduce_window_max": _pool,
-    "select_and_scatter_add": _scatter,
-    "select_and_gather_add": _gather,
-    "reduce_window_sum": _window_sum,
-    "dot_general": _dot,
-}
-
-#: the pooling rules, which run on float32 where their operands are 16-bit (widening.pool_dtype)
-_POOLS = frozenset({"reduce_window_max", "select_and_scatter_add", "select_and_gather_add"})
+#: the primitives whose equations a rewrite may compute otherwise where a nested jaxpr holds
+#: them (its jaxpr is then evaluated again: :func:`_holds_target`)
+_KERNELS = frozenset({"conv_general_dilated", "reduce_window_max", "select_and_scatter_add",
+                      "select_and_gather_add", "reduce_window_sum"})
 
 #: nested-jaxpr primitives that are inlined (their jaxpr param, a ClosedJaxpr)
 _INLINED = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr"}
 
 
 def _targets(eqn: Any) -> bool:
-    """Whether ``eqn`` may run otherwise: :data:`RULES` may rewrite it (a matrix product where
-    it runs on oneDNN: :func:`products.takes`), or it is 16-bit arithmetic
-    (:func:`widening.targets`)."""
+    """Whether ``eqn`` may run otherwise: a convolution, a pool or a window sum (:data:`_KERNELS`),
+    a matrix product that runs on oneDNN (the product rewrite matches it), or 16-bit
+    arithmetic (:func:`widening.targets`)."""
     if eqn.primitive.name == "dot_general":
-        return products.takes(eqn)
-    return eqn.primitive.name in RULES or widening.targets(eqn)
+        return isinstance(_PRODUCT.match(eqn, None), rewrites.Match)  # type: ignore[arg-type]
+    return eqn.primitive.name in _KERNELS or widening.targets(eqn)
 
 
 def _holds_target(jaxpr: Jaxpr) -> bool:
-    """Whether ``jaxpr`` or a jaxpr nested in it has an equation :data:`RULES` rewrites."""
+    """Whether ``jaxpr`` or a jaxpr nested in it has an equation to compute otherwise
+    (:func:`_targets`)."""
     for eqn in jaxpr.eqns:
         if _targets(eqn):
             return True
@@ -115,110 +86,72 @@ def _subjaxprs(params: dict[str, Any]) -> list[Jaxpr]:
     return out
 
 
+#: what the rewrites made of each equation, where a caller asks (``jaxconv.explain``)
+Record = dict[Any, rewrites.Decision]
+
+
 def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
-             wide_results: bool = False, lowering: str = "auto") -> list[Any]:
-    """``jax.core.eval_jaxpr`` with jaxconv's kernels for the equations :data:`RULES` match,
-    and 16-bit arithmetic in float32 (:mod:`widening`). The results are the 16-bit values, or
+             wide_results: bool = False, lowering: str = "auto",
+             record: Record | None = None) -> list[Any]:
+    """``jax.core.eval_jaxpr``, except that each equation the rewrites match
+    (:data:`rewrites.REWRITES`, asked in order) is computed by the first that does, and
+    16-bit arithmetic runs in float32 (:mod:`widening`). The results are the 16-bit values, or
     with ``wide_results`` (an inlined ``jit``'s, read by the caller's equations) as they are;
-    ``lowering``: the method every convolution asks for (``"auto"`` or ``"direct"``)."""
+    ``lowering``: the method every convolution asks for (``"auto"`` or ``"direct"``);
+    ``record``: filled with each asked equation's :class:`rewrites.Decision` (nested jaxprs'
+    included)."""
     env: dict[Any, Any] = {}
 
     def read(v: Any) -> Any:
         return v.val if isinstance(v, Literal) else env[v]
 
+    def equation(eqn: Any, invals: list[Any]) -> list[Any]:
+        outs = _equation(eqn, invals, lowering, record)
+        return outs if eqn.primitive.multiple_results else [outs]
+
     for var, value in zip(jaxpr.constvars, consts):
         env[var] = value
     for var, value in zip(jaxpr.invars, args):
         env[var] = value
-    reversed_filters = patterns.reversed_filters(jaxpr.eqns)
-    dots = products.products(jaxpr.eqns)
-    defined = sums.producers(jaxpr.eqns)
-    spread_pads = patterns.spreads(jaxpr.eqns)
-    unread = patterns.pads_only_spread_sums_read(jaxpr, spread_pads)  # not bound at all
-    product_operands = {v for e in jaxpr.eqns if e.primitive.name in widening.PRODUCTS
-                        for v in e.invars if not isinstance(v, Literal)}
-    program = recompute.program(jaxpr.eqns, jaxpr.outvars)
-    copies = recompute.Copies()
+    scope = rewrites.Scope(Analysis.of(jaxpr), env, lowering, equation)
     for eqn in jaxpr.eqns:
-        if eqn in unread:
-            continue
-        spread = patterns.spread_before_sum(eqn, spread_pads)  # reads what the pad spreads
-        invals = [read(v) for v in ([spread.invars[0]] if spread is not None else eqn.invars)]
+        invals = None  # the operands, read where the equation runs as written (a rewrite may
+        # read others: a spread sum reads what an uncomputed pad spreads)
         if widening.targets(eqn):  # each 16-bit operand converted to float32 once
-            invals = [widening.widened(x) for x in invals]
+            invals = [widening.widened(read(v)) for v in eqn.invars]
             env.update((v, x) for v, x in zip(eqn.invars, invals) if not isinstance(v, Literal))
         name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
         with (source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack),
               eqn.ctx.manager):
-            product = products.product_before_transpose(eqn, dots)
-            factored = sums.factored(eqn, defined)  # float32 operands: never Wide values
-            if spread is not None:  # a pool's transpose: the cotangent repeated
-                outs = _spread_sum(eqn, spread, invals[0])
-            elif factored is not None:
-                outs = sums.run(eqn, factored, read(factored.other), read(factored.factor))
-            elif (again := _again(eqn, program, env)) is not None:
-                outs = _equation(eqn, [_recomputed(again, eqn, env, copies, lowering),
-                                       *invals[1:]], lowering=lowering)
-            elif product is not None:  # the product in the layout the transpose makes
-                outs = products.swapped(product, *(widening.narrow(read(v))
-                                                   for v in product.invars))
+            match = _match(eqn, scope, record)
+            if match is not None:
+                outs = match.rewrite.emit(match, [read(v) for v in match.reads], scope)
             else:
-                before = patterns.filter_before_rev(eqn, reversed_filters)
-                outs = _equation(eqn, invals, None if before is None else read(before),
-                                 lowering)
-        if not eqn.primitive.multiple_results:
-            outs = [outs]
+                outs = equation(eqn, invals if invals is not None
+                                else [read(v) for v in eqn.invars])
         for var, value in zip(eqn.outvars, outs):
-            if isinstance(value, widening.Wide) and var in product_operands:
+            if isinstance(value, widening.Wide) and var in scope.analysis.product_operands:
                 value.product_reads = True
             env[var] = value
     results = [read(v) for v in jaxpr.outvars]
     return results if wide_results else [widening.narrow(v) for v in results]
 
 
-def _again(eqn: Any, program: recompute.Program, env: dict[Any, Any]) -> Any:
-    """The chain ``eqn`` computes again (:mod:`recompute`), or None. A value computed in
-    float32 for a 16-bit one (a :class:`widening.Wide` one not stored as it is) is a source."""
-    if eqn.primitive.name not in recompute.SUMS:
-        return None
-
-    def kept(v: Any) -> bool:
-        value = env.get(v)
-        return isinstance(value, widening.Wide) and not value.stored
-
-    def is_source(v: Any) -> bool:
-        producer = program.producer.get(v)
-        return kept(v) or (producer is not None and any(
-            kept(u) for u in producer.invars if not isinstance(u, Literal)))
-    return recompute.chain(eqn, program, env.get, is_source)
-
-
-def _recomputed(again: recompute.Chain, eqn: Any, env: dict[Any, Any],
-                copies: recompute.Copies, lowering: str) -> Any:
-    """``eqn``'s operand computed again by ``again``'s equations from copies of its sources."""
-    operand = eqn.invars[0]
-    size = int(np.prod(operand.aval.shape))
-    values = [env[v] for v in again.sources]
-    plain = copies.of(again.sources, [widening.narrow(v) for v in values], size)
-    local = {v: widening.Wide.of(p) if isinstance(x, widening.Wide) else p
-             for v, x, p in zip(again.sources, values, plain)}
-    for e in again.eqns:
-        ins = [v.val if isinstance(v, Literal) else local[v] for v in e.invars]
-        if widening.targets(e):
-            ins = [widening.widened(x) for x in ins]
-        local[e.outvars[0]] = _equation(e, ins, lowering=lowering)
-    value = local[operand]
-    return widening.widened(value) if widening.targets(eqn) else value
-
-
-def _spread_sum(eqn: Any, pad: Any, ct: Any) -> Any:
-    """``eqn``, a window sum of ``pad``'s result, as :func:`patterns.spread_sum` of ``ct``, a
-    :class:`widening.Wide` value's float32 one where it is one (the values move without
-    arithmetic: they round as ``ct`` does)."""
-    out_shape = eqn.outvars[0].aval.shape
-    if isinstance(ct, widening.Wide):
-        return widening.Wide(patterns.spread_sum(pad, ct.wide, out_shape), ct.dtype)
-    return patterns.spread_sum(pad, ct, out_shape)
+def _match(eqn: Any, scope: rewrites.Scope, record: Record | None) -> rewrites.Match | None:
+    """The first rewrite's match of ``eqn``, or None (each asked rewrite's reason recorded)."""
+    asked = rewrites.BY_PRIMITIVE.get(eqn.primitive.name, ())
+    reasons: list[tuple[str, str]] = []
+    for rewrite in asked:
+        found = rewrite.match(eqn, scope)
+        if isinstance(found, rewrites.Match):
+            if record is not None:
+                record[eqn] = rewrites.Decision(eqn, rewrite.name, found.label, tuple(reasons),
+                                                found.detail)
+            return found
+        reasons.append((rewrite.name, found))
+    if record is not None and asked:
+        record[eqn] = rewrites.Decision(eqn, None, "", tuple(reasons))
+    return None
 
 
 def _bind(eqn: Any, invals: Sequence[Any], params: dict[str, Any] | None = None) -> Any:
@@ -230,10 +163,11 @@ def _bind(eqn: Any, invals: Sequence[Any], params: dict[str, Any] | None = None)
     return eqn.primitive.bind(*invals, **bind_params)
 
 
-def _equation(eqn: Any, wide_invals: list[Any], unreversed: Any = None,
-              lowering: str = "auto") -> Any:
-    """``eqn`` on ``wide_invals`` (its operands, 16-bit ones maybe :class:`widening.Wide`);
-    ``unreversed``: a convolution's filter before autodiff's ``rev``, where it is one."""
+def _equation(eqn: Any, wide_invals: list[Any], lowering: str = "auto",
+              record: Record | None = None) -> Any:
+    """``eqn`` as written on ``wide_invals`` (its operands, 16-bit ones maybe
+    :class:`widening.Wide`): 16-bit arithmetic in float32, an inlined ``jit`` or a nested
+    jaxpr evaluated again where it holds an equation to compute otherwise."""
     name = eqn.primitive.name
     dtype = widening.narrow_dtype(eqn, wide_invals)
     if dtype is not None:
@@ -243,22 +177,12 @@ def _equation(eqn: Any, wide_invals: list[Any], unreversed: Any = None,
     if name in _INLINED and subs and any(_holds_target(s) for s in subs):
         closed = eqn.params[_INLINED[name]]
         return evaluate(closed.jaxpr, closed.consts, wide_invals, wide_results=True,
-                        lowering=lowering)
+                        lowering=lowering, record=record)
     invals = [widening.narrow(v) for v in wide_invals]
-    rule = RULES.get(name)
-    if rule is not None:
-        pooled = widening.pool_dtype(eqn, wide_invals) if name in _POOLS else None
-        if pooled is not None:  # on the float32 values (its reasons do not depend on the width)
-            out = rule(eqn, *map(widening.float32, wide_invals))
-            return _bind(eqn, invals) if isinstance(out, str) else widening.Wide(out, pooled)
-        out = (_conv(eqn, invals[0], invals[1], widening.narrow(unreversed), lowering)
-               if rule is _conv
-               else rule(eqn, *invals))
-        return _bind(eqn, invals) if isinstance(out, str) else out
     if not subs or not any(_holds_target(s) for s in subs):
         return _bind(eqn, invals)
     try:
-        params = _rewritten_params(eqn, lowering)
+        params = _rewritten_params(eqn, lowering, record)
     except Exception:  # noqa: BLE001 - a body that only traces in its own context runs as it was
         return _bind(eqn, invals)
     if params is None:
@@ -267,13 +191,13 @@ def _equation(eqn: Any, wide_invals: list[Any], unreversed: Any = None,
     return _bind(eqn, [*hoisted, *invals], params)
 
 
-def _retrace(jaxpr: Jaxpr, consts: Sequence[Any],
-             lowering: str = "auto") -> tuple[Jaxpr, list[Any]] | None:
+def _retrace(jaxpr: Jaxpr, consts: Sequence[Any], lowering: str = "auto",
+             record: Record | None = None) -> tuple[Jaxpr, list[Any]] | None:
     """``jaxpr`` evaluated by :func:`evaluate` and traced again on its own input types: the
     rewritten jaxpr and its constants; None where its output types changed (a nested jaxpr must
     keep its signature)."""
     in_avals = [v.aval for v in jaxpr.invars]
-    fn = functools.partial(evaluate, jaxpr, consts, lowering=lowering)
+    fn = functools.partial(evaluate, jaxpr, consts, lowering=lowering, record=record)
     debug = jaxpr.debug_info or api_util.debug_info("accelerate", fn, in_avals, {})
     new, out_avals, new_consts = pe.trace_to_jaxpr_dynamic(
         lu.wrap_init(lambda *a: fn(a), debug_info=debug), in_avals)
@@ -285,29 +209,30 @@ def _retrace(jaxpr: Jaxpr, consts: Sequence[Any],
     return new, list(new_consts)
 
 
-def _closed(value: ClosedJaxpr, lowering: str) -> ClosedJaxpr | None:
-    out = _retrace(value.jaxpr, value.consts, lowering)
+def _closed(value: ClosedJaxpr, lowering: str, record: Record | None) -> ClosedJaxpr | None:
+    out = _retrace(value.jaxpr, value.consts, lowering, record)
     return None if out is None else ClosedJaxpr(*out)
 
 
-def _rewritten_params(eqn: Any, lowering: str) -> dict[str, Any] | None:
+def _rewritten_params(eqn: Any, lowering: str,
+                      record: Record | None = None) -> dict[str, Any] | None:
     """The equation's params with every nested jaxpr rewritten; an open jaxpr's new constants
     become leading inputs (``_hoisted``) where the primitive takes them (``checkpoint``),
     else the equation runs as written (None)."""
     params = dict(eqn.params)
     for key, value in eqn.params.items():
         if isinstance(value, ClosedJaxpr):
-            closed = _closed(value, lowering)
+            closed = _closed(value, lowering, record)
             if closed is None:
                 return None
             params[key] = closed
         elif isinstance(value, tuple) and value and all(isinstance(v, ClosedJaxpr) for v in value):
-            news = [_closed(v, lowering) for v in value]
+            news = [_closed(v, lowering, record) for v in value]
             if any(v is None for v in news):
                 return None
             params[key] = tuple(news)
         elif isinstance(value, Jaxpr):
-            out = _retrace(value, (), lowering)
+            out = _retrace(value, (), lowering, record)
             if out is None:
                 return None
             new, consts = out

@@ -89,16 +89,23 @@ def pool_problem(op: str, inputs: Any, window_shape: Any, strides: Any, padding:
     """``inputs`` as an array and its :class:`PoolProblem`; every argument checked first."""
     x = check_array(op, "inputs", inputs)
     check_same_dtype(op, {"inputs": x})
-    if x.ndim < 3:
+    return x, pool_of_shape(op, tuple(x.shape), window_shape, strides, padding, data_format)
+
+
+def pool_of_shape(op: str, shape: tuple[int, ...], window_shape: Any, strides: Any,
+                  padding: Any, data_format: Any) -> PoolProblem:
+    """The :class:`PoolProblem` of inputs of ``shape`` (:func:`pool_problem` without an
+    array: ``accelerate`` asks of a traced equation's operand)."""
+    if len(shape) < 3:
         raise ValueError(f"{op}: inputs must have rank >= 3 (batch, spatial axes, channels), "
-                         f"got rank {x.ndim} (shape {tuple(x.shape)})")
-    n = x.ndim - 2
+                         f"got rank {len(shape)} (shape {tuple(shape)})")
+    n = len(shape) - 2
     data = data_layout(op, "data_format", data_format, n)
     if window_shape is None:
         raise TypeError(f"{op}: window_shape must be an int or a sequence of ints, got None")
     window = int_tuple(op, "window_shape", window_shape, n, default=1, minimum=1)
     steps = int_tuple(op, "strides", strides, n, default=1, minimum=1)
-    sizes = tuple(int(x.shape[a]) for a in data.spatial_axes)
+    sizes = tuple(int(shape[a]) for a in data.spatial_axes)
     pads = _padding(op, padding, n, sizes, window, steps)
     out = tuple(conv_output_size(i, k, s, 1, lo, hi)
                 for i, k, s, (lo, hi) in zip(sizes, window, steps, pads))
@@ -106,4 +113,4 @@ def pool_problem(op: str, inputs: Any, window_shape: Any, strides: Any, padding:
         raise ValueError(f"{op}: the padded input must hold at least one window on every spatial "
                          f"axis: input {list(sizes)}, padding {[list(p) for p in pads]}, "
                          f"window_shape {list(window)}")
-    return x, PoolProblem(data, sizes, window, steps, pads, out)
+    return PoolProblem(data, sizes, window, steps, pads, out)

@@ -30,7 +30,6 @@ fusions of sums it works around (its effect on a GPU's or TPU's program is not m
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -38,6 +37,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.extend.core import Literal
+
+from jaxconv._src.accelerate import widening
+from jaxconv._src.accelerate.analysis import Analysis
+from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope
 
 #: the sums that recompute their operand's chain
 SUMS = frozenset({"reduce_sum", "reduce_max", "reduce_min"})
@@ -60,25 +63,10 @@ class Chain(NamedTuple):
     sources: list[Any]
 
 
-class Program(NamedTuple):
-    """What :func:`chain` needs of a jaxpr: each variable's producer and its readers' count."""
-
-    producer: dict[Any, Any]
-    readers: collections.Counter[Any]
-
-
-def program(eqns: Sequence[Any], outvars: Sequence[Any]) -> Program:
-    """The producers and reader counts of ``eqns``' variables (a result counts as a reader)."""
-    producer = {v: e for e in eqns for v in e.outvars}
-    readers: collections.Counter[Any] = collections.Counter(
-        v for e in eqns for v in e.invars if not isinstance(v, Literal))
-    readers.update(v for v in outvars if not isinstance(v, Literal))
-    return Program(producer, readers)
-
-
-def chain(eqn: Any, prog: Program, computed: Callable[[Any], Any],
+def chain(eqn: Any, prog: Analysis, computed: Callable[[Any], Any],
           is_source: Callable[[Any], bool]) -> Chain | None:
-    """The chain ``eqn`` (a sum) recomputes, or None where it reads its operand as it is.
+    """The chain ``eqn`` (a sum) recomputes, or None where it reads its operand as it is;
+    ``prog``: its jaxpr's producers and reader counts.
 
     ``computed(v)`` is ``v``'s value, or None where the evaluation holds none; ``is_source(v)``
     says a value stops the chain whatever its producer (a value the evaluation holds in a form
@@ -152,3 +140,48 @@ class Copies:
             self._last[sources[i]] = value
             out[i] = value
         return out
+
+
+class Recompute(Rewrite):
+    """A sum whose operand is an element-wise chain that other equations read too, computed
+    from the chain's sources again (module docstring): a value computed in float32 for a
+    16-bit one (a :class:`widening.Wide` value not stored as it is) is a source."""
+
+    name = "recompute"
+    primitives = SUMS
+
+    def match(self, eqn: Any, scope: Scope) -> Match | str:
+        env, prog = scope.env, scope.analysis
+
+        def kept(v: Any) -> bool:
+            value = env.get(v)
+            return isinstance(value, widening.Wide) and not value.stored
+
+        def is_source(v: Any) -> bool:
+            producer = prog.producer.get(v)
+            return kept(v) or (producer is not None and any(
+                kept(u) for u in producer.invars if not isinstance(u, Literal)))
+        again = chain(eqn, prog, env.get, is_source)
+        if again is None:
+            return "no chain"
+        return Match(self, eqn, (*again.sources, *eqn.invars[1:]), again,
+                     f"its chain of {len(again.eqns)} computed again")
+
+    def emit(self, match: Match, values: Sequence[Any], scope: Scope) -> list[Any]:
+        again, eqn = match.detail, match.eqn
+        sources, rest = values[:len(again.sources)], values[len(again.sources):]
+        copies = scope.state.setdefault(self.name, Copies())
+        operand = eqn.invars[0]
+        size = int(np.prod(operand.aval.shape))
+        plain = copies.of(again.sources, [widening.narrow(v) for v in sources], size)
+        local = {v: widening.Wide.of(p) if isinstance(x, widening.Wide) else p
+                 for v, x, p in zip(again.sources, sources, plain)}
+        for e in again.eqns:
+            ins = [v.val if isinstance(v, Literal) else local[v] for v in e.invars]
+            if widening.targets(e):
+                ins = [widening.widened(x) for x in ins]
+            local[e.outvars[0]] = scope.equation(e, ins)[0]
+        value = local[operand]
+        value = widening.widened(value) if widening.targets(eqn) else value
+        outs: list[Any] = scope.equation(eqn, [value, *rest])
+        return outs

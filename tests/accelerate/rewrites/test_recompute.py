@@ -1,5 +1,5 @@
 """jaxconv.accelerate's sums that compute their shared element-wise chain again
-(``accelerate/recompute.py``).
+(``accelerate/rewrites/recompute.py``).
 
 Oracles: the program as written, run without accelerate (the same operations on the same
 values: equal), and float64 (numpy).

@@ -1,5 +1,5 @@
 """jaxconv.accelerate's sums of a product by a factor constant along the summed axes
-(``accelerate/sums.py``).
+(``accelerate/rewrites/sums.py``).
 
 Oracles: the same sums in float64 (numpy), and flax's BatchNorm differentiated in float64.
 """
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import jaxconv
-from jaxconv._src.accelerate import sums
+from jaxconv._src.accelerate.analysis import Analysis
+from jaxconv._src.accelerate.rewrites import sums
 from tests.support import helpers as h
 
 
@@ -61,7 +62,7 @@ def test_other_sums_of_products_run_as_written(case):
 
     closed = jax.make_jaxpr(fn)(x, k)
     eqn = next(e for e in closed.jaxpr.eqns if e.primitive.name == "reduce_sum")
-    assert sums.factored(eqn, sums.producers(closed.jaxpr.eqns)) is None
+    assert sums.factored(eqn, Analysis.of(closed.jaxpr).producer) is None
     want = fn(np.asarray(x, np.float64), np.asarray(k, np.float64))
     h.assert_close(jax.jit(jaxconv.accelerate(fn))(x, k), want, dtype)
 

@@ -1,4 +1,4 @@
-"""Matrix products: bfloat16 ones on oneDNN's matmul, and those whose result a ``transpose``
+"""The product rewrites: bfloat16 ones on oneDNN's matmul, and those whose result a ``transpose``
 reads computed in the transposed layout.
 
 A 2D ``dot_general`` of bfloat16 matrices (a dense layer's forward, its data gradient and its
@@ -31,24 +31,12 @@ import jax
 from jax.extend.core import Literal
 
 from jaxconv._src import lowering, matmul
-
-
-def products(eqns: Sequence[Any]) -> dict[Any, Any]:
-    """The variables that 2D ``dot_general`` equations among ``eqns`` define (no batch dims,
-    one free dim on each side): their equation."""
-    out = {}
-    for e in eqns:
-        if e.primitive.name != "dot_general":
-            continue
-        (lc, rc), (lb, rb) = e.params["dimension_numbers"]
-        lhs, rhs = (v.aval for v in e.invars)
-        if not lb and not rb and lhs.ndim - len(lc) == 1 and rhs.ndim - len(rc) == 1:
-            out[e.outvars[0]] = e
-    return out
+from jaxconv._src.accelerate import widening
+from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope
 
 
 def product_before_transpose(eqn: Any, products: dict[Any, Any]) -> Any | None:
-    """The ``dot_general`` equation (of :func:`products`) whose result ``eqn`` transposes,
+    """The ``dot_general`` equation (of ``Analysis.products``) whose result ``eqn`` transposes,
     where ``eqn`` swaps the two axes of such a result; else None."""
     if eqn.primitive.name != "transpose" or tuple(eqn.params["permutation"]) != (1, 0):
         return None
@@ -83,10 +71,39 @@ def onednn_product(params: dict[str, Any], lhs: Any, rhs: Any) -> Any:
     return matmul.matmul(lhs, rhs, (lc[0], rc[0]), preferred)
 
 
-def takes(eqn: Any) -> bool:
-    """Whether ``eqn`` is a ``dot_general`` that :func:`onednn_product` runs on oneDNN."""
-    if eqn.primitive.name != "dot_general":
-        return False
-    lhs, rhs = (v.aval for v in eqn.invars)
-    return lowering.product_why_not(lhs, rhs, eqn.params["dimension_numbers"],
-                                    eqn.params.get("preferred_element_type")) is None
+class Product(Rewrite):
+    """A ``dot_general`` of two bfloat16 matrices on oneDNN's bfloat16 matmul, where oneDNN
+    computes bfloat16 natively (:func:`onednn_product`)."""
+
+    name = "product"
+    primitives = frozenset({"dot_general"})
+
+    def match(self, eqn: Any, scope: Scope) -> Match | str:
+        lhs, rhs = (v.aval for v in eqn.invars)
+        why = lowering.product_why_not(lhs, rhs, eqn.params["dimension_numbers"],
+                                       eqn.params.get("preferred_element_type"))
+        if why is not None:
+            return "product"
+        return Match(self, eqn, tuple(eqn.invars), label="oneDNN's matmul")
+
+    def emit(self, match: Match, values: Sequence[Any], scope: Scope) -> list[Any]:
+        out = onednn_product(match.eqn.params, *(widening.narrow(v) for v in values))
+        assert not isinstance(out, str), out  # match asked the chooser the same
+        return [out]
+
+
+class TransposedProduct(Rewrite):
+    """A ``transpose`` of a 2D product's result as the product with its operands swapped
+    (:func:`swapped`)."""
+
+    name = "transposed product"
+    primitives = frozenset({"transpose"})
+
+    def match(self, eqn: Any, scope: Scope) -> Match | str:
+        product = product_before_transpose(eqn, scope.analysis.products)
+        if product is None:
+            return "no product"
+        return Match(self, eqn, tuple(product.invars), product, "one product, operands swapped")
+
+    def emit(self, match: Match, values: Sequence[Any], scope: Scope) -> list[Any]:
+        return [swapped(match.detail, *(widening.narrow(v) for v in values))]

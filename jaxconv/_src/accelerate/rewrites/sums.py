@@ -30,6 +30,8 @@ import numpy as np
 from jax import lax
 from jax.extend.core import Literal
 
+from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope
+
 
 class Factored(NamedTuple):
     """A ``reduce_sum`` of ``negate * other * factor``, ``factor`` of size 1 on the summed
@@ -40,14 +42,10 @@ class Factored(NamedTuple):
     negate: bool
 
 
-def producers(eqns: Sequence[Any]) -> dict[Any, Any]:
-    """The equation that defines each variable ``eqns`` define with a ``mul`` or a ``neg``."""
-    return {e.outvars[0]: e for e in eqns if e.primitive.name in ("mul", "neg")}
-
-
 def factored(eqn: Any, defined: dict[Any, Any]) -> Factored | None:
     """``eqn``'s operand as a product by a factor that it does not sum over, where it is a
-    float32 ``reduce_sum`` of one (through ``neg``s); else None."""
+    float32 ``reduce_sum`` of one (through ``neg``s); else None. ``defined``: each variable's
+    equation (``Analysis.producer``)."""
     if eqn.primitive.name != "reduce_sum":
         return None
     (operand,) = eqn.invars
@@ -82,3 +80,20 @@ def run(eqn: Any, f: Factored, other: Any, factor: Any) -> Any:
     kept = [d for i, d in enumerate(np.shape(factor)) if i not in axes]
     out = lax.mul(total, jnp.broadcast_to(jnp.reshape(factor, kept), np.shape(total)))
     return lax.neg(out) if f.negate else out
+
+
+class FactoredSum(Rewrite):
+    """A float32 sum of a product by a factor it does not sum over, as the factor times the
+    sum of the other factor (module docstring)."""
+
+    name = "factored sum"
+    primitives = frozenset({"reduce_sum"})
+
+    def match(self, eqn: Any, scope: Scope) -> Match | str:
+        f = factored(eqn, scope.analysis.producer)
+        if f is None:
+            return "not factored"
+        return Match(self, eqn, (f.other, f.factor), f, "the factor times the sum")
+
+    def emit(self, match: Match, values: Sequence[Any], scope: Scope) -> list[Any]:
+        return [run(match.eqn, match.detail, *values)]  # float32 operands: never Wide values
