@@ -84,7 +84,8 @@ def test_explain_prints_the_decisions_the_transformation_made():
     shown = jaxconv.explain(fn, *args)
     closed = jax.make_jaxpr(fn)(*args)
     record: transform.Record = {}
-    jax.make_jaxpr(lambda *a: transform.evaluate(closed.jaxpr, closed.consts, a,
+    widened = transform.passes(closed, record=record)
+    jax.make_jaxpr(lambda *a: transform.evaluate(widened.jaxpr, widened.consts, a,
                                                  record=record))(*args)
     assert [(d.matched, d.reasons) for d in shown.decisions] == [
         (d.matched, d.reasons) for d in record.values()]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import jaxconv
+from jaxconv._src.accelerate import widening
 from tests.support import helpers as h
 
 NARROW = [jnp.bfloat16, jnp.float16]
@@ -164,3 +165,36 @@ def test_sums_of_16_bit_floats_run_in_float32(dtype):
         assert after.count("convert_element_type") == before.count("convert_element_type")
     else:
         assert narrow.search(before) and not narrow.search(after)
+
+
+def test_the_widening_pass_writes_explicit_converts():
+    """The first of accelerate's passes (``transform.PASSES``) is a jaxpr-to-jaxpr pass: 16-bit
+    element-wise arithmetic computes on float32 values, with explicit converts where a value
+    leaves it (here for the convolution, which reads bfloat16); the kernels pass then reads a
+    program with no 16-bit arithmetic left to widen, and its result is accelerate's program."""
+    from jax import lax
+
+    from jaxconv._src.accelerate import transform
+
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.standard_normal((2, 8, 8, 4)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((3, 3, 4, 4)), jnp.bfloat16)
+
+    def f(x, w):
+        h = jnp.maximum(x * 1.5 + 0.5, 0)
+        return lax.conv_general_dilated(h, w, (1, 1), "SAME",
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    widened = transform.passes(jax.make_jaxpr(f)(x, w))
+    arithmetic = [e for e in widened.eqns if e.primitive.name in ("mul", "add", "max")]
+    assert arithmetic and all(e.outvars[0].aval.dtype == jnp.float32 for e in arithmetic)
+    converts = [(e.invars[0].aval.dtype, e.params["new_dtype"]) for e in widened.eqns
+                if e.primitive.name == "convert_element_type"]
+    assert (jnp.bfloat16, jnp.float32) in converts and (jnp.float32, jnp.bfloat16) in converts
+    (conv,) = [e for e in widened.eqns if e.primitive.name == "conv_general_dilated"]
+    assert conv.invars[0].aval.dtype == jnp.bfloat16
+    assert not any(widening.targets(e) for e in widened.eqns
+                   if e.primitive.name != "convert_element_type")
+    kernels = jax.make_jaxpr(lambda x, w: transform.evaluate(
+        widened.jaxpr, widened.consts, [x, w]))(x, w)
+    assert str(kernels) == str(jax.make_jaxpr(jaxconv.accelerate(f))(x, w))
+

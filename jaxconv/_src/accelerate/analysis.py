@@ -13,7 +13,9 @@ from typing import Any
 
 from jax.extend.core import Jaxpr, Literal
 
-from jaxconv._src.accelerate.widening import PRODUCTS
+#: the equations that read a 16-bit value as it is (a sum of it then sums that value too:
+#: ``widening.py``)
+PRODUCTS = frozenset({"conv_general_dilated", "dot_general"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +38,33 @@ class Analysis:
     results: frozenset[Any]
     #: each variable's reading equations, in order
     reading: dict[Any, list[Any]]
+
+    def spread_pad(self, eqn: Any) -> Any | None:
+        """The interior ``pad`` (of :attr:`spread_pads`) whose result ``eqn`` sums with a
+        window per element it spreads (the transpose of a pool whose windows do not overlap:
+        ``rewrites/window_sum.py``), or None."""
+        if eqn.primitive.name != "reduce_window_sum" or isinstance(eqn.invars[0], Literal):
+            return None
+        pad = self.spread_pads.get(eqn.invars[0])
+        if pad is None:
+            return None
+        p, ones = eqn.params, (1,) * eqn.invars[0].aval.ndim
+        if (tuple(p["window_strides"]) != ones or tuple(p["base_dilation"]) != ones
+                or tuple(p["window_dilation"]) != ones
+                or any(tuple(q) != (0, 0) for q in p["padding"])):
+            return None
+        config = pad.params["padding_config"]
+        if any(w != c[2] + 1 for w, c in zip(p["window_dimensions"], config)):
+            return None
+        return pad
+
+    def only_spread(self, pad: Any) -> bool:
+        """Whether every reader of the ``pad`` equation's result is a window sum that
+        :meth:`spread_pad` finds over it (the result is then never needed)."""
+        (v,) = pad.outvars
+        readers = self.reading.get(v, [])
+        return (v in self.spread_pads and v not in self.results and bool(readers)
+                and all(self.spread_pad(e) is pad for e in readers))
 
     @classmethod
     def of(cls, jaxpr: Jaxpr) -> Analysis:

@@ -173,12 +173,23 @@ def _key(r: Row) -> tuple[Any, ...]:
     return (r.op, r.kernel, r.by, r.shapes, r.lowering)
 
 
+def _signature(eqn: Any) -> tuple[Any, ...]:
+    """What a rewrite's decision on ``eqn`` depends on, beside its context: the passes trace
+    the program again, so the kernels pass decides on equations alike, not the same."""
+    return (eqn.primitive.name, tuple((v.aval.shape, v.aval.dtype) for v in eqn.invars),
+            tuple((v.aval.shape, v.aval.dtype) for v in eqn.outvars), repr(sorted(
+                (k, v) for k, v in eqn.params.items())))
+
+
 def _rows(jaxpr: Any, backend: str, record: transform.Record) -> list[Row]:
+    decided: dict[tuple[Any, ...], rewrites.Decision] = {}
+    for eqn, decision in record.items():
+        decided.setdefault(_signature(eqn), decision)
     rows: dict[tuple[Any, ...], Row] = {}
     for eqn in _walk(jaxpr):
         name = eqn.primitive.name
         if name in ("jaxconv_conv", "conv_general_dilated"):
-            row = _conv_row(eqn, backend, record.get(eqn))
+            row = _conv_row(eqn, backend, decided.get(_signature(eqn)))
         elif name in _POOLS:
             row = _pool_row(eqn)
         else:
@@ -355,8 +366,9 @@ def explain(fn: Callable[..., Any], *args: Any, measure: bool = False, reps: int
     closed = jax.make_jaxpr(fn)(*args, **kwargs)
     record: transform.Record = {}
     notes = []
-    try:  # accelerate's own evaluation of the program, traced only: its decisions
-        jax.make_jaxpr(lambda *a: transform.evaluate(closed.jaxpr, closed.consts, a,
+    try:  # accelerate's own passes over the program, traced only: their decisions
+        widened = transform.passes(closed, record=record)
+        jax.make_jaxpr(lambda *a: transform.evaluate(widened.jaxpr, widened.consts, a,
                                                      record=record))(*closed.in_avals)
     except Exception as e:  # noqa: BLE001 - a program accelerate cannot evaluate says why
         notes.append(f"jaxconv.accelerate cannot evaluate this program: {type(e).__name__}: {e}")

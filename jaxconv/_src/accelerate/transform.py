@@ -3,9 +3,13 @@ pools through jaxconv's kernels.
 
 How: the function is traced to a jaxpr (as ``jax.make_jaxpr`` does, in the caller's trace:
 under ``jit``, ``grad`` or ``vmap`` its arguments are that transformation's tracers), and the
-jaxpr is evaluated again equation by equation, as ``jax.core.eval_jaxpr`` does, except that
-each equation a rewrite matches (``rewrites/``, asked in order) is computed by it: jaxconv's
-primitive instead of lax's. Every other equation is bound as it was. Nested jaxprs are rewritten where they hold an equation to rewrite:
+jaxpr is evaluated again equation by equation, as ``jax.core.eval_jaxpr`` does, in two passes
+(:data:`PASSES`). The first writes 16-bit arithmetic in float32 with explicit converts
+(``widening.py``), with the rewrites that read the program as written (``rewrites.WIDEN``), and
+is traced again; the second computes each equation a kernel rewrite matches
+(``rewrites.KERNELS``, asked in order: ``match`` then ``emit``) by it, jaxconv's primitive
+instead of lax's, in the caller's trace. Every other equation is bound as it was. Nested
+jaxprs are rewritten where they hold an equation to rewrite:
 a ``jit`` is inlined (the caller's ``jit`` compiles the whole); ``checkpoint``, ``scan``,
 ``while``, ``cond``, ``custom_jvp`` and ``custom_vjp`` keep their primitive with the rewritten
 jaxpr (their custom rules stay as written); a nested jaxpr that cannot be traced again outside
@@ -20,6 +24,7 @@ functions: no global mode, nothing a cache can miss).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import sys
@@ -90,40 +95,85 @@ def _subjaxprs(params: dict[str, Any]) -> list[Jaxpr]:
 Record = dict[Any, rewrites.Decision]
 
 
+@dataclasses.dataclass(frozen=True)
+class Pass:
+    """One evaluation of the program, traced again (the last: in the caller's trace)."""
+
+    name: str
+    #: the rewrites it asks, in order
+    asks: tuple[rewrites.Rewrite, ...]
+    #: 16-bit arithmetic in float32 (:mod:`widening`): its result holds explicit converts
+    widen: bool = False
+    #: the program XLA compiles: a convolution it binds as written has a negative pad cropped
+    final: bool = False
+
+    @functools.cached_property
+    def by_primitive(self) -> dict[str, tuple[rewrites.Rewrite, ...]]:
+        return {name: tuple(r for r in self.asks if name in r.primitives)
+                for name in {n for r in self.asks for n in r.primitives}}
+
+
+#: The passes, in order: 16-bit arithmetic in float32, its result a program with explicit
+#: converts (with the rewrites that read the program as written: ``rewrites.WIDEN``); then the
+#: kernels, on a program without 16-bit arithmetic to widen.
+PASSES = (Pass("widen", rewrites.WIDEN, widen=True),
+          Pass("kernels", rewrites.KERNELS, final=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """What one pass's evaluation carries into nested jaxprs."""
+
+    pass_: Pass
+    lowering: str
+    record: Record | None
+
+
+def passes(closed: ClosedJaxpr, lowering: str = "auto",
+           record: Record | None = None) -> ClosedJaxpr:
+    """``closed`` after every pass but the last (:data:`PASSES`), each traced again."""
+    for p in PASSES[:-1]:
+        out = _retrace(closed.jaxpr, closed.consts, _Run(p, lowering, record))
+        assert out is not None  # a pass keeps the program's signature
+        closed = ClosedJaxpr(*out)
+    return closed
+
+
 def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
              wide_results: bool = False, lowering: str = "auto",
-             record: Record | None = None) -> list[Any]:
-    """``jax.core.eval_jaxpr``, except that each equation the rewrites match
-    (:data:`rewrites.REWRITES`, asked in order) is computed by the first that does, and
-    16-bit arithmetic runs in float32 (:mod:`widening`). The results are the 16-bit values, or
-    with ``wide_results`` (an inlined ``jit``'s, read by the caller's equations) as they are;
-    ``lowering``: the method every convolution asks for (``"auto"`` or ``"direct"``);
-    ``record``: filled with each asked equation's :class:`rewrites.Decision` (nested jaxprs'
-    included)."""
+             record: Record | None = None, run: _Run | None = None) -> list[Any]:
+    """``jax.core.eval_jaxpr``, except that each equation a rewrite of the pass matches
+    (``run.pass_``, the last of :data:`PASSES` by default; asked in order) is computed by the
+    first that does, and in the widening pass 16-bit arithmetic runs in float32
+    (:mod:`widening`). The results are the 16-bit values, or with ``wide_results`` (an inlined
+    ``jit``'s, read by the caller's equations) as they are; ``lowering``: the method every
+    convolution asks for (``"auto"`` or ``"direct"``); ``record``: filled with each asked
+    equation's :class:`rewrites.Decision` (nested jaxprs' included)."""
+    run = run or _Run(PASSES[-1], lowering, record)
     env: dict[Any, Any] = {}
 
     def read(v: Any) -> Any:
         return v.val if isinstance(v, Literal) else env[v]
 
     def equation(eqn: Any, invals: list[Any]) -> list[Any]:
-        outs = _equation(eqn, invals, lowering, record)
+        outs = _equation(eqn, invals, run)
         return outs if eqn.primitive.multiple_results else [outs]
 
     for var, value in zip(jaxpr.constvars, consts):
         env[var] = value
     for var, value in zip(jaxpr.invars, args):
         env[var] = value
-    scope = rewrites.Scope(Analysis.of(jaxpr), env, lowering, equation)
+    scope = rewrites.Scope(Analysis.of(jaxpr), env, run.lowering, equation)
     for eqn in jaxpr.eqns:
         invals = None  # the operands, read where the equation runs as written (a rewrite may
         # read others: a spread sum reads what an uncomputed pad spreads)
-        if widening.targets(eqn):  # each 16-bit operand converted to float32 once
+        if run.pass_.widen and widening.targets(eqn):  # each 16-bit operand converted once
             invals = [widening.widened(read(v)) for v in eqn.invars]
             env.update((v, x) for v, x in zip(eqn.invars, invals) if not isinstance(v, Literal))
         name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
         with (source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack),
               eqn.ctx.manager):
-            match = _match(eqn, scope, record)
+            match = _match(eqn, scope, run)
             if match is not None:
                 outs = match.rewrite.emit(match, [read(v) for v in match.reads], scope)
             else:
@@ -137,67 +187,67 @@ def evaluate(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], *,
     return results if wide_results else [widening.narrow(v) for v in results]
 
 
-def _match(eqn: Any, scope: rewrites.Scope, record: Record | None) -> rewrites.Match | None:
+def _match(eqn: Any, scope: rewrites.Scope, run: _Run) -> rewrites.Match | None:
     """The first rewrite's match of ``eqn``, or None (each asked rewrite's reason recorded)."""
-    asked = rewrites.BY_PRIMITIVE.get(eqn.primitive.name, ())
+    asked = run.pass_.by_primitive.get(eqn.primitive.name, ())
     reasons: list[tuple[str, str]] = []
     for rewrite in asked:
         found = rewrite.match(eqn, scope)
         if isinstance(found, rewrites.Match):
-            if record is not None:
-                record[eqn] = rewrites.Decision(eqn, rewrite.name, found.label, tuple(reasons),
-                                                found.detail)
+            if run.record is not None:
+                run.record[eqn] = rewrites.Decision(eqn, rewrite.name, found.label,
+                                                    tuple(reasons), found.detail)
             return found
         reasons.append((rewrite.name, found))
-    if record is not None and asked:
-        record[eqn] = rewrites.Decision(eqn, None, "", tuple(reasons))
+    if run.record is not None and asked:
+        run.record[eqn] = rewrites.Decision(eqn, None, "", tuple(reasons))
     return None
 
 
-def _bind(eqn: Any, invals: Sequence[Any], params: dict[str, Any] | None = None) -> Any:
+def _bind(eqn: Any, invals: Sequence[Any], params: dict[str, Any] | None = None,
+          crop: bool = True) -> Any:
     params = eqn.params if params is None else params
-    if eqn.primitive.name == "conv_general_dilated":  # a negative pad: a lax.slice (lax_refs)
-        lhs, params = lax_refs.crop_operands(invals[0], params)
+    if crop and eqn.primitive.name == "conv_general_dilated":  # a negative pad: a lax.slice
+        lhs, params = lax_refs.crop_operands(invals[0], params)  # (lax_refs)
         invals = [lhs, *invals[1:]]
     bind_params = eqn.primitive.get_bind_params(params)
     return eqn.primitive.bind(*invals, **bind_params)
 
 
-def _equation(eqn: Any, wide_invals: list[Any], lowering: str = "auto",
-              record: Record | None = None) -> Any:
+def _equation(eqn: Any, wide_invals: list[Any], run: _Run) -> Any:
     """``eqn`` as written on ``wide_invals`` (its operands, 16-bit ones maybe
-    :class:`widening.Wide`): 16-bit arithmetic in float32, an inlined ``jit`` or a nested
+    :class:`widening.Wide`): in the widening pass 16-bit arithmetic in float32 (and the pools
+    and spread sums the kernels take, on the float32 values); an inlined ``jit``; a nested
     jaxpr evaluated again where it holds an equation to compute otherwise."""
     name = eqn.primitive.name
-    dtype = widening.narrow_dtype(eqn, wide_invals)
-    if dtype is not None:
-        outs = widening.run(eqn, wide_invals, dtype, _bind)
-        return outs if eqn.primitive.multiple_results else outs[0]
+    bind = functools.partial(_bind, crop=run.pass_.final)
+    if run.pass_.widen:
+        outs = widening.run_wide(eqn, wide_invals, bind)
+        if outs is not None:
+            return outs if eqn.primitive.multiple_results else outs[0]
     subs = _subjaxprs(eqn.params)
     if name in _INLINED and subs and any(_holds_target(s) for s in subs):
         closed = eqn.params[_INLINED[name]]
-        return evaluate(closed.jaxpr, closed.consts, wide_invals, wide_results=True,
-                        lowering=lowering, record=record)
+        return evaluate(closed.jaxpr, closed.consts, wide_invals, wide_results=True, run=run)
     invals = [widening.narrow(v) for v in wide_invals]
     if not subs or not any(_holds_target(s) for s in subs):
-        return _bind(eqn, invals)
+        return bind(eqn, invals)
     try:
-        params = _rewritten_params(eqn, lowering, record)
+        params = _rewritten_params(eqn, run)
     except Exception:  # noqa: BLE001 - a body that only traces in its own context runs as it was
-        return _bind(eqn, invals)
+        return bind(eqn, invals)
     if params is None:
-        return _bind(eqn, invals)
+        return bind(eqn, invals)
     hoisted = params.pop("_hoisted", ())
-    return _bind(eqn, [*hoisted, *invals], params)
+    return bind(eqn, [*hoisted, *invals], params)
 
 
-def _retrace(jaxpr: Jaxpr, consts: Sequence[Any], lowering: str = "auto",
-             record: Record | None = None) -> tuple[Jaxpr, list[Any]] | None:
+def _retrace(jaxpr: Jaxpr, consts: Sequence[Any], run: _Run) -> tuple[Jaxpr, list[Any]] | None:
     """``jaxpr`` evaluated by :func:`evaluate` and traced again on its own input types: the
     rewritten jaxpr and its constants; None where its output types changed (a nested jaxpr must
     keep its signature)."""
     in_avals = [v.aval for v in jaxpr.invars]
-    fn = functools.partial(evaluate, jaxpr, consts, lowering=lowering, record=record)
+    fn = functools.partial(evaluate, jaxpr, consts, run=run)
     debug = jaxpr.debug_info or api_util.debug_info("accelerate", fn, in_avals, {})
     new, out_avals, new_consts = pe.trace_to_jaxpr_dynamic(
         lu.wrap_init(lambda *a: fn(a), debug_info=debug), in_avals)
@@ -209,30 +259,29 @@ def _retrace(jaxpr: Jaxpr, consts: Sequence[Any], lowering: str = "auto",
     return new, list(new_consts)
 
 
-def _closed(value: ClosedJaxpr, lowering: str, record: Record | None) -> ClosedJaxpr | None:
-    out = _retrace(value.jaxpr, value.consts, lowering, record)
+def _closed(value: ClosedJaxpr, run: _Run) -> ClosedJaxpr | None:
+    out = _retrace(value.jaxpr, value.consts, run)
     return None if out is None else ClosedJaxpr(*out)
 
 
-def _rewritten_params(eqn: Any, lowering: str,
-                      record: Record | None = None) -> dict[str, Any] | None:
+def _rewritten_params(eqn: Any, run: _Run) -> dict[str, Any] | None:
     """The equation's params with every nested jaxpr rewritten; an open jaxpr's new constants
     become leading inputs (``_hoisted``) where the primitive takes them (``checkpoint``),
     else the equation runs as written (None)."""
     params = dict(eqn.params)
     for key, value in eqn.params.items():
         if isinstance(value, ClosedJaxpr):
-            closed = _closed(value, lowering, record)
+            closed = _closed(value, run)
             if closed is None:
                 return None
             params[key] = closed
         elif isinstance(value, tuple) and value and all(isinstance(v, ClosedJaxpr) for v in value):
-            news = [_closed(v, lowering, record) for v in value]
+            news = [_closed(v, run) for v in value]
             if any(v is None for v in news):
                 return None
             params[key] = tuple(news)
         elif isinstance(value, Jaxpr):
-            out = _retrace(value, (), lowering, record)
+            out = _retrace(value, (), run)
             if out is None:
                 return None
             new, consts = out
@@ -383,7 +432,7 @@ def _call(fun: Callable[..., Any], inputs: tuple[Any, Any], lowering: str) -> An
                             if isinstance(v, jax.core.Tracer) or _is_array(v)]
         return [out_leaves[i] for i in result["arrays"]]
 
-    closed = jax.make_jaxpr(flat)(*(leaves[i] for i in traced))
+    closed = passes(jax.make_jaxpr(flat)(*(leaves[i] for i in traced)), lowering)
     outs = evaluate(closed.jaxpr, closed.consts, [leaves[i] for i in traced], lowering=lowering)
     full = list(result["leaves"])
     for i, v in zip(result["arrays"], outs):

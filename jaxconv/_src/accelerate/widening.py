@@ -6,7 +6,7 @@ result back to 16 bits before the next one reads it (every ``convert`` pair stay
 XLA does not remove them, ``--xla_allow_excess_precision`` or not). The rounding is most of the
 work: ``relu(a * 1.5 + b)`` on two bfloat16 8 x 56 x 56 x 64 arrays took 0.47 ms as written,
 0.31 rounded once (this module's rule), 0.11 in float32 throughout (2-core Zen 4,
-docs/performance.md, "bfloat16 (mixed precision)").
+CHANGELOG.md, "Earlier measurements").
 
 The rule, the excess precision XLA's GPU compiler allows itself: an element-wise equation
 whose floating operands are of one 16-bit dtype (:data:`ELEMENTWISE`) computes in float32 and
@@ -26,7 +26,7 @@ float32, rounded it in a second pass and summed the float32 copy (the MNIST CNN'
 step: 14.66 -> 13.81 ms, medians of 30 interleaved, 2-core Zen 4). So the values are at
 least as accurate as written, and differ from them by at most the 16-bit rounding of each
 chain's result. Max pools and their gradients on 16-bit
-operands run on the float32 values too (:func:`pool_dtype`): a maximum and the values it selects
+operands run on the float32 values too (:func:`pool_dtype`, :func:`run_wide`): a maximum and the values it selects
 round back exactly. (ResNet's stem ReLU and max pool on bfloat16, 8 x 112 x 112 x 64, forward
 and backward: 57 ms, where XLA:CPU fused the pool's gradient and the ReLU's into one loop that
 rounded inside; 12.6 ms on the float32 values, 11.9 in float32.)
@@ -40,6 +40,8 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from jaxconv._src.geometry.pooling import window_problem
 
 #: the 16-bit floats whose arithmetic runs in float32
 NARROW_FLOATS = (np.dtype(jnp.bfloat16), np.dtype(jnp.float16))
@@ -60,18 +62,13 @@ COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 #: in 16 bits (autodiff writes a ``reduce_sum`` for each broadcast it transposes: a bias's
 #: gradient, BatchNorm's scale and offset): a bfloat16 128 x 28 x 28 x 32 summed over all but
 #: its channels took 9.3 ms against 0.40 in float32, with an error of 171 against float32's
-#: 0.92 (docs/performance.md, "bfloat16 (mixed precision)"); a maximum or minimum rounds to the
+#: 0.92 (CHANGELOG.md, "Earlier measurements"); a maximum or minimum rounds to the
 #: same value either way (rounding is monotonic)
 REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min"})
 
 #: primitives that move a float32 value without arithmetic (fused into their readers): they
 #: keep it float32 where their operand is already
 _MOVES = frozenset({"broadcast_in_dim", "reshape", "squeeze", "expand_dims"})
-
-
-#: the readers that read a value's 16-bit value, which a sum of it then reads too
-#: (:attr:`Wide.product_reads`)
-PRODUCTS = frozenset({"conv_general_dilated", "dot_general"})
 
 
 class Wide:
@@ -197,6 +194,32 @@ def run(eqn: Any, invals: Sequence[Any], dtype: np.dtype, bind: Any) -> list[Any
     outs = outs if eqn.primitive.multiple_results else [outs]
     return [Wide(o, dtype) if np.dtype(v.aval.dtype) == dtype else o
             for o, v in zip(outs, eqn.outvars)]
+
+
+#: the max pool family: on 16-bit operands, computed on the float32 values where jaxconv's pool
+#: computes it (``geometry.pooling.window_problem``)
+POOLS = frozenset({"reduce_window_max", "select_and_scatter_add", "select_and_gather_add"})
+
+
+def run_wide(eqn: Any, invals: Sequence[Any], bind: Any) -> list[Any] | None:
+    """``eqn`` in the widening pass: its results where it computes in float32 (16-bit
+    arithmetic: :func:`run`; a max pool of 16-bit operands jaxconv's pool takes, on the
+    float32 values: :func:`pool_dtype`), else None (it runs as written)."""
+    dtype = narrow_dtype(eqn, invals)
+    if dtype is not None:
+        return run(eqn, invals, dtype, bind)
+    if eqn.primitive.name in POOLS:
+        pooled = pool_dtype(eqn, invals)
+        if pooled is not None and _takes_pool(eqn):
+            outs = bind(eqn, [float32(v) for v in invals])
+            return [Wide(outs, pooled)]
+    return None
+
+
+def _takes_pool(eqn: Any) -> bool:
+    if eqn.primitive.name != "reduce_window_max" and eqn.params["select_prim"] is not lax.ge_p:
+        return False
+    return not isinstance(window_problem(eqn.params, eqn.invars[-1].aval), str)
 
 
 def pool_dtype(eqn: Any, invals: Sequence[Any]) -> np.dtype | None:

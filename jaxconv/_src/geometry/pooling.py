@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from jaxconv._src.geometry.arguments import check_array, check_same_dtype, int_tuple, is_int, kind
 from jaxconv._src.geometry.layouts import DataLayout, data_layout
@@ -114,3 +115,42 @@ def pool_of_shape(op: str, shape: tuple[int, ...], window_shape: Any, strides: A
                          f"axis: input {list(sizes)}, padding {[list(p) for p in pads]}, "
                          f"window_shape {list(window)}")
     return PoolProblem(data, sizes, window, steps, pads, out)
+
+
+def window_why(params: dict[str, Any], x: Any) -> str | None:
+    """Why a ``reduce_window``-family equation over ``x`` is no window jaxconv computes: not
+    floating, or dilated; else None."""
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return "dtype"
+    ones = (1,) * x.ndim
+    if (tuple(params.get("base_dilation", ones)) != ones
+            or tuple(params.get("window_dilation", ones)) != ones):
+        return "pool dilation"
+    return None
+
+
+def window_problem(params: dict[str, Any], x: Any) -> PoolProblem | str:
+    """The max pool a ``reduce_window``-family equation (its ``params``) over ``x`` (an array or
+    its type) computes, or why none: a key of ``accelerate/rewrites/base.py``'s ``REASONS``."""
+    why = window_why(params, x)
+    if why is not None:
+        return why
+    if x.ndim < 3:
+        return "not 1 to 3 spatial axes"
+    window, strides = params["window_dimensions"], params["window_strides"]
+    padding = [tuple(p) for p in params["padding"]]
+    moved = {a for a in range(x.ndim)
+             if window[a] != 1 or strides[a] != 1 or padding[a] != (0, 0)}
+    if not moved & {0, x.ndim - 1}:
+        layout, spatial = "NXC", range(1, x.ndim - 1)
+    elif not moved & {0, 1}:
+        layout, spatial = "NCX", range(2, x.ndim)
+    else:
+        return "pool axes"
+    try:
+        p = pool_of_shape("accelerate", tuple(x.shape), tuple(window[a] for a in spatial),
+                          tuple(strides[a] for a in spatial),
+                          tuple(padding[a] for a in spatial), layout)
+    except (TypeError, ValueError):
+        return "pool padding"
+    return p

@@ -3,9 +3,9 @@
 A rewrite reads equations of some primitives. ``match(eqn, scope)`` returns a :class:`Match`
 (what it found, and which variables its ``emit`` reads) or a key of :data:`REASONS` (why the
 equation runs as written); ``emit(match, values, scope)`` computes the equation's results from
-those variables' values. The interpreter (``transform.py``) asks the rewrites of
-``rewrites.REWRITES`` in order, and the first match wins; ``jaxconv.explain`` prints the same
-matches and reasons (``Decision``).
+those variables' values. Each of the interpreter's passes (``transform.PASSES``) asks its
+rewrites (``rewrites.WIDEN``, then ``rewrites.KERNELS``) in order, and the first match wins;
+``jaxconv.explain`` prints the same matches and reasons (``Decision``).
 """
 
 from __future__ import annotations

@@ -51,7 +51,6 @@ from jax.extend.core import Literal
 from jax.sharding import AxisType
 
 from jaxconv._src import geometry, lax_conv, lowering, options, primitive
-from jaxconv._src.accelerate import widening
 from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope
 from jaxconv._src.geometry import ConvProblem, Names
 from jaxconv._src.kernel import Array, Kernel
@@ -292,7 +291,7 @@ class Convolution(Rewrite):
 
     def emit(self, match: Match, values: Sequence[Any], scope: Scope) -> list[Any]:
         params, shape = match.eqn.params, match.eqn.outvars[0].aval.shape
-        lhs, rhs, *rest = (widening.narrow(v) for v in values)
+        lhs, rhs, *rest = values
         if match.detail is Kernel.DATA:
             out = data_pattern(params, lhs, rhs, shape, rest[0] if rest else None,
                                scope.lowering)

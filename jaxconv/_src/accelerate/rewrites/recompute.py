@@ -9,7 +9,7 @@ flax converts the bfloat16 input to float32, sums it, and reads it again to cent
 wrote the float32 input (twice the input's bytes) and summed it from memory: the sum of a
 bfloat16 8 x 112 x 112 x 64 array and of its square, both of the one float32 conversion, took
 3.33 ms that way against 0.50 ms with each sum reading the bfloat16 array itself (2-core Zen 4,
-docs/performance.md, "bfloat16 (mixed precision)").
+CHANGELOG.md, "Earlier measurements").
 
 The rule (:func:`chain`): a sum whose operand is an element-wise chain of the operand's size
 (:data:`CHEAP` primitives on floating values; its sources are the values of another kind of

@@ -10,7 +10,7 @@ of the other factor times ``k`` (:func:`factored`), and XLA merges that sum with
 same operand the program already has.
 
 ResNet-18's step with BatchNorm, 8 x 224 x 224, both variants compiled in one process and timed
-interleaved (2-core Zen 4; docs/performance.md, "bfloat16 (mixed precision)"): bfloat16 264.8
+interleaved (2-core Zen 4; CHANGELOG.md, "Earlier measurements"): bfloat16 264.8
 -> 252.0 ms, float32 314.0 -> 292.7 ms (medians). The rule applies where ``accelerate``
 evaluates the jaxpr that holds the sum (a nested ``jit`` is inlined where it holds a
 convolution, a pool, a product or 16-bit arithmetic).

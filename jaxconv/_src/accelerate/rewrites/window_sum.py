@@ -11,12 +11,11 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.extend.core import Literal
 
 from jaxconv._src import lax_refs, pooling
 from jaxconv._src.accelerate import widening
 from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope
-from jaxconv._src.accelerate.rewrites.max_pool import window_why
+from jaxconv._src.geometry.pooling import window_why
 from jaxconv._src.kernel import Array
 
 #: the most taps a window sum is unrolled into (its slices and adds are one fused loop)
@@ -51,7 +50,7 @@ class WindowSum(Rewrite):
     """``reduce_window_sum`` without dilations (an average pool's sum, and its transpose where
     :class:`SpreadSum` does not take it) as :func:`tap_sum`: one loop that XLA fuses. Measured
     on XLA:CPU only, whose own reduce_window is several times slower in float32 and bfloat16
-    (docs/performance.md); other backends run the same program, not timed."""
+    (CHANGELOG.md, "Earlier measurements"); other backends run the same program, not timed."""
 
     name = "window sum"
     primitives = frozenset({"reduce_window_sum"})
@@ -62,7 +61,7 @@ class WindowSum(Rewrite):
                                                  label="a sum of its taps")
 
     def emit(self, match: Match, values: Sequence[Any], scope: Scope) -> list[Any]:
-        return [tap_sum(match.eqn.params, widening.narrow(values[0]))]
+        return [tap_sum(match.eqn.params, values[0])]
 
 
 # The transpose of a window sum is a window sum over the cotangent spread by an interior pad:
@@ -74,30 +73,11 @@ class WindowSum(Rewrite):
 # shifted by d = s - 1 - lo: l[p] = up[p + d], one pad (or crop) of the repeated array, the
 # same values bit for bit (a sum of one element and zeros). XLA fuses the repeat into the
 # reader, where it wrote the padded array and summed w taps of it (the MNIST CNN's step:
-# docs/performance.md, "bfloat16 (mixed precision)"; measured on XLA:CPU).
-
-
-def spread_before_sum(eqn: Any, spread_pads: dict[Any, Any]) -> Any:
-    """The interior ``pad`` whose result ``eqn`` sums with a window per element it spreads
-    (the transpose of a pool whose windows do not overlap), or None."""
-    if eqn.primitive.name != "reduce_window_sum" or isinstance(eqn.invars[0], Literal):
-        return None
-    pad = spread_pads.get(eqn.invars[0])
-    if pad is None:
-        return None
-    p, ones = eqn.params, (1,) * eqn.invars[0].aval.ndim
-    if (tuple(p["window_strides"]) != ones or tuple(p["base_dilation"]) != ones
-            or tuple(p["window_dilation"]) != ones
-            or any(tuple(q) != (0, 0) for q in p["padding"])):
-        return None
-    config = pad.params["padding_config"]
-    if any(w != c[2] + 1 for w, c in zip(p["window_dimensions"], config)):
-        return None
-    return pad
+# CHANGELOG.md, "Earlier measurements"; measured on XLA:CPU).
 
 
 def spread_sum(pad: Any, ct: Array, out_shape: Sequence[int]) -> Array:
-    """The window sum :func:`spread_before_sum` found over ``pad``'s result, from ``ct`` (the
+    """The window sum ``Analysis.spread_pad`` found over ``pad``'s result, from ``ct`` (the
     array ``pad`` spreads): ``ct`` repeated along each axis, shifted into place."""
     crops = []
     for axis, (lo, _, interior) in enumerate(pad.params["padding_config"]):
@@ -115,21 +95,21 @@ def spread_sum(pad: Any, ct: Array, out_shape: Sequence[int]) -> Array:
 
 class SpreadSum(Rewrite):
     """The transpose of a pool whose windows do not overlap (a window sum over the cotangent
-    spread by an interior pad: :func:`spread_before_sum`) as the cotangent repeated
+    spread by an interior pad: ``Analysis.spread_pad``) as the cotangent repeated
     (:func:`spread_sum`)."""
 
     name = "spread sum"
     primitives = frozenset({"reduce_window_sum"})
 
     def match(self, eqn: Any, scope: Scope) -> Match | str:
-        pad = spread_before_sum(eqn, scope.analysis.spread_pads)
+        pad = scope.analysis.spread_pad(eqn)
         if pad is None:
             return "no spread"
         return Match(self, eqn, (pad.invars[0],), pad, "the cotangent repeated")
 
     def emit(self, match: Match, values: Sequence[Any], scope: Scope) -> list[Any]:
         """The values move without arithmetic: a :class:`widening.Wide` cotangent's float32
-        value moves, and rounds as the cotangent does."""
+        value moves, and rounds as the cotangent does (the widening pass asks this rewrite)."""
         (ct,), pad, out_shape = values, match.detail, match.eqn.outvars[0].aval.shape
         if isinstance(ct, widening.Wide):
             return [widening.Wide(spread_sum(pad, ct.wide, out_shape), ct.dtype)]
@@ -144,13 +124,9 @@ class SpreadPad(Rewrite):
     primitives = frozenset({"pad"})
 
     def match(self, eqn: Any, scope: Scope) -> Match | str:
-        a = scope.analysis
-        (v,) = eqn.outvars
-        if v not in a.spread_pads:
+        if eqn.outvars[0] not in scope.analysis.spread_pads:
             return "no spread"
-        readers = a.reading.get(v)
-        if v in a.results or not readers or any(
-                spread_before_sum(e, a.spread_pads) is not eqn for e in readers):
+        if not scope.analysis.only_spread(eqn):
             return "read elsewhere"
         return Match(self, eqn, (), label="not computed: the window sums repeat its operand")
 
