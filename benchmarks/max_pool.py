@@ -2,7 +2,7 @@
 ``select_and_scatter``), ``jaxconv.max_pool`` and PyTorch's ``max_pool2d_with_indices`` with
 its backward (channels-last), interleaved in one process with kept host memory:
 
-    python -m benchmarks.max_pool --out docs/benchmarks/max-pool-zen4.json
+    python -m benchmarks.max_pool --out benchmarks/results/max-pool.json
 
 Prints and writes the medians in ms and the largest gradient difference from torch's.
 """

@@ -185,7 +185,7 @@ def _layouts_cell(procs: list[dict[str, Any]]) -> str:
 
 
 def ab_table(results: list[dict[str, Any]]) -> str:
-    """docs/performance.md's table of ``--ab`` runs: per model, batch and dtype, the timed
+    """The table of ``--ab`` runs (CHANGELOG.md, "Earlier measurements"): per model, batch and dtype, the timed
     step over the rules' one in each process (interleaved), and what differed."""
     lines = ["| model (batch), dtype | rules' step, ms | timed / rules (each process) | "
              "methods not the rule's | layouts not the caller's |", "|---|---|---|---|---|"]
@@ -263,7 +263,7 @@ def summary(procs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    """docs/performance.md's table: per model, batch and dtype, the rule's and the timed
+    """The table (CHANGELOG.md, "Earlier measurements"): per model, batch and dtype, the rule's and the timed
     processes' medians and spreads, the timed over the rule, and the choices that moved."""
     lines = ["| model (batch), dtype | rule: ms (spread, processes) | timed, empty cache | "
              "timed, warm cache | timed / rule | choices not the rule's; moved between "

@@ -27,7 +27,7 @@ from jaxconv._src.native import library
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    """docs/performance.md's table: per model and batch, each kind of process's medians (ms,
+    """The table (CHANGELOG.md, "Earlier measurements"): per model and batch, each kind of process's medians (ms,
     the median over rounds), the ratio's median and every round's, the faults a step."""
     lines = ["| model (batch) | processes | rounds | accelerate ms | torch ms | torch/accelerate "
              "(each round) | minor faults a step, accelerate / torch |",

@@ -1,6 +1,8 @@
-"""Render a benchmark runner (jaxconv bench) JSON result as the Markdown tables of docs/performance.md.
+"""Render a benchmark runner (jaxconv bench) JSON result as Markdown tables, or write
+docs/performance.md from the JSONs it cites.
 
-usage: python -m benchmarks.report benchmarks/results/full.json > table.md
+usage: python -m benchmarks.report benchmarks/results/full.json > table.md  (the per-row tables)
+       python -m benchmarks.report --page [PATH]  (docs/performance.md: jaxconv/_src/bench/page.py)
 """
 
 from __future__ import annotations
@@ -62,4 +64,7 @@ def render(result: dict) -> str:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--page"]:
+        from jaxconv._src.bench import page
+        raise SystemExit(page.main(sys.argv[2:]))
     print(render(json.loads(open(sys.argv[1]).read())), end="")

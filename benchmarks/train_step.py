@@ -24,7 +24,7 @@ over jaxconv's (>= 1: jaxconv no slower than PyTorch), and ``vmap_ratio`` jaxcon
 step time over its equinox-style one (1: as fast). ``page_faults_per_step`` and
 ``system_ms_per_step`` say how much of each contender's step was the kernel handing out fresh
 memory (XLA:CPU allocates each execution's temporaries anew; glibc's settings, recorded in
-``meta.malloc_env``, decide whether those are new pages: docs/performance.md).
+``meta.malloc_env``, decide whether those are new pages: docs/performance.md, "Host memory").
 
 usage: python -m benchmarks.train_step [--reps 5] [--batch 8] [--keep-freed-memory]
                                        [--out benchmarks/results/train_step.json]

@@ -4,7 +4,7 @@ two) and under ``jaxconv.accelerate`` (one ``dot_general(x, dy)``), interleaved 
 process with kept host memory (as ``accelerate`` keeps it; where JAX's backends already exist,
 glibc's settings as it applies them then):
 
-    python -m benchmarks.transposed_product --out docs/benchmarks/transposed-product-zen4.json
+    python -m benchmarks.transposed_product --out benchmarks/results/transposed-product.json
 
 The shapes are ResNet-50's classifier (batch 8, 2048 -> 1000), ResNet-18's (512 -> 1000) and
 the MNIST CNN's first dense layer (batch 128, 3136 -> 256). Prints and writes the medians in

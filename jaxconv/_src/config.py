@@ -15,7 +15,7 @@ def xla_cpu_compiler_options() -> dict[str, str]:
     they are offered to the caller: ``jax.jit(step, compiler_options=
     jaxconv.xla_cpu_compiler_options())``. They select XLA:CPU's
     individual-dot convolution library, measured 3-5x faster on 7x7 and 11x11
-    weight gradients and slower on depthwise ones (``docs/performance.md``).
+    weight gradients and slower on depthwise ones (``docs/lowerings.md``, "Compiler options").
     The option is experimental in XLA: a jaxlib that does not know it rejects
     it at compile time.
 

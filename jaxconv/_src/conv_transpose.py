@@ -81,7 +81,7 @@ def conv_transpose(
 
     Computed as the data gradient of the convolution it transposes, by the
     formulation of that kernel each backend takes (``lowering``;
-    docs/performance.md lists them).
+    docs/lowerings.md lists them).
 
     Args:
       input: ``x`` in ``data_format``: ``(N, *X, IC)`` (NXC) or ``(N, IC, *X)`` (NCX).
@@ -239,7 +239,7 @@ def conv_transpose_backward_weights(
     (IOX reading, ``dy`` zero outside ``[0, O)``). This is
     :func:`jaxconv.convolution_backprop_filters` with ``input_forward =
     diff_dst`` and ``output_delta = src`` (the same weight-gradient kernel; the
-    formulation each backend takes is listed in docs/performance.md), written
+    formulation each backend takes is listed in docs/lowerings.md), written
     in ``weights_format``.
 
     Layout note: the prose of oneDNN's ConvTransposeBackwardWeights page gives

@@ -140,7 +140,7 @@ def convolution_backward_data(
         dx[n, g \cdot IC_g + ic, s] = \sum_{oc, k, t \,:\, tS + kD - p_b = s}
         dy[n, g \cdot OC_g + oc, t] \, W[g \cdot OC_g + oc, ic, k]
 
-    Each backend gets its own formulation (``lowering``; docs/performance.md
+    Each backend gets its own formulation (``lowering``; docs/lowerings.md
     lists them); none lets a strided + dilated remainder reach XLA (jaxlib
     0.10.2 CPU aborts on those: docs/semantics.md, "A toolchain hazard").
 
@@ -234,7 +234,7 @@ def convolution_backprop_filters(
 
     ``O`` (the positions t) comes from ``output_delta``; ``pads_end`` never
     changes the values, it only takes part in the shape check. Each backend
-    gets its own formulation (``lowering``; docs/performance.md lists them),
+    gets its own formulation (``lowering``; docs/lowerings.md lists them),
     written directly in ``filter_format``.
 
     The spec's optional third input and its ``filter_shape`` attribute both map

@@ -3,7 +3,7 @@
 A CNN's max pool is not a convolution, but its gradient sits in every ResNet's training step,
 and XLA:CPU computes the gradient of ``lax.reduce_window`` max (``select_and_scatter``) as a
 reduce-window over value-and-index tuples and a scatter, about 10x the time of this one and
-of PyTorch's (docs/performance.md, "Max pool"). Here:
+of PyTorch's (CHANGELOG.md, "Earlier measurements"). Here:
 
     y[o]  = max_t xp[o S + t]                     xp: x padded with -inf, t a tap of the window
     a[o]  = the first t where xp[o S + t] = y[o]  (the first maximum, as XLA's and PyTorch's)
@@ -43,8 +43,7 @@ _OP = "max_pool"
 
 def wide(x: Array) -> Array:
     """A 16-bit float array in float32, where XLA:CPU's selections and sums run at full speed
-    (in bfloat16 it converts around every operation: docs/performance.md, "bfloat16 (mixed
-    precision)"; measured on XLA:CPU only, other backends compute the same, not timed). The
+    (in bfloat16 it converts around every operation: CHANGELOG.md, "Earlier measurements"; measured on XLA:CPU only, other backends compute the same, not timed). The
     maximum and the selected values convert back exactly; sums round once, at the end."""
     return x.astype(jnp.float32) if x.dtype in (jnp.bfloat16, jnp.float16) else x
 
@@ -221,8 +220,8 @@ def max_pool(inputs: Array, window_shape: int | tuple[int, ...],
     window's first maximum receives it), but differentiates it without XLA's
     ``select_and_scatter``: the JVP gathers each window's argmax tap, its transpose sums the
     cotangent phase by phase (``jaxconv/_src/pooling.py``): on XLA:CPU about 10x faster than
-    ``flax.linen.max_pool``'s gradient and level with PyTorch's (docs/performance.md, "Max
-    pool"); on other backends not timed. Composes with ``jit``, ``vmap`` and
+    ``flax.linen.max_pool``'s gradient and level with PyTorch's (CHANGELOG.md, "Earlier
+    measurements"); on other backends not timed. Composes with ``jit``, ``vmap`` and
     ``grad``/``jvp`` to any order; padding positions are ``-inf`` and never chosen unless a
     whole window is padding.
 

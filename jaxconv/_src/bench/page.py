@@ -1,0 +1,348 @@
+"""docs/performance.md, written from the JSONs it cites: ``python -m benchmarks.report --page``.
+
+Every figure on the page comes from a JSON in ``docs/benchmarks/`` (``tests/docs/
+test_performance.py`` writes the page again and compares): one table per question, each
+measured at one commit, the commits and machines named once, at the top. A new measurement is a
+new JSON named in :data:`TABLES`, then this script; what the page said before goes to
+CHANGELOG.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from jaxconv._src.bench import model_report, run
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+BENCH = ROOT / "docs" / "benchmarks"
+PAGE = ROOT / "docs" / "performance.md"
+
+#: the markers around the one block of the page that names commits (the hash test skips it)
+MEASURED_BEGIN, MEASURED_END = "<!-- measured: begin -->", "<!-- measured: end -->"
+
+
+def _load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((BENCH / name).read_text())
+    return data
+
+
+def _cpu(m: dict[str, Any]) -> str:
+    """A model benchmark's machine, in words."""
+    isa = "AVX-512 with BF16" if "avx512_bf16" in m.get("isa_flags", []) else (
+        "AVX-512" if "avx512f" in m.get("isa_flags", []) else "AVX2")
+    torch = m.get("torch") or {}
+    return (f"{m['cpu_count']}-core {m['cpu']} ({isa}), jax {m['jax']}, torch "
+            f"{torch.get('version', '-').split('+')[0]}")
+
+
+# ------------------------------------------------------------------------------------ tables
+
+def _steps(jsons: list[str]) -> str:
+    return model_report.lead_table([_load(j) for j in jsons])
+
+
+def _slower(jsons: list[str]) -> str:
+    """The models whose torch / accelerate is below 1, in words."""
+    slow = [f"{r['description']} {'with' if r['batchnorm'] else 'without'} BatchNorm "
+            f"({r['torch_over_accelerate']:.2f})"
+            for j in jsons for r in _load(j)["steps"] if r.get("torch_over_accelerate", 2) < 1]
+    return ("PyTorch's step is faster on " + ", ".join(slow) + "." if slow
+            else "accelerate's step is the faster one on every model.")
+
+
+def _spread(jsons: list[str]) -> str:
+    """The largest spread between the processes of a model row: a contender's slowest
+    process's median step over its fastest's."""
+    worst = max(((v, who, r["description"], r["dtype"], r["batchnorm"]) for j in jsons
+                 for r in _load(j)["steps"] for who, v in (r.get("spread") or {}).items()),
+                key=lambda t: t[0])
+    v, who, model, dtype, bn = worst
+    return (f"Between the two processes of a row, a contender's median step moved by up to "
+            f"{v - 1:.0%} ({who}'s {model} in {dtype.split()[0]} {'with' if bn else 'without'} BatchNorm)")
+
+
+def _gaps(jsons: list[str]) -> str:
+    """How far one step of each contender is from the other's, from the same state: the
+    largest loss and parameter gaps over the models, per JSON (no BatchNorm, then with it)."""
+    parts = []
+    for j in jsons:
+        rows = _load(j)["steps"]
+        bn = "with BatchNorm" if rows[0]["batchnorm"] else "without BatchNorm"
+        parts.append(f"{max(r['loss_gap'] for r in rows):.1e} in the loss and "
+                     f"{max(r['param_gap'] for r in rows):.1e} in the parameters {bn}")
+    return "One step of each contender from the same state agrees with the other to " + (
+        ", and to ".join(parts)) + " (the largest over the models)."
+
+
+def _layers(jsons: list[str]) -> str:
+    (name,) = jsons
+    return model_report.layers_summary(_load(name))
+
+
+def _host(jsons: list[str]) -> str:
+    (name,) = jsons
+    data = _load(name)
+    modes = {"import": "`import jaxconv` first (the default: kept, synchronous dispatch)",
+             "arena-only": "glibc's settings alone, asynchronous dispatch (not taken)",
+             "late": "imported after JAX's first computation",
+             "off": "opted out (`JAXCONV_KEEP_FREED_MEMORY=0`)"}
+    models = [s["model"] for s in data["summary"]]
+    head = " | ".join(f"{m}: ms (faults a step), peak MiB" for m in models)
+    lines = [f"| mode | {head} |", "|---|" + "---|" * len(models)]
+    for mode, label in modes.items():
+        cells = []
+        for s in data["summary"]:
+            if mode not in s["median_step_ms"]:
+                cells.append("-")
+                continue
+            cells.append(f"{s['median_step_ms'][mode]:.0f} ({s['faults_per_step'][mode]:,.0f}), "
+                         f"{s['peak_rss_mib'][mode]:,.0f}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _lists(jsons: list[str]) -> str:
+    (name,) = jsons
+    summary = run.summarize(_load(name)["rows"])
+    lines = ["| list (kind) | problems | over jax.vjp (forward: lax), geomean | lowest "
+             "| jaxconv/torch, geomean |", "|---|---|---|---|---|"]
+    for key, s in summary.items():
+        if key == "target_lists":
+            continue
+        torch = s.get("geomean_jaxconv_over_torch", math.nan)
+        lines.append(f"| {key} | {s['problems']} | {s['geomean_speedup_vs_vjp']:.2f}x "
+                     f"| {s['min_speedup_vs_vjp']:.2f}x | {torch:.2f} |")
+    t = summary["target_lists"]
+    behind = ", ".join(f"`{r}`" for r in t.get("slower_beyond_noise", [])) or "none"
+    lines += ["", f"Over the target lists, {t['problems']} problems: "
+                  f"{t['geomean_speedup_vs_vjp']:.2f}x `jax.vjp` (geomean); behind it by over "
+                  f"5% in three of four paired rounds: {behind}."]
+    return "\n".join(lines)
+
+
+def _gpu(jsons: list[str]) -> str:
+    quick, steps = _load(jsons[0]), _load(jsons[1])
+    t = quick["summary"]["target_lists"]
+    lines = ["| measured | jaxconv over `jax.vjp` / lax: geomean (problems) |", "|---|---|",
+             f"| `jaxconv bench --backend gpu --preset quick`, target lists "
+             f"| {t['geomean_speedup_vs_vjp']:.2f}x ({t['problems']}) |"]
+    for key, r in steps.items():
+        model, bn = key.rsplit("-bn", 1)
+        ms = r["median_ms"]
+        lines.append(f"| accelerate's training step, {model}, {'with' if bn == '1' else 'no'} "
+                     f"BatchNorm (batch 32) | {ms['lax'] / ms['accelerate']:.2f}x "
+                     f"({ms['accelerate']:.1f} ms) |")
+    return "\n".join(lines)
+
+
+class Table:
+    """One question of the page: its JSONs and how they become a table."""
+
+    def __init__(self, title: str, jsons: list[str], render: Callable[[list[str]], str],
+                 machine: Callable[[], str], commit: Callable[[], str]) -> None:
+        self.title, self.jsons, self.render = title, jsons, render
+        self.machine, self.commit = machine, commit
+
+
+def _model_machine(name: str) -> Callable[[], str]:
+    return lambda: _cpu(_load(name)["machine"])
+
+
+def _model_commit(*names: str) -> Callable[[], str]:
+    def commit() -> str:
+        found = {(_load(n).get("machine") or _load(n).get("meta") or {}).get("commit")
+                 for n in names}
+        return ", ".join(sorted(c or "not recorded" for c in found))
+    return commit
+
+
+def _lists_machine() -> str:
+    meta = _load("full.json")["meta"]
+    return f"{meta['cpu_count']}-core {meta['cpu']}, jax {meta['jax']}"
+
+
+TABLES = [
+    Table("Whole steps against PyTorch, float32", ["models-steps-nobn-zen4.json",
+                                                   "models-steps-bn-zen4.json"], _steps,
+          _model_machine("models-steps-bn-zen4.json"),
+          _model_commit("models-steps-nobn-zen4.json", "models-steps-bn-zen4.json")),
+    Table("Whole steps against PyTorch, bfloat16", ["models-steps-bf16-nobn-zen4.json",
+                                                    "models-steps-bf16-bn-zen4.json"], _steps,
+          _model_machine("models-steps-bf16-bn-zen4.json"),
+          _model_commit("models-steps-bf16-nobn-zen4.json", "models-steps-bf16-bn-zen4.json")),
+    Table("Per layer", ["models-layers-zen4.json"], _layers,
+          _model_machine("models-layers-zen4.json"), _model_commit("models-layers-zen4.json")),
+    Table("Host memory", ["host-memory-order-zen4.json"], _host,
+          _model_machine("host-memory-order-zen4.json"),
+          _model_commit("host-memory-order-zen4.json")),
+    Table("Per kernel: oneDNN's benchdnn lists", ["full.json"], _lists, _lists_machine,
+          _model_commit("full.json")),
+    Table("GPU", ["quick-gpu-h100.json", "accelerate-steps-h100.json"], _gpu,
+          lambda: "NVIDIA H100, jax 0.11.2", lambda: "not recorded"),
+]
+
+_BY_TITLE = {t.title: t for t in TABLES}
+
+
+def _measured() -> str:
+    lines = [MEASURED_BEGIN, "| table | machine | commit | JSONs (`docs/benchmarks/`) |",
+             "|---|---|---|---|"]
+    for t in TABLES:
+        lines.append(f"| {t.title} | {t.machine()} | {t.commit()} | "
+                     + ", ".join(f"`{j}`" for j in t.jsons) + " |")
+    return "\n".join([*lines, MEASURED_END])
+
+
+def _table(title: str) -> str:
+    t = _BY_TITLE[title]
+    return t.render(t.jsons)
+
+
+# -------------------------------------------------------------------------------------- page
+
+def page() -> str:
+    """The page, from the JSONs of :data:`TABLES`."""
+    return f"""# Performance
+
+What jaxconv costs against PyTorch and against the obvious JAX path (`jax.vjp` of
+`lax.conv_general_dilated`): whole training steps first, then per layer, host memory, per
+kernel and on a GPU. Ratios `torch / accelerate` above 1 mean jaxconv is faster;
+`jaxconv/torch` is the inverse. Which method each kernel runs, and why, is in {{doc}}`lowerings`;
+earlier measurements are in `CHANGELOG.md`. This page is written by `python -m benchmarks.report
+--page` from the JSONs it cites (a test writes it again and compares). Each table was measured
+at one commit, on one machine:
+
+{_measured()}
+
+{_spread(TABLES[0].jsons + TABLES[1].jsons)}: each model row shows every process's ratio; the
+contenders are interleaved in each process.
+
+## Whole steps against PyTorch
+
+![training-step time per model and contender, with BatchNorm](benchmarks/models_steps.png)
+
+The script people write: `import jaxconv` at the top, the arrays and the model's variables, then
+the step wrapped once, `jax.jit(jaxconv.accelerate(step), donate_argnums=...)` (the flax models
+as written), against their `torch.nn` twins in their faster memory format. One step: forward,
+backward, cross-entropy, SGD with momentum, batch 8 (the MNIST CNN: 128 images of 28 x 28).
+Two processes; each cell the median, each process's ratio in brackets, then accelerate's ms.
+
+### float32
+
+`jaxconv bench models --parts steps --modes usual --runs 2 --reps 5 --lax-runs 0 --contenders
+accelerate torch --models mnist_cnn resnet18 resnet50 mobilenet_v2 [--no-batchnorm]`:
+
+{_table("Whole steps against PyTorch, float32")}
+
+{_slower(TABLES[0].jsons)} {_gaps(TABLES[0].jsons)} Winograd's rounding: {{doc}}`precision`;
+with BatchNorm, ResNet-50's 5 x 5 maps over 8 examples leave it a small variance to divide by.
+
+### bfloat16
+
+The same command with `--dtype bfloat16`: flax's `dtype=jnp.bfloat16` (float32 parameters)
+against the torch twin under `torch.autocast("cpu", torch.bfloat16)`. oneDNN computes bfloat16
+natively on this CPU (AVX-512 BF16); `accelerate` runs 16-bit element-wise work and sums in
+float32 (`jaxconv/_src/accelerate/widening.py`):
+
+{_table("Whole steps against PyTorch, bfloat16")}
+
+{_slower(TABLES[1].jsons)} {_gaps(TABLES[1].jsons)}
+
+## Per layer
+
+Every distinct convolution of each model (batch 8; the MNIST CNN 128) and each kernel a step
+runs, jaxconv's op against torch's doing the same work (`aten.convolution_backward` with that
+kernel's output mask), interleaved, 9 rounds in each of two processes, pooled; `step-weighted`
+is jaxconv's time over torch's with each row weighted by how often a step runs it; GFLOP/s is
+the direct convolution's arithmetic over each side's time, against the float32 FMA peak measured
+at the start (Winograd's fewer multiplications can exceed it).
+`jaxconv bench models --parts layers --reps 9 --layer-runs 2 --models resnet18 resnet50
+mobilenet_v2 mnist_cnn`:
+
+{_table("Per layer")}
+
+## Host memory
+
+The usual script per host-memory mechanism ({{doc}}`training`, "Host memory"), each mode in two
+processes of its own, round-robin, no BatchNorm, batch 8: the step's median ms (minor page
+faults a step) and the peak resident memory.
+`python -m benchmarks.host_memory_order --models resnet18 mobilenet_v2 --batchnorm 0 --runs 2`:
+
+{_table("Host memory")}
+
+Kept memory costs resident memory: the process stays at its peak between steps, and is never
+trimmed, also past 2 GiB free (`tests/core/test_host_memory.py`).
+
+## Per kernel: oneDNN's benchdnn lists
+
+(like-for-like)=
+Every problem of the eight benchdnn lists (forward, data and weight gradients; float32,
+NXC/XIO, minibatch capped at 16; 8 interleaved repetitions), jaxconv's op against `jax.vjp` of
+`lax.conv_general_dilated` (the forward against `lax.conv_general_dilated`) and against PyTorch
+doing exactly the same work (a gradient alone: `torch.ops.aten.convolution_backward` with its
+output mask under `no_grad`; the faster of NCHW and channels-last). `jaxconv bench --preset
+full` (per-row tables: `python -m benchmarks.report docs/benchmarks/full.json`):
+
+![speed-up over jax.vjp per benchdnn problem](benchmarks/full.png)
+
+{_table("Per kernel: oneDNN's benchdnn lists")}
+
+## GPU
+
+`jaxconv bench --backend gpu --preset quick` (torch with TF32 off, float32
+`Precision.HIGHEST`, minibatch capped at 16, medians of 3) and accelerate's training steps
+against lax's (15 interleaved rounds, one process). Not measured again since: no GPU was lent.
+
+{_table("GPU")}
+
+## Method
+
+* **Samples.** Each sample runs back-to-back calls for at least 20 ms and blocks once
+  (throughput, as in a training loop); untimed calls for half a sample before it let the last
+  contender's threads settle. The contenders run in a fresh random order each repetition,
+  interleaved in one process; the median is reported.
+* **Noise.** The per-kernel runner compares the optimized HLO of jaxconv and `jax.vjp` (where
+  they are the same program, any difference is noise), keeps the quartiles of each row's paired
+  ratios, and counts a row as slower only when three of four rounds say so.
+* **Like for like.** A peer does exactly jaxconv's work: a weight gradient is
+  `torch.ops.aten.convolution_backward` with the output mask `[False, True, False]`, never a
+  forward plus autograd (`tests/tools/test_benchmarks.py` checks the mask, that no forward runs
+  and that the result equals jaxconv's); torch runs in its faster layout with as many threads.
+* **The models** (`jaxconv/_src/bench/models.py`, `torch_models.py`): torchvision's ResNet-18
+  and ResNet-50 (v1.5) and MobileNetV2 written in flax as flax's ImageNet example writes them,
+  BatchNorm in training mode with torch's momentum, epsilon and variance, and flax's MNIST
+  CNN; each torch twin starts from the same parameters (`tests/tools/test_bench_models.py`
+  checks that one step of each agrees). Each step carries its state as a training loop does.
+* **The peak** is measured (every core running independent FMAs on registers for 0.5 s), not
+  read from `/proc/cpuinfo`.
+
+## Reproduce
+
+```bash
+pip install -e ".[bench,onednn]" && jaxconv build-onednn
+jaxconv bench models                          # whole steps and per layer against torch.nn
+jaxconv bench --preset full                   # every benchdnn problem: about 25 minutes on 2 cores
+python -m benchmarks.host_memory_order        # the usual script per host-memory mechanism
+python -m benchmarks.report --page            # this page, from docs/benchmarks/*.json
+```
+
+`jaxconv bench ...` is `python -m benchmarks.run ...` in a checkout; the runner and its shape
+lists (`jaxconv/_src/bench/shapes/`) ship with the package.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(argv if argv is not None else sys.argv[1:])
+    out = pathlib.Path(args[0]) if args else PAGE
+    out.write_text(page())
+    print(f"wrote {out} ({len(page().splitlines())} lines)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
