@@ -60,6 +60,9 @@ import jax.numpy as jnp
 
 from jaxconv._src import host_memory
 from jaxconv._src.bench import machine, models
+from jaxconv._src.bench.model_inference import CONTENDERS as INFERENCE_CONTENDERS
+from jaxconv._src.bench.model_inference import MODELS as INFERENCE_MODELS
+from jaxconv._src.bench.model_inference import inference
 from jaxconv._src.bench.model_layers import layers
 from jaxconv._src.bench.model_report import runs
 from jaxconv._src.bench.model_steps import CONTENDERS, steps, steps_child
@@ -161,7 +164,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--separate", action="store_true",
                     help="each contender in a process of its own (default: interleaved in one)")
     ap.add_argument("--no-batchnorm", action="store_true", help="BatchNorm replaced by identity")
-    ap.add_argument("--parts", nargs="+", choices=("steps", "layers"), default=["steps", "layers"])
+    ap.add_argument("--parts", nargs="+", choices=("steps", "layers", "inference"),
+                    default=["steps", "layers"],
+                    help="inference: each model's forward pass in inference mode at batch 1 "
+                         "and 8, against torch and OpenVINO (model_inference.py)")
+    ap.add_argument("--inference-models", nargs="+", default=list(INFERENCE_MODELS),
+                    choices=list(INFERENCE_MODELS))
+    ap.add_argument("--inference-batches", nargs="+", type=int, default=[1, 8])
+    ap.add_argument("--inference-rounds", type=int, default=5)
+    ap.add_argument("--inference-calls", type=int, default=20,
+                    help="calls of each contender a round, each timed alone")
+    ap.add_argument("--inference-contenders", nargs="+", choices=INFERENCE_CONTENDERS,
+                    default=list(INFERENCE_CONTENDERS))
     ap.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
     ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                     help="the steps' and the per-layer table's dtype (bfloat16: the steps in "
@@ -221,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         result["layers_memory_kept"] = kept_by_call or host_memory.keeps_freed_memory()
         dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
         result["layers"] = layers(args, dtype)
+    if "inference" in args.parts:
+        result["inference"] = inference(args)
     from jaxconv._src.bench.run import results_dir
     out = args.out or results_dir() / f"models{'-nobn' if args.no_batchnorm else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -233,30 +233,32 @@ MODELS = {
 }
 
 
-def norm_def(batchnorm: bool) -> ModuleDef:
+def norm_def(batchnorm: bool, train: bool = True) -> ModuleDef:
     """BatchNorm in training mode with torch's momentum (0.1: flax's 0.9), epsilon and
-    two-pass variance, or none. flax's default one-pass variance (E[x^2] - E[x]^2) cancels in
+    two-pass variance (``train=False``: in inference mode, the running statistics), or none. flax's default one-pass variance (E[x^2] - E[x]^2) cancels in
     float32: one MobileNetV2 step (64x64, batch 4) then differed from torch's by 4.8e-3 in a
     depthwise kernel, against 2.2e-5 with the two-pass variance."""
     if not batchnorm:
         return Identity
-    return functools.partial(nn.BatchNorm, use_running_average=False, momentum=0.9, epsilon=1e-5,
-                             use_fast_variance=False)
+    return functools.partial(nn.BatchNorm, use_running_average=not train, momentum=0.9,
+                             epsilon=1e-5, use_fast_variance=False)
 
 
 def build(name: str, conv: Callable[..., jax.Array], batchnorm: bool = True,
           num_classes: int | None = None,
-          pool: Callable[[jax.Array], jax.Array] | None = None, dtype: Any = None) -> nn.Module:
+          pool: Callable[[jax.Array], jax.Array] | None = None, dtype: Any = None,
+          train: bool = True) -> nn.Module:
     """Model ``name`` whose convolutions call ``conv`` (``lax.conv_general_dilated``'s
     signature: lax's own, or ``jaxconv.conv_general_dilated``) and whose stem max pool (the
     ResNets') is ``pool`` (None: flax's ``nn.max_pool``). ``dtype``: flax's mixed precision,
     every layer computing in it with float32 parameters (``jnp.bfloat16``: what
-    ``torch.autocast`` does to the torch twin's convolutions and linear layers); None: float32."""
+    ``torch.autocast`` does to the torch twin's convolutions and linear layers); None: float32.
+    ``train=False``: BatchNorm in inference mode (the model's ``apply`` without ``mutable``)."""
     if name not in MODELS:
         raise ValueError(f"models: name must be one of {sorted(MODELS)}, got {name!r}")
     extra = {"pool": pool} if pool is not None and MODELS[name].max_pool else {}
     classes = MODELS[name].classes if num_classes is None else num_classes
-    norm = norm_def(batchnorm)
+    norm = norm_def(batchnorm, train)
     if dtype is not None and batchnorm:
         norm = functools.partial(norm, dtype=dtype)
     return MODELS[name].make(num_classes=classes,

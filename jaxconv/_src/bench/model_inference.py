@@ -1,0 +1,325 @@
+"""Serving: the forward pass of each model (``jaxconv bench models --parts inference``).
+
+Per model, batch and dtype, one call of the model's forward in inference mode (BatchNorm with
+its running statistics), by each contender, interleaved in one process (a fresh random order
+each round), each call timed alone (latency: the call, then its result ready):
+
+* ``lax``: ``jax.jit(model.apply)``, the flax model as written;
+* ``accelerate``: ``jax.jit(jaxconv.accelerate(model.apply))``;
+* ``torch``: the ``torch.nn`` twin in ``eval()`` under ``torch.inference_mode()``, in the
+  faster of its two memory formats (timed first);
+* ``openvino``: the torch twin converted by ``openvino.convert_model`` and compiled for the
+  CPU with the latency hint (``PERFORMANCE_HINT=LATENCY``); float32 with
+  ``INFERENCE_PRECISION_HINT=f32``, bfloat16 with OpenVINO's default on this CPU.
+
+The models: ResNet-18, ResNet-50, MobileNetV2 and flax's MNIST CNN (``models.py``, their
+running statistics drawn at random so that BatchNorm is no identity), and DCGAN's generator
+(:class:`Generator`: transposed convolutions, which OpenVINO runs as ConvolutionBackpropData).
+Each contender's output agrees with lax's float32 output to ``TOLERANCE`` of its largest
+magnitude (``gap``), else the row says so (``agrees``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import statistics
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxconv._src.bench import models, torch_models
+
+CONTENDERS = ("lax", "accelerate", "torch", "openvino")
+
+#: how far (over the reference's largest magnitude) an output may be from lax's float32 one
+TOLERANCE = {"float32": 1e-3, "bfloat16": 6e-2}
+
+
+class Generator(nn.Module):
+    """DCGAN's generator (Radford et al.; PyTorch's DCGAN example): a 100-vector to a 64 x 64
+    image by five 4 x 4 transposed convolutions (stride 1 then 2, torch padding 0 then 1),
+    BatchNorm and ReLU between, tanh at the end. flax's ``ConvTranspose`` with pads
+    ``k - 1 - p`` is torch's ``ConvTranspose2d`` with padding ``p`` and the kernel reversed."""
+
+    features: int = 64
+    dtype: Any = None
+    norm: Any = nn.BatchNorm
+
+    @nn.compact
+    def __call__(self, z: jax.Array) -> jax.Array:
+        x = z
+        widths = (8, 4, 2, 1)
+        for i, w in enumerate(widths):
+            p = 0 if i == 0 else 1
+            x = nn.ConvTranspose(self.features * w, (4, 4), (1, 1) if i == 0 else (2, 2),
+                                 padding=((3 - p, 3 - p), (3 - p, 3 - p)), use_bias=False,
+                                 dtype=self.dtype, name=f"deconv{i}")(x)
+            x = nn.relu(self.norm(name=f"bn{i}")(x))
+        x = nn.ConvTranspose(3, (4, 4), (2, 2), padding=((2, 2), (2, 2)), use_bias=False,
+                             dtype=self.dtype, name="deconv4")(x)
+        return jnp.tanh(x)
+
+
+#: the models served: (description, input shape without the batch)
+MODELS: dict[str, tuple[str, tuple[int, ...]]] = {
+    "resnet18": ("ResNet-18", (224, 224, 3)),
+    "resnet50": ("ResNet-50", (224, 224, 3)),
+    "mobilenet_v2": ("MobileNetV2", (224, 224, 3)),
+    "mnist_cnn": ("MNIST CNN", (28, 28, 1)),
+    "dcgan": ("DCGAN generator", (1, 1, 100)),
+}
+
+
+def _flax_model(name: str, dtype: Any) -> nn.Module:
+    if name == "dcgan":
+        norm = models.norm_def(True, train=False)
+        return Generator(dtype=dtype, norm=norm if dtype is None else
+                         functools.partial(norm, dtype=dtype))
+    return models.build(name, lax.conv_general_dilated, True, dtype=dtype, train=False)
+
+
+def variables(name: str, x: np.ndarray, seed: int = 0) -> dict[str, Any]:
+    """The model's parameters (``models.init``'s draws) and running statistics drawn at
+    random (mean normal with deviation 0.1, variance uniform in [0.5, 1.5])."""
+    rng = np.random.default_rng(seed)
+    if name == "dcgan":
+        shapes = jax.eval_shape(_flax_model(name, None).init, jax.random.key(seed), x)
+
+        def draw(path: tuple[Any, ...], leaf: jax.ShapeDtypeStruct) -> np.ndarray:
+            key = path[-1].key
+            if key == "kernel":
+                fan_in = int(np.prod(leaf.shape[:-1]))
+                return (rng.standard_normal(leaf.shape) / np.sqrt(fan_in)).astype(leaf.dtype)
+            return np.full(leaf.shape, 1.0 if key in ("scale", "var") else 0.0, leaf.dtype)
+        out = jax.tree_util.tree_map_with_path(draw, shapes)
+    else:
+        out = models.init(name, jnp.asarray(x), True, seed)
+    stats = out.get("batch_stats", {})
+
+    def stat(path: tuple[Any, ...], leaf: Any) -> np.ndarray:
+        shape = np.shape(leaf)
+        if path[-1].key == "mean":
+            return (0.1 * rng.standard_normal(shape)).astype(np.float32)
+        return rng.uniform(0.5, 1.5, shape).astype(np.float32)
+    return {"params": out["params"], "batch_stats": jax.tree_util.tree_map_with_path(stat, stats)}
+
+
+def _generator_modules(torch: Any) -> Any:
+    """DCGAN's generator in torch.nn (PyTorch's DCGAN example), without weights."""
+    nn_ = torch.nn
+    layers: list[Any] = []
+    chans = [100, 512, 256, 128, 64]
+    for i in range(4):
+        layers += [nn_.ConvTranspose2d(chans[i], chans[i + 1], 4, 1 if i == 0 else 2,
+                                       0 if i == 0 else 1, bias=False),
+                   nn_.BatchNorm2d(chans[i + 1], eps=1e-5), nn_.ReLU()]
+    layers += [nn_.ConvTranspose2d(64, 3, 4, 2, 1, bias=False), nn_.Tanh()]
+    return nn_.Sequential(*layers)
+
+
+def _torch_generator(torch: Any, v: dict[str, Any]) -> Any:
+    m = _generator_modules(torch)
+    p, s = v["params"], v["batch_stats"]
+    with torch.no_grad():
+        for i in range(5):
+            k = np.asarray(p[f"deconv{i}"]["kernel"])  # (kh, kw, in, out), not reversed
+            conv = m[3 * i]
+            conv.weight.copy_(torch.from_numpy(np.ascontiguousarray(
+                k[::-1, ::-1].transpose(2, 3, 0, 1))))
+            if i < 4:
+                bn = m[3 * i + 1]
+                bn.weight.copy_(torch.from_numpy(np.asarray(p[f"bn{i}"]["scale"])))
+                bn.bias.copy_(torch.from_numpy(np.asarray(p[f"bn{i}"]["bias"])))
+                bn.running_mean.copy_(torch.from_numpy(np.asarray(s[f"bn{i}"]["mean"])))
+                bn.running_var.copy_(torch.from_numpy(np.asarray(s[f"bn{i}"]["var"])))
+    return m.eval()
+
+
+def _skeleton(torch: Any, name: str) -> Any:
+    """The torch twin of ``name`` without its weights (what the conversion's child builds)."""
+    if name == "dcgan":
+        return _generator_modules(torch)
+    return torch_models._modules(torch, name, True, models.MODELS[name].classes)
+
+
+def openvino_ir(torch: Any, twin: Any, name: str, x: np.ndarray, directory: pathlib.Path
+                ) -> pathlib.Path:
+    """The twin converted to OpenVINO's IR by a child process (``--convert``): OpenVINO's
+    conversion forks (its telemetry), which a process running JAX must not do."""
+    torch.save(twin.state_dict(), directory / "twin.pt")
+    np.save(directory / "x.npy", x)
+    subprocess.run([sys.executable, "-m", "jaxconv._src.bench.model_inference", "--convert",
+                    name, str(directory)], check=True, capture_output=True, text=True)
+    return directory / "model.xml"
+
+
+def _convert(name: str, directory: pathlib.Path) -> None:
+    import openvino as ov  # type: ignore[import-untyped]
+    import torch
+    twin = _skeleton(torch, name)
+    twin.load_state_dict(torch.load(directory / "twin.pt"))
+    twin.eval()
+    x = torch.from_numpy(np.load(directory / "x.npy"))
+    ov.save_model(ov.convert_model(twin, example_input=x), directory / "model.xml")
+
+
+def torch_twin(torch: Any, name: str, v: dict[str, Any]) -> Any:
+    """The torch twin of model ``name`` in ``eval()`` with ``v``'s parameters and statistics."""
+    if name == "dcgan":
+        return _torch_generator(torch, v)
+    m = torch_models.build(torch, name, v["params"], True)
+    state = m.state_dict()
+    with torch.no_grad():
+        for path, value in torch_models.flat_params(v["batch_stats"]).items():
+            module, leaf = path.rsplit(".", 1)
+            key = f"{module}.running_{leaf}"
+            state[key].copy_(torch.from_numpy(np.array(value)))
+    return m.eval()
+
+
+def _nchw(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+
+
+def _contenders(name: str, x: np.ndarray, dtype: str,
+                which: Sequence[str]) -> dict[str, Callable[[], np.ndarray]]:
+    """Each contender's call: a zero-argument function returning the output as NumPy (NHWC
+    where the output is an image), its result ready."""
+    import jaxconv
+    v = variables(name, x)
+    jdtype = jnp.bfloat16 if dtype == "bfloat16" else None
+    model = _flax_model(name, jdtype)
+
+    def apply(v: Any, x: jax.Array) -> jax.Array:
+        out: jax.Array = model.apply(v, x)  # type: ignore[assignment]
+        return out.astype(jnp.float32)
+    xj = jnp.asarray(x)
+    calls: dict[str, Callable[[], np.ndarray]] = {}
+    if "lax" in which:
+        f = jax.jit(apply)
+        calls["lax"] = lambda: np.asarray(f(v, xj))
+    if "accelerate" in which:
+        g = jax.jit(jaxconv.accelerate(apply))
+        calls["accelerate"] = lambda: np.asarray(g(v, xj))
+    if "torch" not in which and "openvino" not in which:
+        return calls
+    import torch
+    torch.set_num_threads(os.cpu_count() or 1)
+    twin = torch_twin(torch, name, v)
+    xt = torch.from_numpy(_nchw(x))
+    out_nhwc = name == "dcgan"
+
+    def fmt(y: Any) -> np.ndarray:
+        y = y.float().numpy()
+        return y.transpose(0, 2, 3, 1) if out_nhwc else y
+    if "torch" in which:
+        best = None
+        for memory in (torch.contiguous_format, torch.channels_last):
+            m = twin.to(memory_format=memory)
+            xm = xt.contiguous(memory_format=memory)
+
+            def call(m: Any = m, xm: Any = xm) -> np.ndarray:
+                with torch.inference_mode(), torch.autocast(
+                        "cpu", torch.bfloat16, enabled=dtype == "bfloat16"):
+                    return fmt(m(xm))
+            for _ in range(3):
+                call()
+            t = min(_time(call) for _ in range(5))
+            if best is None or t < best[0]:
+                best = (t, call, str(memory).split(".")[-1])
+        assert best is not None
+        calls["torch"] = best[1]
+        calls["torch"].layout = best[2]  # type: ignore[attr-defined]
+    if "openvino" in which:
+        import openvino as ov
+        core = ov.Core()
+        with tempfile.TemporaryDirectory() as directory:
+            ir = openvino_ir(torch, twin.to(memory_format=torch.contiguous_format), name,
+                             _nchw(x), pathlib.Path(directory))
+            config = {"PERFORMANCE_HINT": "LATENCY"}
+            if dtype == "float32":
+                config["INFERENCE_PRECISION_HINT"] = "f32"
+            compiled = core.compile_model(core.read_model(ir), "CPU", config)
+        request = compiled.create_infer_request()
+        xo = _nchw(x)
+
+        def ov_call() -> np.ndarray:
+            y = request.infer([xo])[compiled.output(0)]
+            return y.transpose(0, 2, 3, 1) if out_nhwc else np.asarray(y)
+        calls["openvino"] = ov_call
+    return calls
+
+
+def _time(call: Callable[[], Any]) -> float:
+    t = time.perf_counter()
+    call()
+    return time.perf_counter() - t
+
+
+def measure(name: str, batch: int, dtype: str, rounds: int, calls_per_round: int,
+            which: Sequence[str] = CONTENDERS) -> dict[str, Any]:
+    """One row: each contender's latencies (ms), their median and 90th percentile, the
+    ratios against accelerate's median, and each output's gap to lax's float32 output."""
+    desc, shape = MODELS[name]
+    x = np.random.default_rng(1).standard_normal((batch, *shape)).astype(np.float32)
+    calls = _contenders(name, x, dtype, which)
+    reference = (_contenders(name, x, "float32", ["lax"])["lax"]() if dtype != "float32"
+                 else calls["lax"]() if "lax" in calls else None)
+    gaps = {}
+    for k, call in calls.items():
+        out = call()  # compiles
+        if reference is not None:
+            gaps[k] = float(np.max(np.abs(out - reference)) / max(np.max(np.abs(reference)),
+                                                                     1e-30))
+    lat: dict[str, list[float]] = {k: [] for k in calls}
+    for _ in range(rounds):
+        order = list(calls)
+        random.shuffle(order)
+        for k in order:
+            for _ in range(2):  # the contender's threads awake, its caches warm
+                calls[k]()
+            lat[k] += [_time(calls[k]) * 1e3 for _ in range(calls_per_round)]
+    med = {k: statistics.median(v) for k, v in lat.items()}
+    p90 = {k: float(np.percentile(v, 90)) for k, v in lat.items()}
+    row: dict[str, Any] = {
+        "model": name, "description": desc, "batch": batch, "input": list(x.shape[1:]),
+        "dtype": dtype, "median_ms": med, "p90_ms": p90, "calls": {k: len(v) for k, v in lat.items()},
+        "gap": gaps, "tolerance": TOLERANCE[dtype],
+        "agrees": {k: g <= TOLERANCE[dtype] for k, g in gaps.items()},
+        "torch_layout": getattr(calls.get("torch"), "layout", None)}
+    if "accelerate" in med:
+        row["over_accelerate"] = {k: v / med["accelerate"] for k, v in med.items()}
+    return row
+
+
+def inference(args: Any) -> list[dict[str, Any]]:
+    """Every model of ``args.inference_models`` at each of ``args.inference_batches``."""
+    rows = []
+    for name in args.inference_models:
+        for batch in args.inference_batches:
+            row = measure(name, batch, args.dtype, args.inference_rounds, args.inference_calls,
+                          args.inference_contenders)
+            rows.append(row)
+            m = row["median_ms"]
+            print(f"{row['description']:16s} batch {batch:2d} {args.dtype} "
+                  + " ".join(f"{k} {m[k]:8.2f} (p90 {row['p90_ms'][k]:.2f})" for k in m)
+                  + "  gaps " + ", ".join(f"{k} {g:.1e}" for k, g in row["gap"].items()),
+                  flush=True)
+    return rows
+
+
+if __name__ == "__main__":  # the conversion's child: --convert NAME DIRECTORY
+    if sys.argv[1:2] == ["--convert"]:
+        _convert(sys.argv[2], pathlib.Path(sys.argv[3]))
