@@ -112,7 +112,7 @@ def _lists(jsons: list[str]) -> str:
     lines = ["| list (kind) | problems | over jax.vjp (forward: lax), geomean | lowest "
              "| jaxconv/torch, geomean |", "|---|---|---|---|---|"]
     for key, s in summary.items():
-        if key == "target_lists":
+        if key == "target_lists" or key.startswith("category:"):
             continue
         torch = s.get("geomean_jaxconv_over_torch", math.nan)
         lines.append(f"| {key} | {s['problems']} | {s['geomean_speedup_vs_vjp']:.2f}x "
@@ -123,6 +123,45 @@ def _lists(jsons: list[str]) -> str:
                   f"{t['geomean_speedup_vs_vjp']:.2f}x `jax.vjp` (geomean); behind it by over "
                   f"5% in three of four paired rounds: {behind}."]
     return "\n".join(lines)
+
+
+def _serving(jsons: list[str]) -> str:
+    """One row per model and batch, a column group per dtype (a JSON each)."""
+    data = [_load(j)["inference"] for j in jsons]
+    dtypes = [rows[0]["dtype"] for rows in data]
+    head = " | ".join(f"{d}: accelerate ms, median (p90) | lax / acc. | torch / acc. "
+                      f"| OpenVINO / acc." for d in dtypes)
+    lines = [f"| model (batch) | {head} | outputs agree with lax's float32 (largest gap) |",
+             "|---|" + "---|---|---|---|" * len(dtypes) + "---|"]
+    for rows in zip(*data):
+        cells, gaps, agree = [], [], True
+        for r in rows:
+            m, p90, over = r["median_ms"], r["p90_ms"], r["over_accelerate"]
+            cells.append(f"{m['accelerate']:.2f} ({p90['accelerate']:.2f}) | "
+                         + " | ".join(f"{over[k]:.2f}" for k in ("lax", "torch", "openvino")))
+            gaps.append(f"{max(r['gap'].values()):.0e}")
+            agree = agree and all(r["agrees"].values())
+        r = rows[0]
+        lines.append(f"| {r['description']} ({r['batch']}) | " + " | ".join(cells)
+                     + f" | {'yes' if agree else '**no**'} ({', '.join(gaps)}) |")
+    tolerances = ", ".join(f"{rows[0]['tolerance']:.0e} ({rows[0]['dtype']})" for rows in data)
+    return "\n".join(lines) + f"\n\n(Tolerance: {tolerances} of the largest magnitude.)"
+
+
+def _serving_short(jsons: list[str]) -> str:
+    """Where accelerate is slower than each peer, in words."""
+    slow: dict[str, list[str]] = {"lax": [], "torch": []}
+    for j in jsons:
+        for r in _load(j)["inference"]:
+            for k in slow:
+                if r["over_accelerate"][k] < 1:
+                    slow[k].append(f"{r['description']} ({r['batch']}, {r['dtype']})")
+    names = {"lax": "lax", "torch": "PyTorch"}
+    faster = sum(r["over_accelerate"]["openvino"] >= 1 for j in jsons
+                 for r in _load(j)["inference"])
+    rows = sum(len(_load(j)["inference"]) for j in jsons)
+    return " ".join(f"Slower than {names[k]}: {', '.join(v) if v else 'none'}." for k, v in
+                    slow.items()) + f" At OpenVINO's speed or faster: {faster} rows of {rows}."
 
 
 def _gpu(jsons: list[str]) -> str:
@@ -180,6 +219,9 @@ TABLES = [
     Table("Host memory", ["host-memory-order-zen4.json"], _host,
           _model_machine("host-memory-order-zen4.json"),
           _model_commit("host-memory-order-zen4.json")),
+    Table("Serving on CPU", ["inference-f32-zen4.json", "inference-bf16-zen4.json"], _serving,
+          _model_machine("inference-f32-zen4.json"),
+          _model_commit("inference-f32-zen4.json", "inference-bf16-zen4.json")),
     Table("Per kernel: oneDNN's benchdnn lists", ["full.json"], _lists, _lists_machine,
           _model_commit("full.json")),
     Table("GPU", ["quick-gpu-h100.json", "accelerate-steps-h100.json"], _gpu,
@@ -209,13 +251,11 @@ def page() -> str:
     """The page, from the JSONs of :data:`TABLES`."""
     return f"""# Performance
 
-What jaxconv costs against PyTorch and against the obvious JAX path (`jax.vjp` of
-`lax.conv_general_dilated`): whole training steps first, then per layer, host memory, per
-kernel and on a GPU. Ratios `torch / accelerate` above 1 mean jaxconv is faster;
-`jaxconv/torch` is the inverse. Which method each kernel runs, and why, is in {{doc}}`lowerings`;
-earlier measurements are in `CHANGELOG.md`. This page is written by `python -m benchmarks.report
---page` from the JSONs it cites (a test writes it again and compares). Each table was measured
-at one commit, on one machine:
+What jaxconv costs against PyTorch, OpenVINO and the obvious JAX path (`jax.vjp` of
+`lax.conv_general_dilated`). Ratios `torch / accelerate` above 1: jaxconv faster; `jaxconv/torch`
+is the inverse. Which method each kernel runs is in {{doc}}`lowerings`; earlier measurements in
+`CHANGELOG.md`. Written by `python -m benchmarks.report --page` from the JSONs below (a test
+writes it again and compares), each table measured at one commit, on one machine:
 
 {_measured()}
 
@@ -226,11 +266,11 @@ contenders are interleaved in each process.
 
 ![training-step time per model and contender, with BatchNorm](benchmarks/models_steps.png)
 
-The script people write: `import jaxconv` at the top, the arrays and the model's variables, then
-the step wrapped once, `jax.jit(jaxconv.accelerate(step), donate_argnums=...)` (the flax models
-as written), against their `torch.nn` twins in their faster memory format. One step: forward,
-backward, cross-entropy, SGD with momentum, batch 8 (the MNIST CNN: 128 images of 28 x 28).
-Two processes; each cell the median, each process's ratio in brackets, then accelerate's ms.
+The script people write (`import jaxconv` at the top, the arrays and the model's variables,
+then `jax.jit(jaxconv.accelerate(step), donate_argnums=...)`) against the `torch.nn` twins in
+their faster memory format. One step: forward, backward, cross-entropy, SGD with momentum,
+batch 8 (the MNIST CNN: 128 images of 28 x 28). Each cell: the median of two processes, each
+process's ratio in brackets, then accelerate's ms.
 
 ### float32
 
@@ -256,13 +296,10 @@ float32 (`jaxconv/_src/accelerate/widening.py`):
 ## Per layer
 
 Every distinct convolution of each model (batch 8; the MNIST CNN 128) and each kernel a step
-runs, jaxconv's op against torch's doing the same work (`aten.convolution_backward` with that
-kernel's output mask), interleaved, 9 rounds in each of two processes, pooled; `step-weighted`
-is jaxconv's time over torch's with each row weighted by how often a step runs it; GFLOP/s is
-the direct convolution's arithmetic over each side's time, against the float32 FMA peak measured
-at the start (Winograd's fewer multiplications can exceed it).
-`jaxconv bench models --parts layers --reps 9 --layer-runs 2 --models resnet18 resnet50
-mobilenet_v2 mnist_cnn`:
+runs, jaxconv's op against torch's doing the same work, interleaved, 9 rounds in each of two
+processes; `step-weighted`: each row weighted by how often a step runs it; GFLOP/s: the direct
+convolution's arithmetic over each side's time, against the measured float32 FMA peak (Winograd
+can exceed it). `jaxconv bench models --parts layers --reps 9 --layer-runs 2`:
 
 {_table("Per layer")}
 
@@ -278,15 +315,27 @@ faults a step) and the peak resident memory.
 Kept memory costs resident memory: the process stays at its peak between steps, and is never
 trimmed, also past 2 GiB free (`tests/core/test_host_memory.py`).
 
+## Serving on CPU
+
+The forward pass in inference mode (BatchNorm's running statistics) of the models above and
+DCGAN's generator (transposed convolutions), at batch 1 and 8: `jax.jit(model.apply)` (lax), the
+same under `jaxconv.accelerate`, the torch twin under `torch.inference_mode()`, and OpenVINO
+running that twin (the CPU, the latency hint; float32: `INFERENCE_PRECISION_HINT=f32`). Each
+call timed alone, 5 rounds of 20 calls, interleaved; above 1: accelerate faster. `jaxconv bench
+models --parts inference [--dtype bfloat16]` ({{doc}}`training`, "Serve a model on CPU"):
+
+{_table("Serving on CPU")}
+
+{_serving_short(_BY_TITLE["Serving on CPU"].jsons)}
+
 ## Per kernel: oneDNN's benchdnn lists
 
 (like-for-like)=
-Every problem of the eight benchdnn lists (forward, data and weight gradients; float32,
-NXC/XIO, minibatch capped at 16; 8 interleaved repetitions), jaxconv's op against `jax.vjp` of
-`lax.conv_general_dilated` (the forward against `lax.conv_general_dilated`) and against PyTorch
-doing exactly the same work (a gradient alone: `torch.ops.aten.convolution_backward` with its
-output mask under `no_grad`; the faster of NCHW and channels-last). `jaxconv bench --preset
-full` (per-row tables: `python -m benchmarks.report docs/benchmarks/full.json`):
+Every problem of the eight benchdnn lists (float32, NXC/XIO, minibatch capped at 16, 8
+interleaved repetitions), jaxconv's op against `jax.vjp` of `lax.conv_general_dilated` (the
+forward: against lax's) and against PyTorch doing exactly the same work (a gradient alone:
+`aten.convolution_backward` with its output mask; its faster layout). `jaxconv bench --preset
+full` (per row: `python -m benchmarks.report docs/benchmarks/full.json`):
 
 ![speed-up over jax.vjp per benchdnn problem](benchmarks/full.png)
 
@@ -302,30 +351,25 @@ against lax's (15 interleaved rounds, one process). Not measured again since: no
 
 ## Method
 
-* **Samples.** Each sample runs back-to-back calls for at least 20 ms and blocks once
-  (throughput, as in a training loop); untimed calls for half a sample before it let the last
-  contender's threads settle. The contenders run in a fresh random order each repetition,
-  interleaved in one process; the median is reported.
-* **Noise.** The per-kernel runner compares the optimized HLO of jaxconv and `jax.vjp` (where
-  they are the same program, any difference is noise), keeps the quartiles of each row's paired
-  ratios, and counts a row as slower only when three of four rounds say so.
-* **Like for like.** A peer does exactly jaxconv's work: a weight gradient is
-  `torch.ops.aten.convolution_backward` with the output mask `[False, True, False]`, never a
-  forward plus autograd (`tests/tools/test_benchmarks.py` checks the mask, that no forward runs
-  and that the result equals jaxconv's); torch runs in its faster layout with as many threads.
-* **The models** (`jaxconv/_src/bench/models.py`, `torch_models.py`): torchvision's ResNet-18
-  and ResNet-50 (v1.5) and MobileNetV2 written in flax as flax's ImageNet example writes them,
-  BatchNorm in training mode with torch's momentum, epsilon and variance, and flax's MNIST
-  CNN; each torch twin starts from the same parameters (`tests/tools/test_bench_models.py`
-  checks that one step of each agrees). Each step carries its state as a training loop does.
-* **The peak** is measured (every core running independent FMAs on registers for 0.5 s), not
-  read from `/proc/cpuinfo`.
+* **Samples.** A sample runs calls back to back for at least 20 ms and blocks once, after
+  untimed calls that let the last contender's threads settle; contenders run in a fresh random
+  order each repetition, interleaved in one process; medians are reported. The per-kernel
+  runner compares the optimized HLO of jaxconv and `jax.vjp` (the same program: noise) and counts
+  a row as slower only when three of four paired rounds say so.
+* **Like for like.** A peer does exactly jaxconv's work (a weight gradient is
+  `aten.convolution_backward` with the output mask `[False, True, False]`, never a forward plus
+  autograd; `tests/tools/test_benchmarks.py`), in its faster layout, with as many threads.
+* **The models** (`jaxconv/_src/bench/models.py`, `torch_models.py`): torchvision's ResNets and
+  MobileNetV2 and flax's MNIST CNN in flax, BatchNorm with torch's momentum, epsilon and
+  variance; each torch twin starts from the same parameters (`tests/tools/test_bench_models.py`
+  checks one step of each). The peak is measured (independent FMAs on every core for 0.5 s).
 
 ## Reproduce
 
 ```bash
 pip install -e ".[bench,onednn]" && jaxconv build-onednn
 jaxconv bench models                          # whole steps and per layer against torch.nn
+jaxconv bench models --parts inference        # serving: the forward pass, batch 1 and 8
 jaxconv bench --preset full                   # every benchdnn problem: about 25 minutes on 2 cores
 python -m benchmarks.host_memory_order        # the usual script per host-memory mechanism
 python -m benchmarks.report --page            # this page, from docs/benchmarks/*.json
