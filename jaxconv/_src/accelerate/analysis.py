@@ -24,8 +24,6 @@ class Analysis:
 
     #: each variable's equation
     producer: dict[Any, Any]
-    #: each variable's readers (a result of the jaxpr counts as one)
-    readers: collections.Counter[Any]
     #: the variables ``rev`` equations define: their operand and the reversed axes
     reversed_filters: dict[Any, tuple[Any, tuple[int, ...]]]
     #: the 2D ``dot_general`` equations (no batch dims, one free dim a side), by result
@@ -34,10 +32,14 @@ class Analysis:
     spread_pads: dict[Any, Any]
     #: the variables a convolution or a matrix product reads
     product_operands: frozenset[Any]
-    #: the jaxpr's results
-    results: frozenset[Any]
-    #: each variable's reading equations, in order
+    #: the jaxpr's results, each with how many times the jaxpr returns it
+    results: collections.Counter[Any]
+    #: each variable's reading equations, in order (once per operand it is)
     reading: dict[Any, list[Any]]
+
+    def readers(self, v: Any) -> int:
+        """How many operands of equations and results of the jaxpr ``v`` is."""
+        return len(self.reading.get(v, ())) + self.results[v]
 
     def spread_pad(self, eqn: Any) -> Any | None:
         """The interior ``pad`` (of :attr:`spread_pads`) whose result ``eqn`` sums with a
@@ -75,20 +77,15 @@ class Analysis:
             for v in e.invars:
                 if not isinstance(v, Literal):
                     reading.setdefault(v, []).append(e)
-        results = frozenset(v for v in jaxpr.outvars if not isinstance(v, Literal))
-        readers: collections.Counter[Any] = collections.Counter(
-            v for e in eqns for v in e.invars if not isinstance(v, Literal))
-        readers.update(v for v in jaxpr.outvars if not isinstance(v, Literal))
         return cls(
             producer={v: e for e in eqns for v in e.outvars},
-            readers=readers,
             reversed_filters={e.outvars[0]: (e.invars[0], tuple(e.params["dimensions"]))
                               for e in eqns if e.primitive.name == "rev"},
             products={e.outvars[0]: e for e in eqns if _is_2d_product(e)},
             spread_pads={e.outvars[0]: e for e in eqns if _spreads(e)},
             product_operands=frozenset(v for e in eqns if e.primitive.name in PRODUCTS
                                        for v in e.invars if not isinstance(v, Literal)),
-            results=results,
+            results=collections.Counter(v for v in jaxpr.outvars if not isinstance(v, Literal)),
             reading=reading,
         )
 

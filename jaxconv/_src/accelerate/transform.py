@@ -45,11 +45,9 @@ from jaxconv._src import lax_refs
 from jaxconv._src.lowering import chooser
 from jaxconv._src.accelerate import rewrites, widening
 from jaxconv._src.accelerate.analysis import Analysis
-from jaxconv._src.accelerate.rewrites.products import Product
+from jaxconv._src.accelerate.rewrites import products
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_PRODUCT = Product()
 
 #: the primitives whose equations a rewrite may compute otherwise where a nested jaxpr holds
 #: them (its jaxpr is then evaluated again: :func:`_holds_target`)
@@ -65,7 +63,7 @@ def _targets(eqn: Any) -> bool:
     a matrix product that runs on oneDNN (the product rewrite matches it), or 16-bit
     arithmetic (:func:`widening.targets`)."""
     if eqn.primitive.name == "dot_general":
-        return isinstance(_PRODUCT.match(eqn, None), rewrites.Match)  # type: ignore[arg-type]
+        return products.why_not(eqn) is None
     return eqn.primitive.name in _KERNELS or widening.targets(eqn)
 
 

@@ -194,8 +194,10 @@ def _model_machine(name: str) -> Callable[[], str]:
 
 def _model_commit(*names: str) -> Callable[[], str]:
     def commit() -> str:
-        found = {(_load(n).get("machine") or _load(n).get("meta") or {}).get("commit")
-                 for n in names}
+        found = set()
+        for n in names:
+            data = _load(n)
+            found.add((data.get("machine") or data.get("meta") or {}).get("commit"))
         return ", ".join(sorted(c or "not recorded" for c in found))
     return commit
 
@@ -232,11 +234,17 @@ _BY_TITLE = {t.title: t for t in TABLES}
 
 
 def _measured() -> str:
-    lines = [MEASURED_BEGIN, "| table | machine | commit | JSONs (`docs/benchmarks/`) |",
-             "|---|---|---|---|"]
+    """Each commit once, with its machine (as the most detailed of its JSONs records it) and
+    the tables (and JSONs) measured there."""
+    groups: dict[str, list[Table]] = {}
     for t in TABLES:
-        lines.append(f"| {t.title} | {t.machine()} | {t.commit()} | "
-                     + ", ".join(f"`{j}`" for j in t.jsons) + " |")
+        groups.setdefault(t.commit(), []).append(t)
+    lines = [MEASURED_BEGIN, "| commit | machine | tables (JSONs in `docs/benchmarks/`) |",
+             "|---|---|---|"]
+    for commit, tables in groups.items():
+        machine = max((t.machine() for t in tables), key=len)
+        lines.append(f"| {commit} | {machine} | " + "; ".join(
+            f"{t.title} ({', '.join(f'`{j}`' for j in t.jsons)})" for t in tables) + " |")
     return "\n".join([*lines, MEASURED_END])
 
 

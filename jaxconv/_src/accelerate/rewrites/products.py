@@ -70,6 +70,14 @@ def onednn_product(params: dict[str, Any], lhs: Any, rhs: Any) -> Any:
     return matmul.matmul(lhs, rhs, (lc[0], rc[0]), preferred)
 
 
+def why_not(eqn: Any) -> str | None:
+    """Why the ``dot_general`` equation ``eqn`` is no product oneDNN's matmul computes here (the
+    chooser's ``product_why_not``), or None."""
+    lhs, rhs = (v.aval for v in eqn.invars)
+    return lowering.product_why_not(lhs, rhs, eqn.params["dimension_numbers"],
+                                    eqn.params.get("preferred_element_type"))
+
+
 class Product(Rewrite):
     """A ``dot_general`` of two bfloat16 matrices on oneDNN's bfloat16 matmul, where oneDNN
     computes bfloat16 natively (:func:`onednn_product`)."""
@@ -78,10 +86,7 @@ class Product(Rewrite):
     primitives = frozenset({"dot_general"})
 
     def match(self, eqn: Any, scope: Scope) -> Match | str:
-        lhs, rhs = (v.aval for v in eqn.invars)
-        why = lowering.product_why_not(lhs, rhs, eqn.params["dimension_numbers"],
-                                       eqn.params.get("preferred_element_type"))
-        if why is not None:
+        if why_not(eqn) is not None:
             return "product"
         return Match(self, eqn, tuple(eqn.invars), label="oneDNN's matmul")
 

@@ -101,7 +101,7 @@ def chain(eqn: Any, prog: Analysis, computed: Callable[[Any], Any],
         if not all(visit(u) for u in p.invars):
             return False
         eqns.append(p)
-        shared = shared or prog.readers[v] > 1
+        shared = shared or prog.readers(v) > 1
         return True
 
     if not visit(operand) or not eqns or not shared:
