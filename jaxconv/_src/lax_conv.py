@@ -169,6 +169,32 @@ def conv_general_dilated(
                     preferred_element_type, out_sharding, lowering)
 
 
+def forward_operands(x: Any, w: Any, dn: lax.ConvDimensionNumbers, strides: Sequence[int],
+                     pads: Sequence[tuple[int, int]], rhs_dilation: Sequence[int], groups: int
+                     ) -> tuple[Any, Any, Any]:
+    """The operands of a forward convolution of ``dimension_numbers`` ``dn`` (pads at least 0)
+    in jaxconv's layouts, and its problem: data (N, *X, C) with filter (*X, I, O), or
+    (N, C, *X) with (O, I, *X) where both already are (no transpose)."""
+    lhs_spec, rhs_spec, _ = dn
+    n = x.ndim - 2
+    if tuple(lhs_spec) == tuple(range(n + 2)) and tuple(rhs_spec) == tuple(range(n + 2)):
+        data_format, filter_format, xs, ws = "NCX", "OIX", x, w
+    else:
+        data_format, filter_format = "NXC", "XIO"
+        xs = _transposed(x, (lhs_spec[0], *lhs_spec[2:], lhs_spec[1]))
+        ws = _transposed(w, (*rhs_spec[2:], rhs_spec[1], rhs_spec[0]))
+    p = geometry.convolution_problem(
+        _OP, _NAMES, x_shape=tuple(xs.shape), y_shape=None, w_shape=tuple(ws.shape),
+        strides=tuple(strides), pads_begin=[lo for lo, _ in pads],
+        pads_end=[hi for _, hi in pads], dilations=tuple(rhs_dilation), auto_pad="explicit",
+        groups=groups, data_format=data_format, filter_format=filter_format)
+    return xs, ws, p
+
+
+def _transposed(a: Any, perm: Sequence[int]) -> Any:
+    return a if tuple(perm) == tuple(range(a.ndim)) else a.transpose(perm)
+
+
 def _lax_refusal(lax_call: Any, lhs: Any, rhs: Any) -> Exception | None:
     """What ``lax.conv_general_dilated`` raises for this call (abstractly: nothing is computed).
 
@@ -268,20 +294,8 @@ def _jaxconv(lhs: ArrayLike, rhs: ArrayLike, lax_call: Any, window_strides: Sequ
                                    lhs_dilation=lhs_dil, batch_groups=batch_groups)
     if why_lax is not None:
         return by_lax(why_lax)
-    # jaxconv's layouts: data (N, *X, C) with filter (*X, I, O), or (N, C, *X) with (O, I, *X).
-    if tuple(lhs_spec) == tuple(range(n + 2)) and tuple(rhs_spec) == tuple(range(n + 2)):
-        data_format, filter_format, xs, ws = "NCX", "OIX", x, w
-        src = (0, 1, *range(2, n + 2))  # where N, C, *X are in our result
-    else:
-        data_format, filter_format = "NXC", "XIO"
-        xs = x.transpose((lhs_spec[0], *lhs_spec[2:], lhs_spec[1]))
-        ws = w.transpose((*rhs_spec[2:], rhs_spec[1], rhs_spec[0]))
-        src = (0, n + 1, *range(1, n + 1))
-    p = geometry.convolution_problem(
-        _OP, _NAMES, x_shape=tuple(xs.shape), y_shape=None, w_shape=tuple(ws.shape),
-        strides=strides, pads_begin=[lo for lo, _ in pads], pads_end=[hi for _, hi in pads],
-        dilations=rhs_dil, auto_pad="explicit", groups=groups, data_format=data_format,
-        filter_format=filter_format)
+    xs, ws, p = forward_operands(x, w, dn, strides, pads, rhs_dil, groups)
+    src = p.data.spec  # where N, C, *X are in our result
     y = primitive.forward(xs, ws, p=p, precision=valid_precision,
                          preferred_element_type=out_dtype,
                          method=options.check_lowering(_OP, Kernel.FORWARD, lowering, p))

@@ -96,9 +96,19 @@ def _product():  # a bfloat16 dense layer: its forward and both gradients
     return jax.value_and_grad(loss, (0, 1)), (w, x), 3
 
 
+def _fused_chain():  # a convolution, BatchNorm in inference mode as flax writes it, ReLU6
+    def block(x, w, mean, scale, shift):
+        y = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=_DN)
+        return jax.nn.relu6((y - mean) * scale + shift)
+    c = (1, 1, 1, 4)
+    return block, (_random((2, 6, 6, 3)), _random((3, 3, 3, 4), seed=1), _random(c, seed=2),
+                   _random(c, seed=3), _random(c, seed=4)), 1
+
+
 #: each rewrite's program and the equations of it the rewrite must match (at least)
 CASES: dict[str, Callable[[], tuple[Any, tuple[Any, ...], int]]] = {
     "convolution": _convolution,
+    "fused chain": _fused_chain,
     "max pool": _max_pool,
     "window sum": _window_sum,
     "spread sum": _spread_sum,

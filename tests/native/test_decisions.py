@@ -60,7 +60,7 @@ def test_spin_lasts_until_the_chunks_end_or_200_us():
     assert fn(1, 2, 200_000) == 0      # kSpin: then asleep
 
 
-def test_trial_races_times_and_keeps_the_callers_layout_within_the_margin():
+def test_trial_races_times_and_keeps_the_layout_that_moves_least_within_the_margin():
     racing = (ctypes.c_int * 3)()
     LIB.jaxconv_onednn_decide_racing(_arr(ctypes.c_double, [0.001, 0.0035, 0.05]), 3, racing)
     assert list(racing) == [1, 1, 0]   # over 4x the fastest warm-up and over 20 ms: out
@@ -83,7 +83,7 @@ def test_trial_races_times_and_keeps_the_callers_layout_within_the_margin():
                      ctypes.c_double]
     times = _arr(ctypes.c_double, [1.04e-3, 1.0e-3])  # the caller's layout 4% slower
     steady = _arr(ctypes.c_double, [0.0, 0.0])
-    callers = _arr(ctypes.c_int, [1, 0])
+    callers = _arr(ctypes.c_int, [1, 2])  # moves: the filter; the activations
     assert pick(times, steady, both, callers, 2, 1e6) == 0     # within 5%: the caller's layout
     assert pick(times, steady, both, callers, 2, 3e8) == 1     # a large problem: a 1% margin
     assert pick(times, steady, _arr(ctypes.c_int, [0, 1]), callers, 2, 1e6) == 1  # not raced
@@ -92,6 +92,15 @@ def test_trial_races_times_and_keeps_the_callers_layout_within_the_margin():
     # ... but within the margin plus both candidates' noise (8% and 9%): the caller's
     assert pick(slower, _arr(ctypes.c_double, [0.08, 0.09]), both, callers, 2, 1e6) == 0
     assert pick(times, _arr(ctypes.c_double, [0.01, 0.03]), both, callers, 2, 3e8) == 0
+    # three: the caller's layouts with oneDNN's filter, blocked activations, and the caller's
+    # filter too (nothing moved): the least moved within the margin of the fastest ...
+    three, none = _arr(ctypes.c_int, [1, 1, 1]), _arr(ctypes.c_double, [0.0, 0.0, 0.0])
+    moves = _arr(ctypes.c_int, [1, 2, 0])
+    assert pick(_arr(ctypes.c_double, [1.0e-3, 1.0e-3, 1.04e-3]), none, three, moves, 3, 1e6) == 2
+    assert pick(_arr(ctypes.c_double, [1.0e-3, 0.9e-3, 1.0e-3]), none, three, moves, 3, 1e6) == 1
+    # ... and of equals the first: the caller's layouts stay where nothing else is faster
+    assert pick(_arr(ctypes.c_double, [1.0e-3, 1.0e-3]), steady, both,
+                _arr(ctypes.c_int, [1, 1]), 2, 1e6) == 0
 
     noise = LIB.jaxconv_onednn_decide_noise
     noise.restype = ctypes.c_double

@@ -88,10 +88,10 @@ def test_weight_gradient_threading_counts_its_bytes():
 def test_choices_say_what_each_first_call_chose(layout_trial):
     """``choices()`` lists each cached problem as the handler received it (a spread data
     gradient with its strided dx, a chunk with its share of the batch) and its candidates, the
-    kept one first: the fastest in the trial, or the caller's layout within the margin (5% at
-    this size). Every candidate of these sub-millisecond problems is timed: a warm-up more than
-    four times the fastest one's drops a candidate only past 20 ms (one slow first run of a
-    faster layout dropped it by chance)."""
+    kept one first: the fastest in the trial, or one that moves less (the caller's layouts)
+    within the margin (5% at this size) plus both candidates' noise. Every candidate of these
+    sub-millisecond problems is timed: a warm-up more than four times the fastest one's drops a
+    candidate only past 20 ms (one slow first run of a faster layout dropped it by chance)."""
     x, w, dy, attrs, (y_ref, dx_ref, _) = _problem(LARGE, seed=8, batch=1)
     h.assert_close(jaxconv.convolution(x, w, **attrs, lowering="onednn"), y_ref, jnp.float32)
     (spread, batch), = [s for s in SPREAD if s[0][1] == "NXC" and s[0][0] == 2][:1]
@@ -107,14 +107,52 @@ def test_choices_say_what_each_first_call_chose(layout_trial):
     assert data[0]["strides"] == tuple(spread[8]) and data[0]["groups"] == spread[3]
     for c in forward + data:
         kept, *others = c["candidates"]
-        assert kept["layout"] in ("caller", "any", "blocked") and kept["impl"]
+        assert kept["layout"] in library.LAYOUTS and kept["impl"]
         assert len({r["layout"] for r in c["candidates"]}) == len(c["candidates"])
         timed = [r["trial_ms"] for r in c["candidates"] if r["trial_ms"] is not None]
         assert all(t > 0 for t in timed)
-        if others:  # a trial ran
-            assert len(timed) == len(c["candidates"]), c
-            slack = 1.05 if kept["layout"] == "caller" else 1.0
+        if others:  # a trial ran: every candidate timed but one on the caller's filter,
+            # whose implementation may be oneDNN's im2col and sgemm (x64:gemm:jit), whose first
+            # run generates its code (past the 20 ms floor)
+            assert all(r["trial_ms"] is not None for r in c["candidates"]
+                       if r["layout"] != "caller_filter"), c
+            # the margin (5%) plus both candidates' noise for a layout that moves less
+            slack = 1.0 if kept["layout"] not in ("caller", "caller_filter") else (
+                1.05 + max(r["noise"] for r in c["candidates"] if r["noise"] is not None) * 2)
             assert kept["trial_ms"] <= slack * min(timed), c
+
+
+# a batch-1 1x1 layer (MobileNetV2's 14x14 192 -> 64): oneDNN's 1x1 kernel takes the caller's
+# XIO filter as it is, where its filter reorder took as long as the products
+POINTWISE = (2, "NXC", "XIO", 1, 192, 64, (14, 14), (1, 1), (1, 1), (1, 1), (0, 0), (0, 0))
+
+
+@needs_onednn
+@pytest.mark.parametrize("kernel", list(Kernel))
+def test_a_primitive_on_the_callers_filter_computes_each_kernel(kernel, layout_trial):
+    """The trial's candidate on the caller's activations and filter both ("caller_filter":
+    nothing moved), kept for a problem by an earlier process's verdict, computes what torch
+    computes (through the oracles' float64 references), for each kernel; its choice says so."""
+    x, w, dy, attrs, (y_ref, dx_ref, dw_ref) = _problem(POINTWISE, seed=31, batch=1)
+    run = {Kernel.FORWARD: lambda: jaxconv.convolution(x, w, **attrs, lowering="onednn"),
+           Kernel.DATA: lambda: jaxconv.convolution_backward_data(dy, w, x.shape, **attrs,
+                                                                  lowering="onednn"),
+           Kernel.WEIGHT: lambda: jaxconv.convolution_backprop_filters(x, dy, w.shape, **attrs,
+                                                                       lowering="onednn")}[kernel]
+    want = {Kernel.FORWARD: y_ref, Kernel.DATA: dx_ref, Kernel.WEIGHT: dw_ref}[kernel]
+    h.assert_close(run(), want, jnp.float32)
+    mine = [c for c in library.choices() if c["kernel"] == kernel.value and c["x"] == x.shape]
+    assert mine, library.choices()
+    on_filter = [r for r in mine[0]["candidates"] if r["layout"] == "caller_filter"]
+    if not on_filter:
+        pytest.skip(f"oneDNN implements no {kernel.value} primitive on the caller's XIO "
+                    f"filter on this CPU ({mine[0]['candidates']})")
+    library.forget()
+    assert library.remember({mine[0]["key"]: ("caller_filter", on_filter[0]["impl"])}) == 1
+    h.assert_close(jax.block_until_ready(run()), want, jnp.float32)
+    again = [c for c in library.choices() if c["kernel"] == kernel.value and c["x"] == x.shape]
+    assert again[0]["source"] == "cache", again
+    assert again[0]["candidates"][0]["layout"] == "caller_filter", again
 
 
 @needs_onednn

@@ -81,7 +81,7 @@ class Explanation:
             why: dict[str, int] = {}
             for d in self.decisions:
                 for name, key in d.reasons:
-                    if name == r.name:
+                    if name == r.name and key not in rewrites.STRUCTURAL:
                         why[rewrites.REASONS[key]] = why.get(rewrites.REASONS[key], 0) + 1
             if matched or why:
                 out.append((r.name, matched, why))
@@ -131,7 +131,8 @@ def _fmt(*avals: Any) -> str:
     return " x ".join(f"{a.dtype}{list(a.shape)}" for a in avals)
 
 
-def _conv_row(eqn: Any, backend: str, decision: rewrites.Decision | None) -> Row:
+def _conv_row(eqn: Any, backend: str, decision: rewrites.Decision | None,
+              chain: str = "") -> Row:
     lhs, rhs = (v.aval for v in eqn.invars)
     out = eqn.outvars[0].aval
     shapes = f"{_fmt(lhs, rhs)} -> {list(out.shape)}"
@@ -148,9 +149,9 @@ def _conv_row(eqn: Any, backend: str, decision: rewrites.Decision | None) -> Row
         return Row("convolution", "", "lax", shapes, "not evaluated", _bind=_binder(eqn),
                    _avals=(lhs, rhs))
     matched = decision.matched is not None
+    runs = f"accelerate runs {decision.label}" + (f" + {chain}" if chain else "")
     return Row("convolution", str(decision.detail) if matched else "", "lax", shapes,
-               f"accelerate runs {decision.label}" if matched else decision.why(),
-               _bind=_binder(eqn), _avals=(lhs, rhs))
+               runs if matched else decision.why(), _bind=_binder(eqn), _avals=(lhs, rhs))
 
 
 def _pool_row(eqn: Any) -> Row:
@@ -183,13 +184,17 @@ def _signature(eqn: Any) -> tuple[Any, ...]:
 
 def _rows(jaxpr: Any, backend: str, record: transform.Record) -> list[Row]:
     decided: dict[tuple[Any, ...], rewrites.Decision] = {}
+    chains: dict[tuple[Any, ...], str] = {}  # a convolution's fused chain, by its signature
     for eqn, decision in record.items():
         decided.setdefault(_signature(eqn), decision)
+        if decision.matched == "fused chain":
+            chains.setdefault(_signature(decision.detail[0]), decision.label)
     rows: dict[tuple[Any, ...], Row] = {}
     for eqn in _walk(jaxpr):
         name = eqn.primitive.name
         if name in ("jaxconv_conv", "conv_general_dilated"):
-            row = _conv_row(eqn, backend, decided.get(_signature(eqn)))
+            row = _conv_row(eqn, backend, decided.get(_signature(eqn)),
+                            chains.get(_signature(eqn), ""))
         elif name in _POOLS:
             row = _pool_row(eqn)
         else:

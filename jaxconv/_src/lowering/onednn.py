@@ -34,6 +34,7 @@ always sees the problem's own rank.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -168,7 +169,8 @@ def product_applies(a: Any, b: Any, dimension_numbers: Any,
 # Measured: docs/onednn.md, "What the handler does".
 def _kernel(kernel: Kernel) -> object:
     def compute(a: Array, b: Array, p: ConvProblem, precision: Precision,
-                preferred_element_type: DType, threads: int = 0) -> Array:
+                preferred_element_type: DType, threads: int = 0, post: tuple[Any, ...] = (),
+                operands: Sequence[Array] = ()) -> Array:
         strided = kernel is Kernel.WEIGHT and _strided_1x1_in_onednn(p)
         grid = kernel is Kernel.WEIGHT and _grid_of_1x1(p) and not strided
         # the weight gradient is fitted: oneDNN 3.2's 1x1 one miscomputed with unread elements
@@ -194,10 +196,10 @@ def _kernel(kernel: Kernel) -> object:
             p = fitted
         if kernel is not Kernel.DATA:  # a is x
             a = common.pad_spatial(a, axes, [(-lo, -hi) for lo, hi in crop])
-        call = jax.ffi.ffi_call(library.TARGETS[kernel.value],
-                                jax.ShapeDtypeStruct(kernel.out_shape(p), a.dtype))  # type: ignore[no-untyped-call]
+        target = library.TARGETS["fused" if post else kernel.value]
+        call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(kernel.out_shape(p), a.dtype))  # type: ignore[no-untyped-call]
         out: Array = call(
-            a, b, op=p.op, groups=np.int64(p.groups),
+            a, b, *operands, op=p.op, groups=np.int64(p.groups), **_post_attrs(post),
             data_axes=np.array(p.data.spec, np.int64),
             filter_axes=np.array(p.filter_layout.spec(swap=p.filter_swap), np.int64),
             strides=np.array(p.strides, np.int64), dilations=np.array(p.dilations, np.int64),
@@ -208,6 +210,35 @@ def _kernel(kernel: Kernel) -> object:
         return out
     return compute
 
+
+#: a fused forward's post-op kinds and algorithms (``fused.PostOp``), each the handler's code
+#: by its position (``native/onednn/problem.h``)
+POST_KINDS = ("eltwise", "channel", "tensor")
+POST_ELTWISE = ("relu", "clip", "tanh", "logistic")
+POST_BINARY = ("add", "sub", "mul", "div", "max", "min")
+
+
+def _post_attrs(post: tuple[Any, ...]) -> dict[str, np.ndarray]:
+    """A fused forward's post-ops as the handler's attributes (none for a plain kernel)."""
+    if not post:
+        return {}
+    return dict(
+        post_kinds=np.array([POST_KINDS.index(op.kind) for op in post], np.int64),
+        post_algs=np.array([(POST_ELTWISE if op.kind == "eltwise" else POST_BINARY).index(op.alg)
+                            for op in post], np.int64),
+        post_alphas=np.array([op.alpha for op in post], np.float32),
+        post_betas=np.array([op.beta for op in post], np.float32))
+
+
+def fused_forward(x: Array, w: Array, operands: Sequence[Array], p: ConvProblem,
+                  post: tuple[Any, ...]) -> Array:
+    """The forward of ``p`` with the chain ``post`` as oneDNN's post-ops, one call
+    (``lowering/fused.py``): the forward kernel's call, its operands after x and W."""
+    out: Array = _FORWARD(x, w, p, None, None, 0, post, operands)  # type: ignore[operator]
+    return out
+
+
+_FORWARD = _kernel(Kernel.FORWARD)
 
 ONEDNN = Method(
     "onednn", "oneDNN's own primitive through XLA's FFI (CPU, with the ``onednn`` extra)",

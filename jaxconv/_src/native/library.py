@@ -32,9 +32,10 @@ from jaxconv._src.geometry import ConvProblem
 SOURCE_DIRS = tuple(pathlib.Path(__file__).with_name(d) for d in ("runtime", "onednn", "winograd"))
 SOURCES = tuple(sorted(p for d in SOURCE_DIRS for p in d.glob("*.cc")))
 HEADERS = tuple(sorted(p for d in SOURCE_DIRS for p in d.glob("*.h")))
-#: the FFI targets, one per kernel (registered for the cpu platform only)
+#: the FFI targets, one per kernel, and the forward with its element-wise chain fused
+#: (``lowering/fused.py``; registered for the cpu platform only)
 TARGETS = {"forward": "jaxconv_onednn_forward", "data": "jaxconv_onednn_data",
-           "weight": "jaxconv_onednn_weight"}
+           "weight": "jaxconv_onednn_weight", "fused": "jaxconv_onednn_fused"}
 #: the Winograd lowering's FFI targets (``native/winograd/winograd.h``; the data gradient is a forward)
 WINOGRAD_TARGETS = {"forward": "jaxconv_winograd_forward", "weight": "jaxconv_winograd_weight"}
 #: dense matrix products on oneDNN's matmul (``native/onednn/matmul.h``; ``jaxconv/_src/matmul.py``)
@@ -300,7 +301,7 @@ def choices() -> list[dict[str, Any]]:
 
 
 #: the activation layouts of a candidate, as the handler numbers them (descriptors.h)
-LAYOUTS = ("caller", "any", "blocked")
+LAYOUTS = ("caller", "any", "blocked", "caller_filter")
 
 
 def remember(verdicts: dict[str, tuple[str, str]]) -> int:

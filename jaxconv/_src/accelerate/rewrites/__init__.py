@@ -5,8 +5,16 @@ first that matches an equation computes it, every other equation is bound as wri
 (16-bit arithmetic in float32: ``widening.py``).
 """
 
-from jaxconv._src.accelerate.rewrites.base import REASONS, Decision, Match, Rewrite, Scope
+from jaxconv._src.accelerate.rewrites.base import (
+    REASONS,
+    STRUCTURAL,
+    Decision,
+    Match,
+    Rewrite,
+    Scope,
+)
 from jaxconv._src.accelerate.rewrites.convolution import Convolution
+from jaxconv._src.accelerate.rewrites.fused import FusedConvolution
 from jaxconv._src.accelerate.rewrites.max_pool import MaxPool
 from jaxconv._src.accelerate.rewrites.products import Product, TransposedProduct
 from jaxconv._src.accelerate.rewrites.recompute import Recompute
@@ -24,6 +32,7 @@ WIDEN: tuple[Rewrite, ...] = (SpreadPad(), SpreadSum(), FactoredSum(), Recompute
 KERNELS: tuple[Rewrite, ...] = (
     TransposedProduct(),
     Convolution(),
+    FusedConvolution(),
     MaxPool(),
     WindowSum(),
     Product(),
@@ -36,5 +45,5 @@ BY_PRIMITIVE: dict[str, tuple[Rewrite, ...]] = {
     name: tuple(r for r in REWRITES if name in r.primitives)
     for name in sorted({n for r in REWRITES for n in r.primitives})}
 
-__all__ = ["BY_PRIMITIVE", "KERNELS", "REASONS", "REWRITES", "WIDEN", "Decision",
+__all__ = ["BY_PRIMITIVE", "KERNELS", "REASONS", "REWRITES", "STRUCTURAL", "WIDEN", "Decision",
            "Match", "Rewrite", "Scope"]

@@ -39,7 +39,18 @@ REASONS: dict[str, str] = {
     "no chain": "its operand is no shared element-wise chain of narrower sources",
     "no product": "not a transpose of a 2D matrix product's result",
     "product": "not a product oneDNN's matmul computes here",
+    "no fused chain": "not the end of an element-wise chain of a convolution's result that "
+                      "nothing else reads",
+    "no forward": "the chain of a convolution that is no forward jaxconv computes",
+    "fused dtype": "the chain of a convolution that is not float32",
+    "fused layout": "the chain of a convolution whose result is not in its input's layout",
+    "chain goes on": "its result is the value the next equation of the chain continues",
 }
+
+#: the reasons that say an equation is not what a rewrite reads at all (every other
+#: element-wise equation of a program, for the fused chain): ``jaxconv.explain`` counts them
+#: apart from the refusals
+STRUCTURAL = frozenset({"no fused chain", "chain goes on"})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -53,14 +53,15 @@ double Noise(const std::vector<double>& samples) {
 }
 
 size_t Pick(const std::vector<double>& best, const std::vector<double>& noise,
-            const std::vector<bool>& racing, const std::vector<bool>& on_callers, double macs) {
+            const std::vector<bool>& racing, const std::vector<int>& moves, double macs) {
   const size_t fastest = std::min_element(best.begin(), best.end()) - best.begin();
   const double margin = macs >= kTrialLargeMacs ? kTrialMarginLarge : kTrialMargin;
+  size_t kept = fastest;
   for (size_t c = 0; c < best.size(); ++c)
-    if (on_callers[c] && racing[c] &&
+    if (racing[c] && moves[c] < moves[kept] &&
         best[c] <= (1 + margin + noise[c] + noise[fastest]) * best[fastest])
-      return c;
-  return fastest;
+      kept = c;
+  return kept;
 }
 
 std::vector<int64_t> BlockedOffsets(const Blocking& b, size_t dim) {

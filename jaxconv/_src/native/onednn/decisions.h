@@ -72,11 +72,12 @@ bool TrialDone(int round, const std::vector<double>& spent, const std::vector<bo
 // best, a fraction of the median (0 for fewer than two).
 double Noise(const std::vector<double>& samples);
 // The candidate kept: the fastest by `best` (each candidate's best time; a candidate out of
-// the race keeps its warm-up time), unless a racing candidate on the caller's layouts
-// (`on_callers`) is within the margin plus both candidates' `noise` for a problem of `macs`
-// multiply-adds.
+// the race keeps its warm-up time), unless a racing candidate that moves less (`moves`: 0
+// nothing, the caller's activations and filter; 1 the filter alone; 2 the activations) is
+// within the margin plus both candidates' `noise` for a problem of `macs` multiply-adds: of
+// those, the one that moves least (the first of equals).
 size_t Pick(const std::vector<double>& best, const std::vector<double>& noise,
-            const std::vector<bool>& racing, const std::vector<bool>& on_callers, double macs);
+            const std::vector<bool>& racing, const std::vector<int>& moves, double macs);
 
 // ---- Filter moves (docs/onednn.md, "Filter moves") ----
 

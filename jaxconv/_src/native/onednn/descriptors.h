@@ -24,8 +24,10 @@ memory::desc FilterMd(const Problem& p);
 // Where the activations live for a primitive: the caller's buffers, oneDNN's own choice, or
 // oneDNN's channel-blocked layout (nChw16c on AVX-512, nChw8c below), which its direct kernels
 // run fastest on for many problems but which "any" does not pick where a kernel also takes
-// the caller's layout.
-enum class Activations { kCaller, kAny, kBlocked };
+// the caller's layout. The filter takes the layout "any" picks, but for kCallerFilter: the
+// caller's activations and the caller's filter, nothing moved (a batch-1 1x1 forward's filter
+// reorder took as long as its products; docs/onednn.md, "The layout trial").
+enum class Activations { kCaller, kAny, kBlocked, kCallerFilter };
 
 memory::desc Blocked(const memory::desc& md);
 memory::desc Any(const memory::desc& md);

@@ -306,7 +306,7 @@ int64_t jaxconv_onednn_remember(const char* text) {
     std::string key, where, impl;
     if (!std::getline(fields, key, '\t') || !std::getline(fields, where, '\t') ||
         !std::getline(fields, impl) || key.empty() || impl.empty() ||
-        (where != "0" && where != "1" && where != "2"))
+        (where != "0" && where != "1" && where != "2" && where != "3"))
       continue;
     Remember(key, static_cast<Activations>(where[0] - '0'), impl);
     ++n;
@@ -340,7 +340,7 @@ int jaxconv_onednn_decide_spin(int64_t finished, int64_t chunks, int64_t waited_
 
 // The trial's decisions for `n` candidates: which race after warm-ups `warmup` (into
 // `racing`), whether the trial ends after `round` rounds with `spent` seconds each, and the
-// one kept given each candidate's `best` time and whether it is `on_callers`' layouts.
+// one kept given each candidate's `best` time and what it `moves` (0, 1, 2: decisions.h).
 void jaxconv_onednn_decide_racing(const double* warmup, int n, int* racing) {
   const std::vector<bool> r = Racing(std::vector<double>(warmup, warmup + n));
   for (int c = 0; c < n; ++c) racing[c] = r[c] ? 1 : 0;
@@ -352,11 +352,11 @@ int jaxconv_onednn_decide_trial_done(int round, const double* spent, const int* 
 }
 
 int64_t jaxconv_onednn_decide_pick(const double* best, const double* noise, const int* racing,
-                                   const int* on_callers, int n, double macs) {
+                                   const int* moves, int n, double macs) {
   return static_cast<int64_t>(Pick(std::vector<double>(best, best + n),
                                    std::vector<double>(noise, noise + n),
                                    std::vector<bool>(racing, racing + n),
-                                   std::vector<bool>(on_callers, on_callers + n), macs));
+                                   std::vector<int>(moves, moves + n), macs));
 }
 
 double jaxconv_onednn_decide_noise(const double* samples, int n) {

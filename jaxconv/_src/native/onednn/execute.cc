@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 
 #include "filter_move.h"
 
@@ -59,7 +60,8 @@ void SpreadCopy(const Entry& e, size_t a, const uint8_t* grid, uint8_t* dx) {
 
 }  // namespace
 
-void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
+void Execute(const Entry& e, Kernel k, void* x, void* y, void* w,
+             const std::vector<void*>& sides) {
   dnnl::stream& s = Stream();
   std::unique_ptr<Entry::Memories> m = e.Take();
   // this thread's own (no state shared between threads): reordered copies and the scratchpad
@@ -97,7 +99,21 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w) {
   auto back = [&](const dnnl::reorder& r, const memory& mine, const memory& user) {
     if (r) Exec(r, s, {{DNNL_ARG_FROM, mine.get()}, {DNNL_ARG_TO, user.get()}});
   };
-  if (forward) {
+  if (forward && !e.sides.empty()) {  // a fused forward: each post-op's operand too
+    if (sides.size() != e.sides.size())
+      throw std::invalid_argument("a fused forward's post-op operands do not match its post-ops");
+    std::vector<dnnl_exec_arg_t> args = {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw},
+                                         {DNNL_ARG_DST, my}, {DNNL_ARG_SCRATCHPAD, scratch}};
+    for (size_t i = 0; i < sides.size(); ++i) {
+      m->sides[i].set_data_handle(sides[i]);
+      args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(e.side_post_op[i]) | DNNL_ARG_SRC_1,
+                      m->sides[i].get()});
+    }
+    dnnl::error::wrap_c_api(dnnl_primitive_execute(e.prim.get(), s.get(),
+                                                   static_cast<int>(args.size()), args.data()),
+                            "could not execute a primitive");
+    back(ry, m->my, m->uy);
+  } else if (forward) {
     Exec(e.prim, s, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, my},
                      {DNNL_ARG_SCRATCHPAD, scratch}});
     back(ry, m->my, m->uy);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <memory>
+#include <vector>
 
 #include "buffers.h"
 #include "primitives.h"
@@ -24,7 +25,9 @@ void Exec(const dnnl::primitive& prim, dnnl::stream& s,
           std::initializer_list<dnnl_exec_arg_t> args);
 
 // Runs entry `e` of kernel `k` on the caller's buffers (x, y, w: which are read and which
-// written depends on k), reordering where the primitive wants another layout.
-void Execute(const Entry& e, Kernel k, void* x, void* y, void* w);
+// written depends on k), reordering where the primitive wants another layout; `sides`: a fused
+// forward's post-op operands (Entry::sides), in order.
+void Execute(const Entry& e, Kernel k, void* x, void* y, void* w,
+             const std::vector<void*>& sides = {});
 
 }  // namespace jaxconv_onednn

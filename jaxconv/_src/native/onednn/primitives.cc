@@ -1,6 +1,8 @@
 // Primitives and their reorders (primitives.h).
 #include "primitives.h"
 
+#include <stdexcept>
+
 #include "filter_move.h"
 
 namespace jaxconv_onednn {
@@ -19,6 +21,7 @@ std::unique_ptr<Entry::Memories> Entry::Take() const {
   m->ux = make(user_x); m->uy = make(user_y); m->uw = make(user_w);
   m->mx = make(prim_x); m->my = make(prim_y); m->mw = make(prim_w);
   m->scratch = make(scratch);
+  for (const memory::desc& md : sides) m->sides.push_back(make(md));
   return m;
 }
 
@@ -40,6 +43,37 @@ memory::dims Dims(const std::vector<int64_t>& v) { return memory::dims(v.begin()
 dnnl::reorder Reorder(const memory::desc& from, const memory::desc& to) {
   if (from == to) return dnnl::reorder();
   return dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), from, Engine(), to));
+}
+
+// A fused forward's post-ops (problem.h) as oneDNN's, each binary one's operand descriptor kept
+// in `e`: a channel vector as (1, C, 1...) float32, a tensor as y in the caller's layout.
+dnnl::post_ops PostOps(const Problem& p, Entry& e) {
+  static const dnnl::algorithm eltwise[] = {
+      dnnl::algorithm::eltwise_relu, dnnl::algorithm::eltwise_clip,
+      dnnl::algorithm::eltwise_tanh, dnnl::algorithm::eltwise_logistic};
+  static const dnnl::algorithm binary[] = {
+      dnnl::algorithm::binary_add, dnnl::algorithm::binary_sub, dnnl::algorithm::binary_mul,
+      dnnl::algorithm::binary_div, dnnl::algorithm::binary_max, dnnl::algorithm::binary_min};
+  dnnl::post_ops po;
+  for (size_t i = 0; i < p.post_ops.size(); ++i) {
+    const PostOp& op = p.post_ops[i];
+    const int64_t n = op.kind == PostKind::kEltwise ? 4 : 6;
+    if (op.alg < 0 || op.alg >= n) throw std::invalid_argument("unknown post-op algorithm");
+    if (op.kind == PostKind::kEltwise) {
+      po.append_eltwise(eltwise[op.alg], op.alpha, op.beta);
+      continue;
+    }
+    memory::desc md = e.user_y;
+    if (op.kind == PostKind::kChannel) {
+      memory::dims dims(p.y_dims.size(), 1);
+      dims[1] = p.y_dims[p.data_axes[1]];
+      md = memory::desc(dims, memory::data_type::f32, Dims(RowMajorStrides(dims)));
+    }
+    po.append_binary(binary[op.alg], md);
+    e.sides.push_back(md);
+    e.side_post_op.push_back(static_cast<int>(i));
+  }
+  return po;
 }
 
 // The unit-stride problem of a spread one: dx on the grid, O^rank per example.
@@ -121,14 +155,18 @@ std::shared_ptr<Entry> Create(const Problem& spread, Activations where) {
   for (int64_t d : p.dilations) dil.push_back(d - 1);  // oneDNN: 0 = no dilation
   const auto st = Dims(p.strides), pb = Dims(p.pads_begin), pe = Dims(p.pads_end);
   auto place = [where](const memory::desc& md) {
-    return where == Activations::kCaller ? md
+    return where == Activations::kCaller || where == Activations::kCallerFilter ? md
            : where == Activations::kAny  ? Any(md)
                                          : Blocked(md);
   };
   const auto x = place(e->user_x), y = place(e->user_y);
-  const auto w = Any(e->user_w);
+  const auto w = where == Activations::kCallerFilter ? e->user_w : Any(e->user_w);
   const auto algo = dnnl::algorithm::convolution_direct;
   auto attr = Attr();
+  if (!p.post_ops.empty()) {
+    if (p.kernel != Kernel::kForward) throw std::invalid_argument("post-ops on a gradient");
+    attr.set_post_ops(PostOps(p, *e));
+  }
   if (p.kernel == Kernel::kForward) {
     dnnl::convolution_forward::primitive_desc pd(Engine(), dnnl::prop_kind::forward_training,
                                                  algo, x, w, y, st, dil, pb, pe, attr);

@@ -1,6 +1,8 @@
 // The problem's key, hash and sizes (problem.h).
 #include "problem.h"
 
+#include <cstring>
+
 namespace jaxconv_onednn {
 
 Problem::Key Problem::MakeKey() const {
@@ -11,8 +13,17 @@ Problem::Key Problem::MakeKey() const {
     key.push_back(static_cast<int64_t>(v->size()));
     key.insert(key.end(), v->begin(), v->end());
   }
+  key.push_back(static_cast<int64_t>(post_ops.size()));
+  for (const PostOp& op : post_ops) {
+    uint32_t a, b;
+    std::memcpy(&a, &op.alpha, sizeof(a));
+    std::memcpy(&b, &op.beta, sizeof(b));
+    key.insert(key.end(), {static_cast<int64_t>(op.kind), op.alg, a, b});
+  }
   return key;
 }
+
+bool Binary(const PostOp& op) { return op.kind != PostKind::kEltwise; }
 
 size_t KeyHash::operator()(const Problem::Key& key) const {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the words

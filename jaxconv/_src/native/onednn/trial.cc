@@ -45,9 +45,10 @@ std::unordered_map<std::string, Known>& TheKnown() {
   return *known;
 }
 
-double Seconds(const Entry& e, Kernel k, void* x, void* y, void* w) {
+double Seconds(const Entry& e, Kernel k, void* x, void* y, void* w,
+               const std::vector<void*>& sides) {
   const auto t0 = std::chrono::steady_clock::now();
-  Execute(e, k, x, y, w);
+  Execute(e, k, x, y, w, sides);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -57,7 +58,7 @@ std::shared_ptr<Entry> RecordChoice(const Problem& p, const char* source,
                                     const std::vector<double>& noise,
                                     const std::vector<bool>& racing, size_t kept) {
   static const char* const kernels[] = {"forward", "data", "weight"};
-  static const char* const wheres[] = {"caller", "any", "blocked"};
+  static const char* const wheres[] = {"caller", "any", "blocked", "caller_filter"};
   std::ostringstream out;
   auto list = [&out](const std::vector<int64_t>& v) {
     for (size_t i = 0; i < v.size(); ++i) out << (i ? "," : "") << v[i];
@@ -140,7 +141,8 @@ std::shared_ptr<Entry> Choose(const Problem& p) {
   if (!TrialOn())
     if (std::shared_ptr<Entry> e = ByRule(p)) return e;
   std::vector<std::shared_ptr<Entry>> found;
-  for (Activations where : {Activations::kCaller, Activations::kAny, Activations::kBlocked}) {
+  for (Activations where : {Activations::kCaller, Activations::kAny, Activations::kBlocked,
+                            Activations::kCallerFilter}) {
     std::shared_ptr<Entry> e;
     try {
       e = Create(p, where);
@@ -148,8 +150,9 @@ std::shared_ptr<Entry> Choose(const Problem& p) {
       if (where == Activations::kBlocked && found.empty()) throw;
       continue;
     }
-    bool same = false;  // the same activation layouts as an earlier candidate
-    for (const auto& f : found) same |= f->prim_x == e->prim_x && f->prim_y == e->prim_y;
+    bool same = false;  // the same layouts as an earlier candidate
+    for (const auto& f : found)
+      same |= f->prim_x == e->prim_x && f->prim_y == e->prim_y && f->prim_w == e->prim_w;
     if (!same) found.push_back(e);
   }
   if (std::any_of(found.begin(), found.end(), [](const auto& f) { return !Reference(*f); })) {
@@ -167,10 +170,20 @@ std::shared_ptr<Entry> Choose(const Problem& p) {
   const AlignedBytes bx = Allocate(std::max(first.user_x.get_size(), first.spread_bytes), true),
                      by = Allocate(first.user_y.get_size(), true),
                      bw = Allocate(first.user_w.get_size(), true);
+  // a fused forward's post-op operands: a residual of zeros, channel vectors of ones (a
+  // division by zero would time the arithmetic of infinities)
+  std::vector<AlignedBytes> side_bytes;
+  std::vector<void*> sides;
+  for (const memory::desc& md : first.sides) {
+    side_bytes.push_back(Allocate(md.get_size(), true));
+    sides.push_back(side_bytes.back().get());
+    if (md.get_data_type() == memory::data_type::f32 && md != first.user_y)
+      std::fill_n(reinterpret_cast<float*>(sides.back()), md.get_size() / sizeof(float), 1.0f);
+  }
   std::vector<double> best(found.size());
   for (size_t c = 0; c < found.size(); ++c) {  // the warm-up
     reference_trials += Reference(*found[c]);
-    best[c] = Seconds(*found[c], p.kernel, bx.get(), by.get(), bw.get());
+    best[c] = Seconds(*found[c], p.kernel, bx.get(), by.get(), bw.get(), sides);
   }
   const std::vector<bool> racing = Racing(best);  // the others keep their warm-up time
   std::vector<std::vector<double>> samples(found.size());
@@ -178,21 +191,21 @@ std::shared_ptr<Entry> Choose(const Problem& p) {
   for (int round = 0; !TrialDone(round, spent, racing); ++round) {
     for (size_t c = 0; c < found.size(); ++c) {
       if (!racing[c]) continue;
-      const double t = Seconds(*found[c], p.kernel, bx.get(), by.get(), bw.get());
+      const double t = Seconds(*found[c], p.kernel, bx.get(), by.get(), bw.get(), sides);
       samples[c].push_back(t);
       spent[c] += t;
     }
   }
   std::vector<double> noise(found.size(), 0.0);
-  std::vector<bool> on_callers(found.size());
+  std::vector<int> moves(found.size());  // 0: nothing moved; 1: the filter; 2: activations
   for (size_t c = 0; c < found.size(); ++c) {
-    on_callers[c] = found[c]->on_callers;
+    moves[c] = !found[c]->on_callers ? 2 : found[c]->prim_w == found[c]->user_w ? 0 : 1;
     if (!racing[c]) continue;
     best[c] = *std::min_element(samples[c].begin(), samples[c].end());
     noise[c] = Noise(samples[c]);
   }
   return RecordChoice(p, "trial", found, best, noise, racing,
-                      Pick(best, noise, racing, on_callers, Macs(p)));
+                      Pick(best, noise, racing, moves, Macs(p)));
 }
 
 }  // namespace jaxconv_onednn

@@ -1,5 +1,6 @@
 // jaxconv's oneDNN lowering: the XLA FFI handlers of the three kernels of a convolution
-// problem (jaxconv_onednn_forward, _data, _weight; registered by lowering/onednn.py), and of
+// problem (jaxconv_onednn_forward, _data, _weight; registered by lowering/onednn.py), of a
+// forward with its element-wise chain fused (jaxconv_onednn_fused; lowering/fused.py), and of
 // the Winograd lowering's two (jaxconv_winograd_forward, _weight; lowering/winograd.py), and
 // of dense matrix products (jaxconv_onednn_matmul; jaxconv/_src/matmul.py).
 //
@@ -70,7 +71,8 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
                ffi::Span<const int64_t> filter_axes, ffi::Span<const int64_t> strides,
                ffi::Span<const int64_t> dilations, ffi::Span<const int64_t> pads_begin,
                ffi::Span<const int64_t> pads_end, int64_t groups, int64_t threads,
-               ffi::ThreadPool pool) {
+               ffi::ThreadPool pool, const std::vector<void*>& sides = {},
+               std::vector<PostOp> post = {}) {
   const std::string prefix = std::string(op) + ": oneDNN lowering: ";
   const memory::data_type dtype = DataType(a.element_type());
   if (dtype == memory::data_type::undef || b.element_type() != a.element_type() ||
@@ -98,6 +100,7 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
   p.dilations = ToVector(dilations);
   p.pads_begin = ToVector(pads_begin);
   p.pads_end = ToVector(pads_end);
+  p.post_ops = std::move(post);
   const size_t rank = p.x_dims.size();
   if (rank < 3 || rank > 5 || p.y_dims.size() != rank || p.w_dims.size() != rank ||
       p.data_axes.size() != rank || p.filter_axes.size() != rank ||
@@ -113,13 +116,13 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
     // process, each running its own call at the same time: whole, on the calling thread
     const int64_t chunks = threads == 1 ? 1 : Chunks(p, pool.num_threads(), Omp().ok());
     if (chunks == 1) {  // whole, on the calling thread: no job to share with the pool
-      RunSingleThreaded(p, x, y, w);
+      RunSingleThreaded(p, x, y, w, sides);
     } else if (chunks > 1) {
       std::lock_guard<std::mutex> one_at_a_time(RunMutex());
-      RunOnPool(p, chunks, pool, x, y, w);
+      RunOnPool(p, chunks, pool, x, y, w, sides);
     } else {  // on the team (its first call's trial too)
       std::lock_guard<std::mutex> one_at_a_time(RunMutex());
-      OnTeamThread([&] { Execute(*TheCache().Get(p), k, x, y, w); });
+      OnTeamThread([&] { Execute(*TheCache().Get(p), k, x, y, w, sides); });
     }
   });
 }
@@ -139,6 +142,54 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
 JAXCONV_ONEDNN_HANDLER(Forward, Kernel::kForward)
 JAXCONV_ONEDNN_HANDLER(Data, Kernel::kData)
 JAXCONV_ONEDNN_HANDLER(Weight, Kernel::kWeight)
+
+// A forward with its post-ops (problem.h): x, the filter, then one operand per binary post-op
+// (a float32 vector of y's channels, or a tensor of y's shape and dtype), in order.
+ffi::Error FusedImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::RemainingArgs rest,
+                     ffi::Result<ffi::AnyBuffer> out, std::string_view op,
+                     ffi::Span<const int64_t> data_axes, ffi::Span<const int64_t> filter_axes,
+                     ffi::Span<const int64_t> strides, ffi::Span<const int64_t> dilations,
+                     ffi::Span<const int64_t> pads_begin, ffi::Span<const int64_t> pads_end,
+                     int64_t groups, int64_t threads, ffi::Span<const int64_t> post_kinds,
+                     ffi::Span<const int64_t> post_algs, ffi::Span<const float> post_alphas,
+                     ffi::Span<const float> post_betas, ffi::ThreadPool pool) {
+  const std::string prefix = std::string(op) + ": oneDNN lowering: ";
+  const size_t n = post_kinds.size();
+  if (post_algs.size() != n || post_alphas.size() != n || post_betas.size() != n)
+    return ffi::Error::InvalidArgument(prefix + "post-op attributes of different lengths");
+  const auto y_dims = out->dimensions();
+  if (data_axes.size() != y_dims.size() || data_axes[1] < 0 ||
+      data_axes[1] >= static_cast<int64_t>(y_dims.size()))
+    return ffi::Error::InvalidArgument(prefix + "inconsistent ranks or attributes");
+  const int64_t channels = y_dims[data_axes[1]];
+  std::vector<PostOp> post(n);
+  std::vector<void*> sides;
+  for (size_t i = 0; i < n; ++i) {
+    if (post_kinds[i] < 0 || post_kinds[i] > 2)
+      return ffi::Error::InvalidArgument(prefix + "unknown post-op kind");
+    post[i] = PostOp{static_cast<PostKind>(post_kinds[i]), post_algs[i], post_alphas[i],
+                     post_betas[i]};
+    if (!Binary(post[i])) continue;
+    if (sides.size() >= rest.size())
+      return ffi::Error::InvalidArgument(prefix + "fewer post-op operands than binary post-ops");
+    auto side = rest.get<ffi::AnyBuffer>(sides.size());
+    if (!side.has_value()) return side.error();
+    const bool channel = post[i].kind == PostKind::kChannel;
+    const bool ok = channel ? side->element_type() == ffi::DataType::F32 &&
+                                  static_cast<int64_t>(side->element_count()) == channels
+                            : side->element_type() == out->element_type() &&
+                                  ToVector(side->dimensions()) == ToVector(y_dims);
+    if (!ok)
+      return ffi::Error::InvalidArgument(
+          prefix + (channel ? "a channel post-op operand must be float32 with y's channels"
+                            : "a tensor post-op operand must have y's shape and dtype"));
+    sides.push_back(side->untyped_data());
+  }
+  if (sides.size() != rest.size())
+    return ffi::Error::InvalidArgument(prefix + "more post-op operands than binary post-ops");
+  return Run(Kernel::kForward, op, x, w, out, data_axes, filter_axes, strides, dilations,
+             pads_begin, pads_end, groups, threads, pool, sides, std::move(post));
+}
 
 
 // Winograd's F(m x m, 3 x 3) (winograd.h): the forward, y from x and the filter, and the
@@ -250,6 +301,27 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxconv_onednn_matmul, jaxconv_onednn::MatmulImpl,
 JAXCONV_ONEDNN_BIND(jaxconv_onednn_forward, Forward)
 JAXCONV_ONEDNN_BIND(jaxconv_onednn_data, Data)
 JAXCONV_ONEDNN_BIND(jaxconv_onednn_weight, Weight)
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxconv_onednn_fused, jaxconv_onednn::FusedImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .RemainingArgs()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<std::string_view>("op")
+                                  .Attr<ffi::Span<const int64_t>>("data_axes")
+                                  .Attr<ffi::Span<const int64_t>>("filter_axes")
+                                  .Attr<ffi::Span<const int64_t>>("strides")
+                                  .Attr<ffi::Span<const int64_t>>("dilations")
+                                  .Attr<ffi::Span<const int64_t>>("pads_begin")
+                                  .Attr<ffi::Span<const int64_t>>("pads_end")
+                                  .Attr<int64_t>("groups")
+                                  .Attr<int64_t>("threads")
+                                  .Attr<ffi::Span<const int64_t>>("post_kinds")
+                                  .Attr<ffi::Span<const int64_t>>("post_algs")
+                                  .Attr<ffi::Span<const float>>("post_alphas")
+                                  .Attr<ffi::Span<const float>>("post_betas")
+                                  .Ctx<ffi::ThreadPool>());
 
 #define JAXCONV_WINOGRAD_BIND(SYMBOL, NAME)                                            \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(SYMBOL, jaxconv_onednn::NAME##Impl,                     \

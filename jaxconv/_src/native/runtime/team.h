@@ -20,6 +20,11 @@ namespace jaxconv_onednn {
 // team calls, shorter than another library's step.
 constexpr std::chrono::milliseconds kTeamIdle{20};
 
+// A call waits for its work, and the master (its pool held) for the next call, yielding the
+// core (sched_yield) this long before each sleeps: a sleeping thread's wake-up, a futex's, took
+// 30-50 us on a 2-core VM, and a batch-1 forward's calls come tens of microseconds apart.
+constexpr std::chrono::microseconds kHandOffYield{100};
+
 // Runs `work` on the team's master thread and returns when it is done, rethrowing what it
 // threw. The caller holds RunMutex (threading.h): one call at a time.
 void OnTeamThread(const std::function<void()>& work);

@@ -21,12 +21,12 @@ std::mutex& RunMutex() {
   return *mu;
 }
 
-void RunSingleThreaded(Problem& q, void* x, void* y, void* w) {
+void RunSingleThreaded(Problem& q, void* x, void* y, void* w, const std::vector<void*>& sides) {
   q.threads = 1;
   const int saved = Omp().get_max_threads();
   Omp().set_num_threads(1);
   try {
-    Execute(*TheCache().Get(q), q.kernel, x, y, w);
+    Execute(*TheCache().Get(q), q.kernel, x, y, w, sides);
   } catch (...) {
     Omp().set_num_threads(saved);
     throw;
@@ -40,6 +40,7 @@ struct Job {  // shared by the caller and its tasks
   Problem p;
   int64_t chunks;
   char *x, *y, *w;
+  std::vector<void*> sides;
   std::atomic<int64_t> next{0};
   std::mutex mu;
   std::condition_variable cv;
@@ -57,8 +58,15 @@ void RunChunk(Job& job, int64_t i) {
     ys *= q.y_dims[a];
   }
   q.x_dims[0] = q.y_dims[0] = end - begin;
+  std::vector<void*> sides = job.sides;  // a tensor operand: the chunk's rows, as y's
+  for (size_t i = 0, s = 0; i < q.post_ops.size(); ++i) {
+    if (!Binary(q.post_ops[i])) continue;
+    if (q.post_ops[i].kind == PostKind::kTensor)
+      sides[s] = static_cast<char*>(sides[s]) + begin * ys;
+    ++s;
+  }
   try {  // a forward or data gradient: each chunk reads the whole filter
-    RunSingleThreaded(q, job.x + begin * xs, job.y + begin * ys, job.w);
+    RunSingleThreaded(q, job.x + begin * xs, job.y + begin * ys, job.w, sides);
   } catch (...) {
     std::lock_guard<std::mutex> lock(job.mu);
     if (!job.error) job.error = std::current_exception();
@@ -77,13 +85,14 @@ void ClaimChunks(const std::shared_ptr<Job>& job) {
 }  // namespace
 
 void RunOnPool(const Problem& p, int64_t chunks, xla::ffi::ThreadPool& pool, void* x, void* y,
-               void* w) {
+               void* w, const std::vector<void*>& sides) {
   auto job = std::make_shared<Job>();
   job->p = p;
   job->chunks = chunks;
   job->x = static_cast<char*>(x);
   job->y = static_cast<char*>(y);
   job->w = static_cast<char*>(w);
+  job->sides = sides;
   for (int64_t t = 1; t < chunks; ++t) pool.Schedule([job] { ClaimChunks(job); });
   ClaimChunks(job);
   const auto t0 = std::chrono::steady_clock::now();

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <vector>
 
 #include "problem.h"
 #include "xla/ffi/api/ffi.h"
@@ -22,11 +23,14 @@ namespace jaxconv_onednn {
 
 std::mutex& RunMutex();
 
-// Runs `q` whole and single-threaded on the calling thread (q.threads set to 1).
-void RunSingleThreaded(Problem& q, void* x, void* y, void* w);
+// Runs `q` whole and single-threaded on the calling thread (q.threads set to 1); `sides`: a
+// fused forward's post-op operands (execute.h).
+void RunSingleThreaded(Problem& q, void* x, void* y, void* w,
+                       const std::vector<void*>& sides = {});
 
-// Runs `p` as `chunks` chunks of its batch on XLA's `pool` and the calling thread.
+// Runs `p` as `chunks` chunks of its batch on XLA's `pool` and the calling thread (a tensor
+// post-op operand split with y).
 void RunOnPool(const Problem& p, int64_t chunks, xla::ffi::ThreadPool& pool, void* x, void* y,
-               void* w);
+               void* w, const std::vector<void*>& sides = {});
 
 }  // namespace jaxconv_onednn

@@ -1,0 +1,257 @@
+"""The fused-chain rewrite: a forward convolution and the element-wise chain after it as one
+primitive (``lowering/fused.py``: oneDNN's post-ops, where oneDNN runs the forward).
+
+A chain starts at a ``conv_general_dilated`` equation that is a forward convolution (the
+convolution rewrite's forward kernel: no input dilation, no batch groups, float32, its result in
+its input's layout, pads of at least 0) and goes on through equations each of which is the
+only reader of the value so far (nothing else needs an intermediate value: a training step's
+derivatives do, so its chains stay as written) and computes one or more post-ops
+(``fused.PostOp``) of it:
+
+* ``add``, ``sub``, ``mul``, ``div``, ``max``, ``min`` of the value (for ``sub`` and ``div`` as
+  the first operand) and a scalar or an array that varies along the channel axis alone (a
+  bias; BatchNorm's mean, scale and offset in inference mode, as flax writes them), or an
+  array of the value's shape and dtype (a residual); ``max`` with the literal 0 is ReLU;
+* ``clamp`` between two literals, ``tanh``, ``logistic``;
+* a ``custom_jvp_call`` or a nested ``jit`` whose body is such a chain of its one input with
+  literal operands (``jax.nn.relu``, ``jax.nn.relu6``); ``max(0)`` then ``min(c)`` is one clip.
+
+Where two chains meet in an ``add`` (a residual block whose shortcut is a convolution too), the
+add continues its second operand's chain (flax's ``x + y``, ``y`` the block's last convolution)
+and reads the first as its residual. ``match`` takes the chain's last equation: one whose result
+is not the value a next chain equation continues. ``emit`` computes the whole chain by the fused
+primitive from the convolution's operands and the post-ops' operands; the convolution and the
+chain's earlier equations, whose results nothing else reads, are left to XLA to drop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import ClosedJaxpr, Literal
+
+from jaxconv._src import lax_conv, options
+from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope
+from jaxconv._src.accelerate.rewrites.convolution import kernel_of
+from jaxconv._src.kernel import Kernel
+from jaxconv._src.lowering import chooser, fused
+from jaxconv._src.lowering.fused import PostOp
+
+#: the binary equations a chain reads, and those whose operands commute
+_BINARY = frozenset(fused.BINARY)
+_COMMUTE = frozenset({"add", "mul", "max", "min"})
+#: the nested jaxprs a chain equation may be (their body a chain of literals)
+_NESTED = {"custom_jvp_call": "call_jaxpr", "jit": "jaxpr", "pjit": "jaxpr"}
+
+#: one post-op of a chain equation and its operand (None, a Literal or a variable)
+Step = tuple[PostOp, Any]
+
+
+def _channels(aval: Any, y: Any, channel_axis: int) -> bool:
+    """Whether ``aval`` is a scalar or varies along ``y``'s channel axis alone."""
+    shape = tuple(aval.shape)
+    if shape == ():
+        return True
+    return (len(shape) == len(y.shape) and shape[channel_axis] == y.shape[channel_axis]
+            and all(d == 1 for a, d in enumerate(shape) if a != channel_axis))
+
+
+def _steps(eqn: Any, v: Any, y: Any, channel_axis: int, literals_only: bool = False
+           ) -> list[Step] | None:
+    """``eqn`` as post-ops of the value ``v`` (abstract value ``y``), or None."""
+    name = eqn.primitive.name
+    if len(eqn.outvars) != 1 or eqn.outvars[0].aval.shape != y.shape or (
+            eqn.outvars[0].aval.dtype != y.dtype):
+        return None
+    if name in _NESTED:
+        body = eqn.params.get(_NESTED[name])
+        body = body.jaxpr if isinstance(body, ClosedJaxpr) else body
+        if body is None or list(eqn.invars) != [v] or len(body.invars) != 1 or body.constvars:
+            return None
+        steps, value = [], body.invars[0]
+        for inner in body.eqns:
+            got = _steps(inner, value, y, channel_axis, literals_only=True)
+            if got is None:
+                return None
+            steps += got
+            value = inner.outvars[0]
+        return _clips(steps) if list(body.outvars) == [value] and steps else None
+    if name in ("tanh", "logistic"):
+        return [(PostOp("eltwise", name), None)] if list(eqn.invars) == [v] else None
+    if name == "clamp":
+        lo, x, hi = eqn.invars
+        if x is not v or not isinstance(lo, Literal) or not isinstance(hi, Literal):
+            return None
+        return [(PostOp("eltwise", "clip", float(lo.val), float(hi.val)), None)]
+    if name not in _BINARY:
+        return None
+    a, b = eqn.invars
+    if b is v and a is not v and name in _COMMUTE:
+        a, b = b, a
+    if a is not v or b is v:
+        return None
+    if isinstance(b, Literal):
+        if name == "max" and float(b.val) == 0.0:
+            return [(PostOp("eltwise", "relu"), None)]
+        return [(PostOp("channel", name), b)]
+    if literals_only:
+        return None
+    if _channels(b.aval, y, channel_axis):
+        return [(PostOp("channel", name), b)]
+    if tuple(b.aval.shape) == tuple(y.shape) and b.aval.dtype == y.dtype:
+        return [(PostOp("tensor", name), b)]
+    return None
+
+
+def _clips(steps: list[Step]) -> list[Step]:
+    """``max`` then ``min`` with literal bounds (ReLU6's body) as one clip."""
+    out: list[Step] = []
+    for op, side in steps:
+        if op.alg == "min" and isinstance(side, Literal) and out:
+            last, last_side = out[-1]
+            low = (0.0 if last.alg == "relu" else float(last_side.val)
+                   if last.alg == "max" and isinstance(last_side, Literal) else None)
+            if low is not None:
+                out[-1] = (PostOp("eltwise", "clip", low, float(side.val)), None)
+                continue
+        out.append((op, side))
+    return out
+
+
+def _forward(eqn: Any) -> str | None:
+    """Why the convolution ``eqn`` does not start a chain (None where it does)."""
+    params = eqn.params
+    lhs, rhs = (v.aval for v in eqn.invars)
+    out = eqn.outvars[0].aval
+    if kernel_of(params, lhs, rhs, out.shape) is not Kernel.FORWARD:
+        return "no forward"
+    if not all(a.dtype == np.float32 for a in (lhs, rhs, out)):
+        return "fused dtype"
+    if (any(d != 1 for d in params["lhs_dilation"]) or params["batch_group_count"] != 1
+            or any(lo < 0 or hi < 0 for lo, hi in params["padding"])
+            or params["preferred_element_type"] not in (None, np.float32)):
+        return "no forward"
+    lhs_spec, _, out_spec = params["dimension_numbers"]
+    n = lhs.ndim - 2
+    if tuple(lhs_spec) != tuple(out_spec) or tuple(lhs_spec) not in (
+            tuple(range(n + 2)), (0, n + 1, *range(1, n + 1))):
+        return "fused layout"
+    if chooser.lax_computes(n, (*lhs.shape, *rhs.shape, *out.shape)) is not None:
+        return "no forward"
+    return None
+
+
+class FusedConvolution(Rewrite):
+    """A forward convolution and its element-wise chain, as one fused primitive (module
+    docstring)."""
+
+    name = "fused chain"
+    primitives = frozenset({*_BINARY, "clamp", "tanh", "logistic", *_NESTED})
+
+    def _chain(self, eqn: Any, scope: Scope) -> tuple[Any, list[Step]] | str:
+        """The convolution and the post-ops of the chain that ends at ``eqn``, or why none."""
+        steps: list[Step] = []
+        analysis = scope.analysis
+        while True:
+            found = None
+            for v in _operand_order(eqn):
+                producer = analysis.producer.get(v)
+                if producer is None or analysis.readers(v) != 1:
+                    continue
+                got = _steps(eqn, v, v.aval, _channel_axis(v.aval, producer, analysis))
+                if got is not None:
+                    found = (v, producer, got)
+                    break
+            if found is None:  # the chain does not reach a convolution
+                return "no fused chain"
+            v, producer, got = found
+            steps = got + steps
+            if producer.primitive.name == "conv_general_dilated":
+                why = _forward(producer)
+                return why if why is not None else (producer, steps)
+            eqn = producer
+
+    def match(self, eqn: Any, scope: Scope) -> Match | str:
+        found = self._chain(eqn, scope)
+        if isinstance(found, str):
+            return found
+        conv, steps = found
+        (out,) = eqn.outvars
+        readers = scope.analysis.reading.get(out, [])
+        if (len(readers) == 1 and out not in scope.analysis.results
+                and isinstance(self._chain(readers[0], scope), tuple)
+                and _continues(readers[0], out, scope)):
+            return "chain goes on"
+        reads = (*conv.invars, *(side for _, side in steps if side is not None))
+        label = "post-ops " + " ".join(_describe(op) for op, _ in steps)
+        return Match(self, eqn, tuple(reads), (conv, tuple(op for op, _ in steps)),
+                     f"{label} (where oneDNN runs the forward)")
+
+    def emit(self, match: Match, values: Sequence[Any], scope: Scope) -> list[Any]:
+        conv, post = match.detail
+        x, w, *sides = values
+        params = conv.params
+        xs, ws, p = lax_conv.forward_operands(
+            x, w, params["dimension_numbers"], params["window_strides"],
+            [tuple(q) for q in params["padding"]], params["rhs_dilation"],
+            params["feature_group_count"])
+        channels = Kernel.FORWARD.out_shape(p)[p.data.channel_axis]
+        operands, it = [], iter(sides)
+        for op in post:
+            if not op.binary:
+                continue
+            side = jnp.asarray(next(it))
+            if op.kind == "channel":
+                side = jnp.broadcast_to(side.astype(jnp.float32).reshape(-1), (channels,))
+            operands.append(side)
+        precision, out_dtype = options.compute_options(
+            "accelerate", params["precision"], params["preferred_element_type"])
+        y = fused.forward(xs, ws, operands, p=p, post=post, precision=precision,
+                          preferred_element_type=out_dtype, method=scope.lowering)
+        return [y]
+
+
+def _operand_order(eqn: Any) -> list[Any]:
+    """The operands that may carry a chain into ``eqn``, in the order they are tried: the
+    second of a binary equation first (module docstring)."""
+    ins = [v for v in eqn.invars if not isinstance(v, Literal)]
+    if eqn.primitive.name in _BINARY:
+        return ins[::-1]
+    if eqn.primitive.name == "clamp":
+        return [eqn.invars[1]] if not isinstance(eqn.invars[1], Literal) else []
+    return ins
+
+
+def _continues(reader: Any, v: Any, scope: Scope) -> bool:
+    """Whether the chain equation ``reader`` takes ``v`` as the value it continues."""
+    for u in _operand_order(reader):
+        producer = scope.analysis.producer.get(u)
+        if producer is None or scope.analysis.readers(u) != 1:
+            continue
+        if _steps(reader, u, u.aval, _channel_axis(u.aval, producer, scope.analysis)) is not None:
+            return u is v
+    return False
+
+
+def _channel_axis(y: Any, producer: Any, analysis: Any) -> int:
+    """The channel axis of the chain value ``y``: its convolution's output feature axis
+    (followed back through the chain's producers), else the last axis."""
+    seen = 0
+    while producer is not None and seen < 64:
+        if producer.primitive.name == "conv_general_dilated":
+            return int(producer.params["dimension_numbers"][2][1])
+        operands = [u for u in producer.invars if not isinstance(u, Literal)
+                    and tuple(u.aval.shape) == tuple(y.shape)]
+        producer = analysis.producer.get(operands[-1]) if operands else None
+        seen += 1
+    return int(y.ndim) - 1
+
+
+def _describe(op: PostOp) -> str:
+    """``relu``, ``clip(0, 6)``, ``mul(c)`` (by a channel vector), ``add(t)`` (a tensor)."""
+    if op.kind == "eltwise":
+        return f"clip({op.alpha:g}, {op.beta:g})" if op.alg == "clip" else op.alg
+    return f"{op.alg}({'c' if op.kind == 'channel' else 't'})"

@@ -1,0 +1,212 @@
+"""A forward convolution and the element-wise chain after it, as one primitive (fused chains).
+
+Serving a CNN computes, per convolution, ``y = conv(x, W)`` and then a chain of element-wise
+functions of ``y`` that XLA computes in one more pass over ``y``: a bias, BatchNorm in inference
+mode (a per-channel affine map: subtract the mean, multiply by ``scale / sqrt(var + eps)``, add
+the offset), a residual, an activation. oneDNN computes such a chain on each output while it is
+in registers, before it is stored (its post-ops): no second pass. So the chain is a list of
+:class:`PostOp`, each one of
+
+* an element-wise function of the value so far (``eltwise``: ReLU, clip to ``[alpha, beta]``
+  (ReLU6), tanh, logistic);
+* a binary operation of the value so far and an operand, in that order (``add``, ``sub``,
+  ``mul``, ``div``, ``max``, ``min``): a float32 vector of the output channels (``channel``), or a
+  tensor of y's shape and dtype (``tensor``: a residual).
+
+:data:`fused_p` binds ``(x, W, *operands)`` with the forward's :class:`ConvProblem` and the
+chain; its value is :func:`reference`'s, the forward kernel (:func:`primitive.forward`) followed
+by the chain in lax, operation by operation as the program wrote it. Its lowering on one CPU
+device is one call of oneDNN's primitive with the chain as post-ops, where the chooser runs the
+forward on oneDNN (``"onednn"``: its measured choice, docs/lowerings.md); everywhere else (XLA's
+own convolution or Winograd chosen, another platform, a program split across devices, an
+export) it is :func:`reference`, the program as before. Derivatives and batching are
+:func:`reference`'s (``jax.jvp`` and ``jax.vmap`` of it: jaxconv's kernels), so a fused chain
+composes with ``grad`` and ``vmap`` as the unfused one does. ``accelerate`` binds it where it
+sees such a chain (``accelerate/rewrites/fused.py``); docs/onednn.md, "Fused chains".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+from jaxconv._src import primitive
+from jaxconv._src.geometry import ConvProblem
+from jaxconv._src.kernel import Array, DType, Kernel, Precision
+from jaxconv._src.lowering import chooser, onednn
+
+#: the kinds of post-op, and their algorithms (the handler's codes are their positions:
+#: native/onednn/problem.h)
+KINDS, ELTWISE, BINARY = onednn.POST_KINDS, onednn.POST_ELTWISE, onednn.POST_BINARY
+
+_BINARY_FN = {"add": lax.add, "sub": lax.sub, "mul": lax.mul, "div": lax.div, "max": lax.max,
+              "min": lax.min}
+
+
+@dataclasses.dataclass(frozen=True)
+class PostOp:
+    """One operation of a fused chain (module docstring)."""
+
+    kind: str  # one of KINDS
+    alg: str   # one of ELTWISE (kind "eltwise") or BINARY
+    alpha: float = 0.0  # clip's lower bound
+    beta: float = 0.0   # clip's upper bound
+
+    def __post_init__(self) -> None:
+        algs = ELTWISE if self.kind == "eltwise" else BINARY
+        if self.kind not in KINDS or self.alg not in algs:
+            raise ValueError(f"fused: a post-op must be one of {KINDS} with an algorithm of "
+                             f"{algs}, got {self.kind!r} {self.alg!r}")
+
+    @property
+    def binary(self) -> bool:
+        """Whether it reads an operand."""
+        return self.kind != "eltwise"
+
+
+def apply_post_ops(y: Array, post: Sequence[PostOp], operands: Sequence[Array],
+                   channel_axis: int) -> Array:
+    """The chain on ``y`` in lax, one operation at a time (a channel vector broadcast along
+    ``channel_axis``)."""
+    it = iter(operands)
+    for op in post:
+        if op.kind == "eltwise":
+            y = _eltwise(op, y)
+            continue
+        side = next(it)
+        if op.kind == "channel":
+            side = lax.broadcast_in_dim(side.astype(y.dtype), y.shape, (channel_axis,))
+        y = _BINARY_FN[op.alg](y, side)
+    return y
+
+
+def _eltwise(op: PostOp, y: Array) -> Array:
+    if op.alg == "relu":
+        return lax.max(y, jnp.zeros((), y.dtype))
+    if op.alg == "clip":
+        return lax.clamp(jnp.asarray(op.alpha, y.dtype), y, jnp.asarray(op.beta, y.dtype))
+    return lax.tanh(y) if op.alg == "tanh" else lax.logistic(y)
+
+
+fused_p = Primitive("jaxconv_fused_forward")
+
+_PARAMS = ("p", "post", "precision", "preferred_element_type", "method")
+
+
+def reference(x: Array, w: Array, *operands: Array, p: ConvProblem, post: tuple[PostOp, ...],
+              precision: Precision, preferred_element_type: DType, method: str) -> Array:
+    """The fused primitive's value: jaxconv's forward kernel, then the chain in lax."""
+    y = primitive.forward(x, w, p=p, precision=precision,
+                          preferred_element_type=preferred_element_type, method=method)
+    return apply_post_ops(y, post, operands, p.data.channel_axis)
+
+
+def _abstract_eval(x: Any, w: Any, *operands: Any, p: ConvProblem, post: tuple[PostOp, ...],
+                   precision: Precision, preferred_element_type: DType, method: str) -> Any:
+    dtype = np.dtype(preferred_element_type if preferred_element_type is not None else x.dtype)
+    return primitive.result_aval(fused_p.name, Kernel.FORWARD.out_shape(p), dtype, x, w)
+
+
+def _jvp(primals: Sequence[Any], tangents: Sequence[Any], **params: Any) -> tuple[Any, Any]:
+    tangents = [ad.instantiate_zeros(t) for t in tangents]  # type: ignore[no-untyped-call]
+    return jax.jvp(functools.partial(reference, **params), tuple(primals), tuple(tangents))
+
+
+def _batch(args: Sequence[Any], dims: Sequence[Any], **params: Any) -> tuple[Any, int]:
+    return jax.vmap(functools.partial(reference, **params), in_axes=tuple(dims))(*args), 0
+
+
+def on_onednn(p: ConvProblem, dtype: Any, precision: Precision, preferred_element_type: DType,
+              method: str) -> bool:
+    """Whether the forward of ``p`` runs on oneDNN in a program on one CPU device (the
+    chooser's plan, timed where it times): where the chain fuses."""
+    plan = chooser.plan(Kernel.FORWARD, p, method=method, backend="cpu", dtype=dtype,
+                        precision=precision, preferred_element_type=preferred_element_type)
+    return plan.method == "onednn"
+
+
+def _onednn_program(x: Array, w: Array, *operands: Array, p: ConvProblem,
+                    post: tuple[PostOp, ...], precision: Precision,
+                    preferred_element_type: DType, method: str) -> Array:
+    return onednn.fused_forward(x, w, operands, p, post)
+
+
+_ONEDNN_RULE = mlir.lower_fun(_onednn_program, multiple_results=False)
+_REFERENCE_RULE = mlir.lower_fun(reference, multiple_results=False)
+
+
+def _cpu_rule(ctx: mlir.LoweringRuleContext, *args: Any, **params: Any) -> Any:
+    if (primitive.partitioned(ctx) or primitive.exported(ctx, params["method"])
+            or not on_onednn(params["p"], ctx.avals_in[0].dtype,  # type: ignore[attr-defined]
+                             params["precision"],
+                             params["preferred_element_type"], params["method"])):
+        return _REFERENCE_RULE(ctx, *args, **params)
+    return _ONEDNN_RULE(ctx, *args, **params)
+
+
+@functools.partial(jax.jit, static_argnames=_PARAMS)
+def _eager(x: Array, w: Array, *operands: Array, **params: Any) -> Array:
+    out: Array = fused_p.bind(x, w, *operands, **params)  # type: ignore[no-untyped-call]
+    return out
+
+
+fused_p.def_impl(_eager)  # type: ignore[no-untyped-call]
+fused_p.def_abstract_eval(_abstract_eval)  # type: ignore[no-untyped-call]
+ad.primitive_jvps[fused_p] = _jvp
+batching.primitive_batchers[fused_p] = _batch
+mlir.register_lowering(fused_p, _REFERENCE_RULE)
+mlir.register_lowering(fused_p, _cpu_rule, platform="cpu")
+
+
+def forward(x: Array, w: Array, operands: Sequence[Array], *, p: ConvProblem,
+            post: Sequence[PostOp], precision: Precision = None,
+            preferred_element_type: DType = None, method: str = "auto") -> Array:
+    """``conv(x, W)`` of ``p`` followed by ``post`` (each binary post-op reading the next of
+    ``operands``), as one oneDNN primitive where oneDNN runs the forward (module docstring).
+
+    Args:
+      x: the input, in ``p``'s data layout.
+      w: the filter, in ``p``'s filter layout.
+      operands: one per binary post-op, in order: a vector of the output channels (float32)
+        for a ``channel`` post-op, an array of y's shape and dtype for a ``tensor`` one.
+      p: the forward problem.
+      post: the chain.
+      precision, preferred_element_type, method: as for jaxconv's forward kernel.
+
+    Returns:
+      The chain's value, y's shape and dtype.
+
+    Raises:
+      ValueError: ``operands`` do not match ``post`` (their number, a channel vector's length
+        or dtype, a tensor's shape or dtype).
+    """
+    post = tuple(post)
+    y_shape = Kernel.FORWARD.out_shape(p)
+    channels = y_shape[p.data.channel_axis]
+    binary = [op for op in post if op.binary]
+    if len(binary) != len(operands):
+        raise ValueError(f"fused: operands must be one per binary post-op ({len(binary)}), "
+                         f"got {len(operands)}")
+    checked = []
+    for op, v in zip(binary, operands):
+        v = jnp.asarray(v)
+        if op.kind == "channel" and (v.shape != (channels,) or v.dtype != np.float32):
+            raise ValueError(f"fused: a channel operand must be float32[{channels}], got "
+                             f"{v.dtype}{list(v.shape)}")
+        if op.kind == "tensor" and (v.shape != y_shape or v.dtype != x.dtype):
+            raise ValueError(f"fused: a tensor operand must be {x.dtype}{list(y_shape)}, got "
+                             f"{v.dtype}{list(v.shape)}")
+        checked.append(v)
+    out: Array = fused_p.bind(  # type: ignore[no-untyped-call]
+        x, w, *checked, p=p, post=post, precision=precision,
+        preferred_element_type=preferred_element_type, method=method)
+    return out

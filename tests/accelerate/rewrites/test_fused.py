@@ -1,0 +1,149 @@
+"""The fused-chain rewrite (``accelerate/rewrites/fused.py``): a forward convolution and the
+element-wise chain after it (flax's BatchNorm in inference mode, a bias, a residual, ReLU,
+ReLU6, tanh) as one fused primitive, where nothing else reads the chain's values; against the
+unaccelerated function (lax's values and JAX's own derivatives).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jaxconv
+from jaxconv._src.native import library
+from tests.support import helpers as h
+from tests.support.onednn_matrix import needs_onednn
+
+_DN = ("NHWC", "HWIO", "NHWC")
+
+
+def _prims(fn, *args) -> list[str]:
+    return [e.primitive.name for e in h.equations(fn, *args)]
+
+
+class Block(nn.Module):
+    """A residual block in inference mode: conv, BN, ReLU6; conv, BN, + shortcut, ReLU (the
+    shortcut a 1x1 convolution with BN where the width changes)."""
+
+    features: int
+    bias: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        norm = lambda name: nn.BatchNorm(use_running_average=True, name=name)  # noqa: E731
+        y = nn.relu6(norm("bn1")(nn.Conv(self.features, (3, 3), use_bias=self.bias)(x)))
+        y = norm("bn2")(nn.Conv(self.features, (3, 3), use_bias=self.bias)(y))
+        if x.shape[-1] != self.features:
+            x = norm("bn3")(nn.Conv(self.features, (1, 1), use_bias=False)(x))
+        return nn.relu(x + y)
+
+
+def _block(features=8, bias=False, channels=4, batch=2):
+    rng = np.random.default_rng(features + channels + batch)
+    x = h.random(rng, (batch, 9, 9, channels))
+    model = Block(features, bias)
+    v = model.init(jax.random.key(0), x)
+    stats = jax.tree.map(lambda a: jnp.asarray(rng.uniform(0.5, 1.5, a.shape), a.dtype),
+                         v["batch_stats"])  # BatchNorm no identity
+    return model, {"params": v["params"], "batch_stats": stats}, x
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("channels", [4, 8])
+def test_a_blocks_chains_are_fused_and_compute_the_blocks_values(bias, channels):
+    model, v, x = _block(bias=bias, channels=channels)
+    fn = model.apply
+    prims = _prims(jaxconv.accelerate(fn), v, x)
+    convolutions = 3 if channels != 8 else 2
+    assert prims.count("jaxconv_fused_forward") == convolutions
+    got = jax.jit(jaxconv.accelerate(fn))(v, x)
+    h.assert_close(got, fn(v, x), jnp.float32)
+    decisions = [d for d in jaxconv.explain(fn, v, x).decisions if d.matched == "fused chain"]
+    labels = sorted(d.label for d in decisions)
+    assert len(labels) == convolutions
+    assert any("clip(0, 6)" in s for s in labels)  # ReLU6's max and min: one clip
+    assert any("add(t) relu" in s for s in labels)  # the residual, then ReLU
+
+
+def _calls(program: str, target: str) -> int:
+    return program.count(f'custom_call_target="{target}"')
+
+
+@needs_onednn
+def test_on_onednn_each_chain_is_one_call():
+    """Where the chooser runs the forward on oneDNN (its rows in ``explain``), its chain is one
+    call; where it runs another method (Winograd, the rule for a 3x3 stride-1 float32 forward
+    under ``"auto"``; XLA's product for this small 1x1), the chain runs after it as written,
+    and the unfused convolutions, which nothing reads, are gone."""
+    model, v, x = _block()
+    fused = {}
+    for lowering in ("direct", "auto"):
+        fn = jaxconv.accelerate(model.apply, lowering=lowering)
+        rows = jaxconv.explain(fn, v, x).rows
+        on_onednn = sum(r.count for r in rows if r.lowering == "onednn")
+        program = jax.jit(fn).lower(v, x).compile().as_text()
+        fused[lowering] = _calls(program, library.TARGETS["fused"])
+        assert fused[lowering] == on_onednn, rows
+        assert _calls(program, library.TARGETS["forward"]) == 0
+        h.assert_close(jax.jit(fn)(v, x), model.apply(v, x), jnp.float32)
+    assert fused["direct"] >= 2  # the 3x3 forwards
+
+
+def test_a_value_read_elsewhere_ends_no_chain_there():
+    """A chain value the function also returns stays: the chain is fused up to it, and the
+    convolution's result read twice is not fused at all."""
+    rng = np.random.default_rng(3)
+    x, w = h.random(rng, (2, 8, 8, 3)), h.random(rng, (3, 3, 3, 4))
+    b = h.random(rng, (1, 1, 1, 4))
+
+    def upto(x, w):
+        y = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=_DN) + b
+        return y, jax.nn.relu(y)
+
+    def twice(x, w):
+        y = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=_DN)
+        return jnp.tanh(y), y * 2.0
+
+    for fn, fused in ((upto, 1), (twice, 0)):
+        assert _prims(jaxconv.accelerate(fn), x, w).count("jaxconv_fused_forward") == fused
+        for a, c in zip(jax.jit(jaxconv.accelerate(fn))(x, w), fn(x, w)):
+            h.assert_close(a, c, jnp.float32)
+
+
+def test_derivatives_and_batching_through_a_fused_chain():
+    """``grad`` of an accelerated inference function differentiates the fused primitive (its
+    derivatives are the unfused chain's); ``accelerate`` of ``grad`` fuses each chain up to the
+    value autodiff's backward pass reads (an activation's input: its derivative's mask), the
+    activation left as written; ``vmap`` batches it."""
+    model, v, x = _block()
+
+    def loss(v, x):
+        return jnp.sum(jnp.sin(model.apply(v, x)))
+    got = jax.jit(jax.grad(jaxconv.accelerate(loss), (0, 1)))(v, x)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(jax.grad(loss, (0, 1))(v, x))):
+        h.assert_close(a, b, jnp.float32)
+    labels = [d.label for d in jaxconv.explain(jax.grad(loss), v, x).decisions
+              if d.matched == "fused chain"]
+    assert labels and not any("relu" in s or "clip" in s for s in labels), labels
+    got = jax.jit(jaxconv.accelerate(jax.grad(loss)))(v, x)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(jax.grad(loss)(v, x))):
+        h.assert_close(a, b, jnp.float32)
+    xs = jnp.stack([x, -x])
+    batched = jax.jit(jax.vmap(jaxconv.accelerate(model.apply), (None, 0)))(v, xs)
+    h.assert_close(batched, jax.vmap(model.apply, (None, 0))(v, xs), jnp.float32)
+
+
+def test_a_bfloat16_chain_is_not_fused_and_says_why():
+    rng = np.random.default_rng(4)
+    x, w = (h.random(rng, s).astype(jnp.bfloat16) for s in ((1, 6, 6, 3), (3, 3, 3, 4)))
+
+    def fn(x, w):
+        return jax.nn.relu(lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                                    dimension_numbers=_DN))
+    assert "jaxconv_fused_forward" not in _prims(jaxconv.accelerate(fn), x, w)
+    h.assert_close(jax.jit(jaxconv.accelerate(fn))(x, w).astype(jnp.float32),
+                   fn(x, w).astype(jnp.float32), jnp.bfloat16)

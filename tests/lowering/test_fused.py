@@ -1,0 +1,185 @@
+"""The fused forward (``lowering/fused.py``): a convolution and its element-wise chain as one
+oneDNN primitive with post-ops, against lax's convolution (``Precision.HIGHEST``) followed by
+the chain in NumPy's float64.
+
+The matrix crosses the chains a CNN writes after a convolution (a bias, BatchNorm in inference
+mode, a residual, ReLU, ReLU6, tanh, logistic, max and min) with the data layouts, groups,
+strides and pads, at batch 1 (one call) and 3 (chunks of the batch on XLA's pool, each with its
+rows of the residual).
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from jaxconv._src import geometry
+from jaxconv._src.geometry import Names
+from jaxconv._src.kernel import Kernel
+from jaxconv._src.lowering import fused
+from jaxconv._src.lowering.fused import PostOp
+from jaxconv._src.native import library
+from tests.support import helpers as h
+from tests.support.onednn_matrix import needs_onednn
+
+HIGHEST = lax.Precision.HIGHEST
+_NAMES = Names(x="x", y="y", w_shape="w", w_format="filter_format", layout_arguments=False)
+
+#: chains, as post-ops (each binary one's operand drawn: "c" a channel vector, "t" a tensor)
+CHAINS = {
+    "bn relu": [PostOp("channel", "sub"), PostOp("channel", "mul"), PostOp("channel", "add"),
+                PostOp("eltwise", "relu")],
+    "bias residual relu": [PostOp("channel", "add"), PostOp("tensor", "add"),
+                           PostOp("eltwise", "relu")],
+    "bn relu6": [PostOp("channel", "mul"), PostOp("channel", "add"),
+                 PostOp("eltwise", "clip", 0.0, 6.0)],
+    "div max min tanh": [PostOp("channel", "div"), PostOp("channel", "max"),
+                         PostOp("tensor", "min"), PostOp("eltwise", "tanh")],
+    "logistic mul residual": [PostOp("eltwise", "logistic"), PostOp("tensor", "mul"),
+                              PostOp("tensor", "sub")],
+}
+
+# (data format, filter format, groups, in, out, spatial, kernel, strides, pads begin, pads end)
+PROBLEMS = [
+    ("NXC", "XIO", 1, 8, 16, (9, 8), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ("NXC", "XIO", 1, 16, 24, (7, 7), (1, 1), (1, 1), (0, 0), (0, 0)),
+    ("NXC", "XIO", 12, 12, 12, (8, 9), (3, 3), (2, 2), (1, 1), (0, 1)),
+    ("NCX", "OIX", 2, 6, 8, (7, 6), (3, 2), (2, 1), (0, 1), (2, 0)),
+]
+
+
+def _problem(case, batch):
+    df, ff, g, ic, oc, spatial, k, s, pb, pe = case
+    rng = np.random.default_rng(hash((case, batch)) % 2**32)
+    x = h.random(rng, h.data_shape(df, batch, ic, spatial))
+    w = h.random(rng, h.conv_filter_shape(ff, oc, ic // g, k))
+    p = geometry.convolution_problem(
+        "fused", _NAMES, x_shape=x.shape, y_shape=None, w_shape=w.shape, strides=s,
+        pads_begin=pb, pads_end=pe, dilations=(1,) * len(s), auto_pad="explicit", groups=g,
+        data_format=df, filter_format=ff)
+    return rng, x, w, p
+
+
+def _operands(rng, post, p):
+    y_shape = Kernel.FORWARD.out_shape(p)
+    channels = y_shape[p.data.channel_axis]
+    out = []
+    for op in post:
+        if op.kind == "channel":  # away from 0: a divisor
+            out.append(jnp.asarray(rng.uniform(0.5, 1.5, channels)
+                                   * rng.choice([-1, 1], channels), jnp.float32))
+        elif op.kind == "tensor":
+            out.append(h.random(rng, y_shape))
+    return out
+
+
+def _oracle(x, w, operands, p, post):
+    """lax's convolution at HIGHEST precision, then the chain in float64."""
+    df = p.data
+    dn = {"NXC": ("NHWC", "HWIO", "NHWC"), "NCX": ("NCHW", "OIHW", "NCHW")}[df.format]
+    y = np.asarray(lax.conv_general_dilated(
+        x, w, p.strides, list(zip(p.pads_begin, p.pads_end)), dimension_numbers=dn,
+        feature_group_count=p.groups, precision=HIGHEST), np.float64)
+    it = iter(operands)
+    shape = [1] * y.ndim
+    shape[df.channel_axis] = y.shape[df.channel_axis]
+    for op in post:
+        if op.kind == "eltwise":
+            y = {"relu": lambda v: np.maximum(v, 0), "clip": lambda v: np.clip(v, op.alpha, op.beta),
+                 "tanh": np.tanh, "logistic": lambda v: 1 / (1 + np.exp(-v))}[op.alg](y)
+            continue
+        side = np.asarray(next(it), np.float64)
+        side = side.reshape(shape) if op.kind == "channel" else side
+        y = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+             "max": np.maximum, "min": np.minimum}[op.alg](y, side)
+    return y
+
+
+@needs_onednn
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("case", PROBLEMS, ids=lambda c: f"{c[0]}-g{c[2]}-k{c[6][0]}s{c[7][0]}")
+@pytest.mark.parametrize("chain", CHAINS)
+def test_the_fused_call_computes_the_chain_after_the_convolution(chain, case, batch):
+    rng, x, w, p = _problem(case, batch)
+    post = CHAINS[chain]
+    operands = _operands(rng, post, p)
+    fn = jax.jit(lambda x, w, *o: fused.forward(x, w, o, p=p, post=post, method="onednn"))
+    program = fn.lower(x, w, *operands).as_text()
+    assert library.TARGETS["fused"] in program and library.TARGETS["forward"] not in program
+    got = fn(x, w, *operands)
+    h.assert_close(got, _oracle(x, w, operands, p, post), jnp.float32)
+
+
+def test_without_onednn_the_chain_runs_after_the_chosen_convolution():
+    """Where the forward is not oneDNN's (XLA's own convolution here), the program is the
+    convolution and the chain as written: no fused call, the same values."""
+    rng, x, w, p = _problem(PROBLEMS[0], 2)
+    post = CHAINS["bias residual relu"]
+    operands = _operands(rng, post, p)
+    fn = jax.jit(lambda x, w, *o: fused.forward(x, w, o, p=p, post=post, method="conv"))
+    assert library.TARGETS["fused"] not in fn.lower(x, w, *operands).as_text()
+    h.assert_close(fn(x, w, *operands), _oracle(x, w, operands, p, post), jnp.float32)
+
+
+@pytest.mark.parametrize("method", ["onednn", "conv"])
+def test_derivatives_and_batching_are_the_unfused_chains(method):
+    """``grad``, ``jvp`` (to order 2) and ``vmap`` of the fused forward are those of the
+    convolution and the chain (``fused.reference``), for the call and for its operands."""
+    if method == "onednn" and not library.status().available:
+        pytest.skip("the oneDNN handler is not loaded")
+    rng, x, w, p = _problem(PROBLEMS[0], 2)
+    post = CHAINS["div max min tanh"]
+    operands = _operands(rng, post, p)
+
+    def f(x, w, *o):
+        return fused.forward(x, w, o, p=p, post=post, method=method)
+
+    def g(x, w, *o):
+        return fused.reference(x, w, *o, p=p, post=tuple(post), precision=None,
+                               preferred_element_type=None, method=method)
+    jax.test_util.check_grads(f, (x, w, *operands), order=2, modes=("fwd", "rev"),
+                              atol=5e-2, rtol=5e-2)
+    loss = lambda *a: jnp.sum(jnp.sin(f(*a)))  # noqa: E731
+    ref = lambda *a: jnp.sum(jnp.sin(g(*a)))  # noqa: E731
+    for a, b in zip(jax.grad(loss, (0, 1, 2, 4))(x, w, *operands),
+                    jax.grad(ref, (0, 1, 2, 4))(x, w, *operands)):
+        h.assert_close(a, b, jnp.float32)
+    xs = jnp.stack([x, 2 * x])
+    got = jax.jit(jax.vmap(f, (0, None, None, None, None)))(xs, w, *operands)
+    h.assert_close(got, jax.vmap(g, (0, None, None, None, None))(xs, w, *operands), jnp.float32)
+
+
+def test_operands_that_do_not_match_the_chain_are_value_errors():
+    rng, x, w, p = _problem(PROBLEMS[0], 1)
+    post = CHAINS["bias residual relu"]
+    c, t = _operands(rng, post, p)
+    with pytest.raises(ValueError, match="^fused: operands must be one per binary post-op"):
+        fused.forward(x, w, [c], p=p, post=post)
+    with pytest.raises(ValueError, match=r"^fused: a channel operand must be float32\[16\]"):
+        fused.forward(x, w, [c[:3], t], p=p, post=post)
+    with pytest.raises(ValueError, match="^fused: a tensor operand must be float32"):
+        fused.forward(x, w, [c, t[:, :2]], p=p, post=post)
+    with pytest.raises(ValueError, match="^fused: a post-op must be one of"):
+        PostOp("eltwise", "gelu")
+
+
+@needs_onednn
+def test_chunks_of_the_batch_read_their_rows_of_the_residual():
+    """A call the handler splits into chunks of the batch on XLA's pool (each chunk a
+    single-threaded primitive of its examples) reads each chunk's rows of a tensor operand."""
+    case = ("NXC", "XIO", 1, 32, 32, (28, 28), (3, 3), (1, 1), (1, 1), (1, 1))
+    rng, x, w, p = _problem(case, 4)
+    post = CHAINS["logistic mul residual"]
+    operands = _operands(rng, post, p)
+    got = jax.jit(lambda x, w, *o: fused.forward(x, w, o, p=p, post=post, method="onednn"))(
+        x, w, *operands)
+    h.assert_close(got, _oracle(x, w, operands, p, post), jnp.float32)
+    mine = [c for c in library.choices() if c["kernel"] == "forward" and c["x"][1:] == (28, 28, 32)]
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: XLA's pool has one thread, the call runs whole")
+    assert mine and all(c["x"][0] < 4 and c["threading"] == "single" for c in mine), mine
