@@ -37,6 +37,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -314,6 +315,29 @@ def _auto(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any, precision: P
               and partitioner_workaround()):
             method = "onednn"
     return method, "rule"
+
+
+# ------------------------------------------------------ a transposed convolution as written
+
+def as_written(kernel: Kernel, p: ConvProblem, dtype: Any, precision: Precision,
+               preferred_element_type: DType, *, shapes: tuple[tuple[int, ...], tuple[int, ...]],
+               ours: Callable[[Array, Array], Array],
+               written: Callable[[Array, Array], Array]) -> bool:
+    """Whether a convolution the program wrote with input dilation (a transposed convolution
+    with its own filter, flax's ``ConvTranspose``) runs as written (``written``, XLA's) rather
+    than as jaxconv's ``kernel`` of ``p`` (``ours``: its filter reversed and role-swapped in
+    XLA first, then the kernel's own choice): each a function of the equation's two operands
+    (of ``shapes``),
+    timed in that context on one CPU device, once per problem and machine, where the program's
+    backend is the CPU (``measured.pick``; the rule, untimed: jaxconv's). At batch 1 a
+    filter-heavy layer spends more on moving its filter than on its products (DCGAN's
+    4 x 4 512 -> 256 at 4 x 4: an 8 MiB filter reversed by XLA, then reordered by oneDNN)."""
+    if jax.default_backend() != "cpu":
+        return False
+    contest = measured.Contest(kernel, p, "as written", np.dtype(dtype), precision,
+                               preferred_element_type, rule="jaxconv",
+                               calls={"jaxconv": ours, "lax": written}, shapes=shapes)
+    return measured.pick(contest) == "lax"
 
 
 # ------------------------------------------------------------ the other kernels' choices

@@ -322,7 +322,8 @@ class Contest:
     picked ``method``, the method that runs untimed (``rule``), and the candidates that may
     replace it, each a function of the two operands (``calls``, the rule's among them where it
     is timed); ``fewest``: for Winograd, the tile that multiplies least (the rule among the
-    tiles)."""
+    tiles); ``shapes``: the two operands' shapes where the calls take them otherwise than the
+    kernel does (an equation's, in its own layouts)."""
 
     kernel: Kernel
     p: ConvProblem
@@ -333,6 +334,7 @@ class Contest:
     rule: str
     calls: dict[str, Callable[[Array, Array], Array]]
     fewest: str | None = None
+    shapes: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 def pick(contest: Contest) -> str:
@@ -426,8 +428,9 @@ def _sample_times(c: Contest, seconds: float) -> dict[str, list[float]]:
     """Each candidate's times (s) for ``c``, compiled alone and interleaved, one sample a
     round, over at least _MIN_ROUNDS rounds and ``seconds``."""
     p, methods = c.p, tuple(c.calls)
-    shapes = {Kernel.FORWARD: (p.x_shape, p.filter_shape), Kernel.DATA: (p.y_shape, p.filter_shape),
-              Kernel.WEIGHT: (p.x_shape, p.y_shape)}[c.kernel]
+    shapes = c.shapes or {Kernel.FORWARD: (p.x_shape, p.filter_shape),
+                          Kernel.DATA: (p.y_shape, p.filter_shape),
+                          Kernel.WEIGHT: (p.x_shape, p.y_shape)}[c.kernel]
     rng = np.random.default_rng(0)
     with jax.ensure_compile_time_eval():  # run now, also from inside a program's lowering
         a, b = (jax.device_put(rng.standard_normal(s).astype(c.dtype), jax.devices("cpu")[0])

@@ -172,3 +172,39 @@ def test_stride_1_data_gradients_run_as_data_gradients_of_the_filter(dn, dtype):
     if dn[1] == "HWIO":  # the handler's layout: the filter read as it is
         assert set(path) <= {"convert_element_type"}
     assert re.search(r"convolution +data +lax", str(jaxconv.explain(grads, x, w)))
+
+
+def _conv_transpose(x, k):  # flax's ConvTranspose: the kernel as given, input dilation 2
+    return lax.conv_general_dilated(x, k, (1, 1), [(2, 2), (2, 2)], lhs_dilation=(2, 2),
+                                    dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+@pytest.mark.parametrize("faster", ["lax", "jaxconv"])
+def test_a_transposed_convolution_runs_as_written_where_that_timed_faster(measuring, monkeypatch,
+                                                                           faster):
+    """A transposed convolution the program wrote with its own filter is timed in its context
+    against jaxconv's data-gradient kernel of the reversed filter, on the equation's operands;
+    the faster one runs (the rule, untimed: jaxconv's), and explain gives the reason."""
+    timed = []
+
+    def fake(c, seconds):
+        if c.method != "as written":  # the kernel's own choice: level, the rule stays
+            return {m: [1.0] * 7 for m in c.calls}
+        timed.append((c.method, c.shapes, tuple(c.calls)))
+        with jax.ensure_compile_time_eval():  # each candidate computes the equation
+            a, b = (h.random(np.random.default_rng(5), s) for s in c.shapes)
+            for call in c.calls.values():
+                h.assert_close(jax.jit(call)(a, b), _conv_transpose(a, b), jnp.float32)
+        other = "jaxconv" if faster == "lax" else "lax"
+        return {faster: [1.0] * 7, other: [2.0] * 7}
+    monkeypatch.setattr(measuring, "_sample_times", fake)
+    rng = np.random.default_rng(6)
+    x, k = h.random(rng, (1, 4, 4, 16)), h.random(rng, (4, 4, 16, 8))
+    prims = _prims(jaxconv.accelerate(_conv_transpose), x, k)
+    assert timed and timed[0][1] == ((1, 4, 4, 16), (4, 4, 16, 8))
+    assert ("conv_general_dilated" in prims) == (faster == "lax")
+    assert ("jaxconv_conv" in prims) == (faster == "jaxconv")
+    h.assert_close(jax.jit(jaxconv.accelerate(_conv_transpose))(x, k), _conv_transpose(x, k),
+                   jnp.float32)
+    reasons = {key for d in jaxconv.explain(_conv_transpose, x, k).decisions for _, key in d.reasons}
+    assert ("written faster" in reasons) == (faster == "lax")

@@ -28,6 +28,8 @@ REASONS: dict[str, str] = {
                            "transpose)",
     "groups": "feature and batch groups together",
     "pad range": "pads no forward problem has (a pad past the dilated kernel)",
+    "written faster": "a transposed convolution XLA computes faster as written than jaxconv's "
+                      "kernel of its reversed filter (timed on this machine)",
     "pool dilation": "a dilated pool window or base",
     "pool axes": "a pool over the first and last axes (neither NXC nor NCX)",
     "pool select": "a min pool's selection (select_prim is not >=)",

@@ -53,6 +53,7 @@ from jax.sharding import AxisType
 from jaxconv._src import geometry, lax_conv, lowering, options, primitive
 from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope
 from jaxconv._src.geometry import ConvProblem, Names
+from jaxconv._src.lowering import chooser
 from jaxconv._src.kernel import Array, Kernel
 
 _OP = "accelerate"
@@ -202,6 +203,27 @@ def _problem(layout: str, x_shape: tuple[int, ...], y_shape: tuple[int, ...] | N
         auto_pad="explicit", groups=groups, data_format=layout, filter_format="XIO")
 
 
+def _data_problem(params: dict[str, Any], dy_shape: Sequence[int], rhs_shape: Sequence[int],
+                  out_shape: Sequence[int]) -> tuple[str, ConvProblem] | None:
+    """A data gradient's layout and forward problem (module docstring), from the equation's
+    shapes; None where it has no forward pads."""
+    lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
+    groups = params["feature_group_count"]
+    kernel = [rhs_shape[a] for a in rhs_spec[2:]]
+    pads = _data_pads(params, dy_shape, rhs_shape, out_shape)
+    if pads is None:
+        return None
+    in_channels, out_per_group = rhs_shape[rhs_spec[0]], rhs_shape[rhs_spec[1]]
+    w_shape = (*kernel, in_channels // groups, groups * out_per_group)
+    layout = _data_layout(lhs_spec, out_spec)
+    dys_shape = tuple(dy_shape[a] for a in _nxc_axes(lhs_spec, layout))
+    x_size = [out_shape[a] for a in out_spec[2:]]
+    batch = dy_shape[lhs_spec[0]]
+    x_shape = (batch, in_channels, *x_size) if layout == "NCX" else (batch, *x_size, in_channels)
+    return layout, _problem(layout, x_shape, dys_shape, w_shape, params["lhs_dilation"],
+                            params["rhs_dilation"], *pads, groups)
+
+
 def data_pattern(params: dict[str, Any], dy: Array, rhs: Array, out_shape: Sequence[int],
                  unreversed: Array | None = None, lowering: str = "auto") -> Array | str:
     """A data gradient (module docstring): dx from dy and the reversed, role-swapped filter
@@ -209,13 +231,12 @@ def data_pattern(params: dict[str, Any], dy: Array, rhs: Array, out_shape: Seque
     back is then no operation at all: XLA:CPU does not cancel two reversals of a bfloat16 array,
     which it reverses in float32)."""
     lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
-    strides, dil = params["lhs_dilation"], params["rhs_dilation"]
     groups = params["feature_group_count"]
     kernel = [rhs.shape[a] for a in rhs_spec[2:]]
-    x_size = [out_shape[a] for a in out_spec[2:]]
-    pads = _data_pads(params, dy.shape, rhs.shape, out_shape)
-    if pads is None:
+    found = _data_problem(params, dy.shape, rhs.shape, out_shape)
+    if found is None:
         return "pad range"
+    layout, p = found
     in_channels, out_per_group = rhs.shape[rhs_spec[0]], rhs.shape[rhs_spec[1]]
     # W[k, i, g O/G + o] = rev(rhs)[g I/G + i, o, k]: the roles swapped back per group
     w = unreversed if unreversed is not None else lax.rev(rhs, tuple(rhs_spec[2:]))
@@ -225,11 +246,7 @@ def data_pattern(params: dict[str, Any], dy: Array, rhs: Array, out_shape: Seque
         w = w.reshape(*kernel, groups, in_channels // groups, out_per_group)
         w = w.transpose((*range(n), n + 1, n, n + 2)).reshape(*kernel, in_channels // groups,
                                                                groups * out_per_group)
-    layout = _data_layout(lhs_spec, out_spec)
     dys = _to(dy, _nxc_axes(lhs_spec, layout))
-    batch = dy.shape[lhs_spec[0]]
-    x_shape = (batch, in_channels, *x_size) if layout == "NCX" else (batch, *x_size, in_channels)
-    p = _problem(layout, x_shape, tuple(dys.shape), tuple(w.shape), strides, dil, *pads, groups)
     precision, out_dtype = _options(params)
     dx = primitive.data_grad(dys, w, p=p, precision=precision, preferred_element_type=out_dtype,
                              method=lowering)
@@ -271,6 +288,31 @@ def forward_pattern(params: dict[str, Any], lhs: Array, rhs: Array,
         lowering=lowering)  # type: ignore[arg-type]
 
 
+def _written_faster(eqn: Any, scope: Scope) -> bool:
+    """Whether a transposed convolution the program wrote (input dilation, its own filter: not
+    autodiff's reversed one) runs faster as written than as jaxconv's data-gradient kernel of
+    its filter reversed and role-swapped (which XLA copies first): the chooser times the two
+    in the program's context, once per problem and machine (``chooser.as_written``)."""
+    params, shape = eqn.params, eqn.outvars[0].aval.shape
+    lhs, rhs = (v.aval for v in eqn.invars)
+    found = _data_problem(params, lhs.shape, rhs.shape, shape)
+    if found is None:
+        return False
+    precision, out_dtype = _options(params)
+
+    def ours(a: Array, b: Array) -> Array:
+        out = data_pattern(params, a, b, shape, None, scope.lowering)
+        assert not isinstance(out, str), out
+        return out
+
+    def written(a: Array, b: Array) -> Array:
+        out: Array = scope.equation(eqn, [a, b])[0]
+        return out
+    return chooser.as_written(Kernel.DATA, found[1], lhs.dtype, precision, out_dtype,
+                              shapes=(tuple(lhs.shape), tuple(rhs.shape)), ours=ours,
+                              written=written)
+
+
 class Convolution(Rewrite):
     """A ``conv_general_dilated`` equation as jaxconv's forward, data-gradient or
     weight-gradient kernel (module docstring)."""
@@ -284,6 +326,10 @@ class Convolution(Rewrite):
         kind = kernel_of(eqn.params, lhs, rhs, eqn.outvars[0].aval.shape, before is not None)
         if not isinstance(kind, Kernel):  # a reason (Kernel is a str enum: test it first)
             return kind
+        if (kind is Kernel.DATA and before is None
+                and any(d > 1 for d in eqn.params["lhs_dilation"])
+                and _written_faster(eqn, scope)):
+            return "written faster"
         # the filter before autodiff's rev, read in its place (module docstring)
         reads = (*eqn.invars, before) if before is not None and kind is Kernel.DATA else (
             tuple(eqn.invars))
