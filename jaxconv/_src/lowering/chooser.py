@@ -33,6 +33,7 @@ choice or sets the allocator.
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -319,6 +320,13 @@ def _auto(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any, precision: P
 
 # ------------------------------------------------------ a transposed convolution as written
 
+#: a written transposed convolution runs as written, untimed, where its filter holds more than
+#: this many times the elements of its input and output together: DCGAN's generator on the
+#: 2-core Zen 4 VM, batch 1 and 8, where XLA's as written was faster at 2.7 and 10 times (1.2 ms
+#: against 4 for the 8 MiB filter at batch 1) and jaxconv's at 1.3 times and below (2.75 ms
+#: against 3.6 at batch 8); docs/lowerings.md, "Timed choices"
+WRITTEN_FILTER_RATIO = 2
+
 def as_written(kernel: Kernel, p: ConvProblem, dtype: Any, precision: Precision,
                preferred_element_type: DType, *, shapes: tuple[tuple[int, ...], tuple[int, ...]],
                ours: Callable[[Array, Array], Array],
@@ -329,13 +337,17 @@ def as_written(kernel: Kernel, p: ConvProblem, dtype: Any, precision: Precision,
     XLA first, then the kernel's own choice): each a function of the equation's two operands
     (of ``shapes``),
     timed in that context on one CPU device, once per problem and machine, where the program's
-    backend is the CPU (``measured.pick``; the rule, untimed: jaxconv's). At batch 1 a
-    filter-heavy layer spends more on moving its filter than on its products (DCGAN's
-    4 x 4 512 -> 256 at 4 x 4: an 8 MiB filter reversed by XLA, then reordered by oneDNN)."""
+    backend is the CPU (``measured.pick``). The rule, untimed: as written where the filter
+    holds more than :data:`WRITTEN_FILTER_RATIO` times the bytes of the two activations (a
+    filter-heavy layer at a small batch spends more on moving its filter than on its products:
+    DCGAN's 4 x 4 512 -> 256 at 4 x 4, an 8 MiB filter reversed by XLA, then reordered by
+    oneDNN), else jaxconv's kernel."""
     if jax.default_backend() != "cpu":
         return False
+    filter_heavy = (math.prod(p.filter_shape)
+                    > WRITTEN_FILTER_RATIO * (math.prod(p.x_shape) + math.prod(p.y_shape)))
     contest = measured.Contest(kernel, p, "as written", np.dtype(dtype), precision,
-                               preferred_element_type, rule="jaxconv",
+                               preferred_element_type, rule="lax" if filter_heavy else "jaxconv",
                                calls={"jaxconv": ours, "lax": written}, shapes=shapes)
     return measured.pick(contest) == "lax"
 

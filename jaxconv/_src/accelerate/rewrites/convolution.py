@@ -292,8 +292,11 @@ def _written_faster(eqn: Any, scope: Scope) -> bool:
     """Whether a transposed convolution the program wrote (input dilation, its own filter: not
     autodiff's reversed one) runs faster as written than as jaxconv's data-gradient kernel of
     its filter reversed and role-swapped (which XLA copies first): the chooser times the two
-    in the program's context, once per problem and machine (``chooser.as_written``)."""
+    in the program's context, once per problem and machine (``chooser.as_written``). One with
+    a dilated kernel stays jaxconv's: XLA:CPU may abort on it (docs/semantics.md)."""
     params, shape = eqn.params, eqn.outvars[0].aval.shape
+    if any(d > 1 for d in params["rhs_dilation"]):  # never to XLA: it may abort (hazard 1)
+        return False
     lhs, rhs = (v.aval for v in eqn.invars)
     found = _data_problem(params, lhs.shape, rhs.shape, shape)
     if found is None:
