@@ -346,8 +346,9 @@ def as_written(kernel: Kernel, p: ConvProblem, dtype: Any, precision: Precision,
         return False
     filter_heavy = (math.prod(p.filter_shape)
                     > WRITTEN_FILTER_RATIO * (math.prod(p.x_shape) + math.prod(p.y_shape)))
-    contest = measured.Contest(kernel, p, "as written", np.dtype(dtype), precision,
-                               preferred_element_type, rule="lax" if filter_heavy else "jaxconv",
+    rule = "lax" if filter_heavy else "jaxconv"  # in the cache's key: a verdict per rule
+    contest = measured.Contest(kernel, p, f"as written ({rule})", np.dtype(dtype), precision,
+                               preferred_element_type, rule=rule,
                                calls={"jaxconv": ours, "lax": written}, shapes=shapes)
     return measured.pick(contest) == "lax"
 

@@ -188,7 +188,7 @@ def test_a_transposed_convolution_runs_as_written_where_that_timed_faster(measur
     timed = []
 
     def fake(c, seconds):
-        if c.method != "as written":  # the kernel's own choice: level, the rule stays
+        if not c.method.startswith("as written"):  # the kernel's own choice: the rule stays
             return {m: [1.0] * 7 for m in c.calls}
         timed.append((c.method, c.shapes, tuple(c.calls)))
         with jax.ensure_compile_time_eval():  # each candidate computes the equation
