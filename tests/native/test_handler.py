@@ -131,8 +131,9 @@ POINTWISE = (2, "NXC", "XIO", 1, 192, 64, (14, 14), (1, 1), (1, 1), (1, 1), (0, 
 @pytest.mark.parametrize("kernel", list(Kernel))
 def test_a_primitive_on_the_callers_filter_computes_each_kernel(kernel, layout_trial):
     """The trial's candidate on the caller's activations and filter both ("caller_filter":
-    nothing moved), kept for a problem by an earlier process's verdict, computes what torch
-    computes (through the oracles' float64 references), for each kernel; its choice says so."""
+    nothing moved) is offered only with the implementation of the caller's layouts; kept for a
+    problem by an earlier process's verdict, it computes what torch computes (through the
+    oracles' float64 references); its choice says so. Each kernel computes the problem."""
     x, w, dy, attrs, (y_ref, dx_ref, dw_ref) = _problem(POINTWISE, seed=31, batch=1)
     run = {Kernel.FORWARD: lambda: jaxconv.convolution(x, w, **attrs, lowering="onednn"),
            Kernel.DATA: lambda: jaxconv.convolution_backward_data(dy, w, x.shape, **attrs,
@@ -143,10 +144,16 @@ def test_a_primitive_on_the_callers_filter_computes_each_kernel(kernel, layout_t
     h.assert_close(run(), want, jnp.float32)
     mine = [c for c in library.choices() if c["kernel"] == kernel.value and c["x"] == x.shape]
     assert mine, library.choices()
-    on_filter = [r for r in mine[0]["candidates"] if r["layout"] == "caller_filter"]
+    candidates = mine[0]["candidates"]
+    on_filter = [r for r in candidates if r["layout"] == "caller_filter"]
+    # a candidate only with the implementation of the caller's layouts (its reorder saved)
+    assert all(r["impl"] == c["impl"] for r in on_filter for c in candidates
+               if c["layout"] == "caller"), candidates
+    if not on_filter and kernel is not Kernel.FORWARD:
+        return  # oneDNN's 1x1 gradient kernels here take no XIO filter: the rule checked
     if not on_filter:
-        pytest.skip(f"oneDNN implements no {kernel.value} primitive on the caller's XIO "
-                    f"filter on this CPU ({mine[0]['candidates']})")
+        pytest.skip(f"oneDNN's 1x1 forward kernel on this CPU takes no XIO filter "
+                    f"({candidates})")
     library.forget()
     assert library.remember({mine[0]["key"]: ("caller_filter", on_filter[0]["impl"])}) == 1
     h.assert_close(jax.block_until_ready(run()), want, jnp.float32)

@@ -160,8 +160,14 @@ def _serving_short(jsons: list[str]) -> str:
     faster = sum(r["over_accelerate"]["openvino"] >= 1 for j in jsons
                  for r in _load(j)["inference"])
     rows = sum(len(_load(j)["inference"]) for j in jsons)
-    return " ".join(f"Slower than {names[k]}: {', '.join(v) if v else 'none'}." for k, v in
-                    slow.items()) + f" At OpenVINO's speed or faster: {faster} rows of {rows}."
+    # issue 72's mark: float32 latency within 1.25 times OpenVINO's
+    f32 = [r for j in jsons for r in _load(j)["inference"] if r["dtype"] == "float32"]
+    behind = [f"{r['description']} ({r['batch']}, {1 / r['over_accelerate']['openvino']:.2f}x)"
+              for r in f32 if r["over_accelerate"]["openvino"] < 1 / 1.25]
+    return (" ".join(f"Slower than {names[k]}: {', '.join(v) if v else 'none'}." for k, v in
+                     slow.items()) + f" At OpenVINO's speed or faster: {faster} rows of {rows}."
+            + f" In float32 within 1.25 times OpenVINO's latency: {len(f32) - len(behind)} rows "
+            f"of {len(f32)}" + (f"; further behind: {', '.join(behind)}." if behind else "."))
 
 
 def _gpu(jsons: list[str]) -> str:

@@ -1,7 +1,8 @@
 // The layout trial: the first call of a problem creates its primitive on each distinct
 // activation layout oneDNN implements it on (the caller's, "any"'s, the channel-blocked one;
 // the filter in the layout "any" picks), and on the caller's activations and filter both where
-// oneDNN implements that, runs each on zero-filled buffers and keeps the one that moves least
+// the caller's layouts' implementation takes that filter as it is, runs each on zero-filled
+// buffers and keeps the one that moves least
 // unless another ran faster beyond both candidates' noise (Pick), once per problem and
 // process, as XLA autotunes its GPU kernels
 // (docs/onednn.md, "The layout trial"). The decisions (which candidates race, when the trial
