@@ -160,7 +160,7 @@ def _serving_short(jsons: list[str]) -> str:
     faster = sum(r["over_accelerate"]["openvino"] >= 1 for j in jsons
                  for r in _load(j)["inference"])
     rows = sum(len(_load(j)["inference"]) for j in jsons)
-    # issue 72's mark: float32 latency within 1.25 times OpenVINO's
+    # the serving mark: float32 latency within 1.25 times OpenVINO's
     f32 = [r for j in jsons for r in _load(j)["inference"] if r["dtype"] == "float32"]
     behind = [f"{r['description']} ({r['batch']}, {1 / r['over_accelerate']['openvino']:.2f}x)"
               for r in f32 if r["over_accelerate"]["openvino"] < 1 / 1.25]
