@@ -11,6 +11,7 @@ rows of the residual).
 from __future__ import annotations
 
 import os
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +45,10 @@ CHAINS = {
                               PostOp("tensor", "sub")],
 }
 
+#: a chain without kinks, for finite differences: every binary kind, tanh and logistic
+SMOOTH = [PostOp("channel", "sub"), PostOp("channel", "div"), PostOp("tensor", "mul"),
+          PostOp("eltwise", "tanh"), PostOp("tensor", "add"), PostOp("eltwise", "logistic")]
+
 # (data format, filter format, groups, in, out, spatial, kernel, strides, pads begin, pads end)
 PROBLEMS = [
     ("NXC", "XIO", 1, 8, 16, (9, 8), (3, 3), (1, 1), (1, 1), (1, 1)),
@@ -53,9 +58,9 @@ PROBLEMS = [
 ]
 
 
-def _problem(case, batch):
+def _problem(case, batch, seed=0):
     df, ff, g, ic, oc, spatial, k, s, pb, pe = case
-    rng = np.random.default_rng(hash((case, batch)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(repr((case, batch, seed)).encode()))  # per process
     x = h.random(rng, h.data_shape(df, batch, ic, spatial))
     w = h.random(rng, h.conv_filter_shape(ff, oc, ic // g, k))
     p = geometry.convolution_problem(
@@ -129,11 +134,13 @@ def test_without_onednn_the_chain_runs_after_the_chosen_convolution():
 @pytest.mark.parametrize("method", ["onednn", "conv"])
 def test_derivatives_and_batching_are_the_unfused_chains(method):
     """``grad``, ``jvp`` (to order 2) and ``vmap`` of the fused forward are those of the
-    convolution and the chain (``fused.reference``), for the call and for its operands."""
+    convolution and the chain (``fused.reference``), for the call and for its operands. The
+    chain is smooth: finite differences across ReLU's, max's or min's kink (the other chains)
+    are no derivative to check against."""
     if method == "onednn" and not library.status().available:
         pytest.skip("the oneDNN handler is not loaded")
     rng, x, w, p = _problem(PROBLEMS[0], 2)
-    post = CHAINS["div max min tanh"]
+    post = SMOOTH
     operands = _operands(rng, post, p)
 
     def f(x, w, *o):
@@ -142,16 +149,16 @@ def test_derivatives_and_batching_are_the_unfused_chains(method):
     def g(x, w, *o):
         return fused.reference(x, w, *o, p=p, post=tuple(post), precision=None,
                                preferred_element_type=None, method=method)
-    jax.test_util.check_grads(f, (x, w, *operands), order=2, modes=("fwd", "rev"),
-                              atol=5e-2, rtol=5e-2)
+    h.check_grads(f, (x, w, *operands), order=2)  # the per-dtype bounds
     loss = lambda *a: jnp.sum(jnp.sin(f(*a)))  # noqa: E731
     ref = lambda *a: jnp.sum(jnp.sin(g(*a)))  # noqa: E731
     for a, b in zip(jax.grad(loss, (0, 1, 2, 4))(x, w, *operands),
                     jax.grad(ref, (0, 1, 2, 4))(x, w, *operands)):
         h.assert_close(a, b, jnp.float32)
     xs = jnp.stack([x, 2 * x])
-    got = jax.jit(jax.vmap(f, (0, None, None, None, None)))(xs, w, *operands)
-    h.assert_close(got, jax.vmap(g, (0, None, None, None, None))(xs, w, *operands), jnp.float32)
+    axes = (0, *[None] * (1 + len(operands)))
+    got = jax.jit(jax.vmap(f, axes))(xs, w, *operands)
+    h.assert_close(got, jax.vmap(g, axes)(xs, w, *operands), jnp.float32)
 
 
 def test_operands_that_do_not_match_the_chain_are_value_errors():

@@ -324,7 +324,8 @@ def _auto(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any, precision: P
 #: this many times the elements of its input and output together: DCGAN's generator on the
 #: 2-core Zen 4 VM, batch 1 and 8, where XLA's as written was faster at 2.7 and 10 times (1.2 ms
 #: against 4 for the 8 MiB filter at batch 1) and jaxconv's at 1.3 times and below (2.75 ms
-#: against 3.6 at batch 8); docs/lowerings.md, "Timed choices"
+#: against 3.6 at batch 8; not measured on Intel CPUs, where the timing decides);
+#: docs/lowerings.md, "Timed choices"
 WRITTEN_FILTER_RATIO = 2
 
 def as_written(kernel: Kernel, p: ConvProblem, dtype: Any, precision: Precision,

@@ -151,40 +151,17 @@ class FusedConvolution(Rewrite):
     name = "fused chain"
     primitives = frozenset({*_BINARY, "clamp", "tanh", "logistic", *_NESTED})
 
-    def _chain(self, eqn: Any, scope: Scope) -> tuple[Any, list[Step]] | str:
-        """The convolution and the post-ops of the chain that ends at ``eqn``, or why none."""
-        steps: list[Step] = []
-        analysis = scope.analysis
-        while True:
-            found = None
-            for v in _operand_order(eqn):
-                producer = analysis.producer.get(v)
-                if producer is None or analysis.readers(v) != 1:
-                    continue
-                got = _steps(eqn, v, v.aval, _channel_axis(v.aval, producer, analysis))
-                if got is not None:
-                    found = (v, producer, got)
-                    break
-            if found is None:  # the chain does not reach a convolution
-                return "no fused chain"
-            v, producer, got = found
-            steps = got + steps
-            if producer.primitive.name == "conv_general_dilated":
-                why = _forward(producer)
-                return why if why is not None else (producer, steps)
-            eqn = producer
-
     def match(self, eqn: Any, scope: Scope) -> Match | str:
-        found = self._chain(eqn, scope)
+        found = _chain(eqn, scope.analysis)
         if isinstance(found, str):
             return found
         conv, steps = found
         (out,) = eqn.outvars
         readers = scope.analysis.reading.get(out, [])
-        if (len(readers) == 1 and out not in scope.analysis.results
-                and isinstance(self._chain(readers[0], scope), tuple)
-                and _continues(readers[0], out, scope)):
-            return "chain goes on"
+        if len(readers) == 1 and out not in scope.analysis.results:
+            carried = _carried(readers[0], scope.analysis)
+            if carried is not None and carried[0] is out:  # its chain, through ours
+                return "chain goes on"
         reads = (*conv.invars, *(side for _, side in steps if side is not None))
         label = "post-ops " + " ".join(_describe(op) for op, _ in steps)
         return Match(self, eqn, tuple(reads), (conv, tuple(op for op, _ in steps)),
@@ -225,15 +202,33 @@ def _operand_order(eqn: Any) -> list[Any]:
     return ins
 
 
-def _continues(reader: Any, v: Any, scope: Scope) -> bool:
-    """Whether the chain equation ``reader`` takes ``v`` as the value it continues."""
-    for u in _operand_order(reader):
-        producer = scope.analysis.producer.get(u)
-        if producer is None or scope.analysis.readers(u) != 1:
+def _carried(eqn: Any, analysis: Any) -> tuple[Any, Any, list[Step]] | None:
+    """The value a chain carries into ``eqn`` (the first of :func:`_operand_order` that only
+    ``eqn`` reads and that ``eqn`` computes post-ops of), its producer and those post-ops; or
+    None."""
+    for v in _operand_order(eqn):
+        producer = analysis.producer.get(v)
+        if producer is None or analysis.readers(v) != 1:
             continue
-        if _steps(reader, u, u.aval, _channel_axis(u.aval, producer, scope.analysis)) is not None:
-            return u is v
-    return False
+        got = _steps(eqn, v, v.aval, _channel_axis(v.aval, producer, analysis))
+        if got is not None:
+            return v, producer, got
+    return None
+
+
+def _chain(eqn: Any, analysis: Any) -> tuple[Any, list[Step]] | str:
+    """The convolution and the post-ops of the chain that ends at ``eqn``, or why none."""
+    steps: list[Step] = []
+    while True:
+        found = _carried(eqn, analysis)
+        if found is None:  # the chain does not reach a convolution
+            return "no fused chain"
+        _, producer, got = found
+        steps = got + steps
+        if producer.primitive.name == "conv_general_dilated":
+            why = _forward(producer)
+            return why if why is not None else (producer, steps)
+        eqn = producer
 
 
 def _channel_axis(y: Any, producer: Any, analysis: Any) -> int:

@@ -21,8 +21,9 @@ namespace jaxconv_onednn {
 constexpr std::chrono::milliseconds kTeamIdle{20};
 
 // A call waits for its work, and the master (its pool held) for the next call, yielding the
-// core (sched_yield) this long before each sleeps: a sleeping thread's wake-up, a futex's, took
-// 30-50 us on a 2-core VM, and a batch-1 forward's calls come tens of microseconds apart.
+// core (sched_yield) this long before each sleeps: two wake-ups took a batch-1 1x1 forward from
+// 0.04 ms to 0.17 ms a call on the 2-core Zen 4 VM, and a batch-1 forward's calls come tens of
+// microseconds apart (docs/onednn.md, "Threads").
 constexpr std::chrono::microseconds kHandOffYield{100};
 
 // Runs `work` on the team's master thread and returns when it is done, rethrowing what it
