@@ -58,14 +58,15 @@ PROBLEMS = [
 ]
 
 
-def _problem(case, batch, seed=0):
+def _problem(case, batch, seed=0, dilations=None):
     df, ff, g, ic, oc, spatial, k, s, pb, pe = case
     rng = np.random.default_rng(zlib.crc32(repr((case, batch, seed)).encode()))  # per process
     x = h.random(rng, h.data_shape(df, batch, ic, spatial))
     w = h.random(rng, h.conv_filter_shape(ff, oc, ic // g, k))
     p = geometry.convolution_problem(
         "fused", _NAMES, x_shape=x.shape, y_shape=None, w_shape=w.shape, strides=s,
-        pads_begin=pb, pads_end=pe, dilations=(1,) * len(s), auto_pad="explicit", groups=g,
+        pads_begin=pb, pads_end=pe, dilations=dilations or (1,) * len(s), auto_pad="explicit",
+        groups=g,
         data_format=df, filter_format=ff)
     return rng, x, w, p
 
@@ -88,8 +89,8 @@ def _oracle(x, w, operands, p, post):
     df = p.data
     dn = {"NXC": ("NHWC", "HWIO", "NHWC"), "NCX": ("NCHW", "OIHW", "NCHW")}[df.format]
     y = np.asarray(lax.conv_general_dilated(
-        x, w, p.strides, list(zip(p.pads_begin, p.pads_end)), dimension_numbers=dn,
-        feature_group_count=p.groups, precision=HIGHEST), np.float64)
+        x, w, p.strides, list(zip(p.pads_begin, p.pads_end)), rhs_dilation=p.dilations,
+        dimension_numbers=dn, feature_group_count=p.groups, precision=HIGHEST), np.float64)
     it = iter(operands)
     shape = [1] * y.ndim
     shape[df.channel_axis] = y.shape[df.channel_axis]
@@ -190,3 +191,58 @@ def test_chunks_of_the_batch_read_their_rows_of_the_residual():
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one CPU: XLA's pool has one thread, the call runs whole")
     assert mine and all(c["x"][0] < 4 and c["threading"] == "single" for c in mine), mine
+
+
+# one example, NHWC, each with at least two work units (native/onednn/decisions.h): the handler
+# splits y's rows into chunks on XLA's pool, each reading its rows of x (and of the residual)
+# with its own pads; (case, dilations)
+ROW_PROBLEMS = [
+    (("NXC", "XIO", 1, 16, 32, (64, 40), (3, 3), (1, 1), (1, 1), (1, 1)), (1, 1)),
+    (("NXC", "XIO", 1, 16, 32, (97, 40), (3, 3), (2, 2), (1, 1), (0, 1)), (1, 1)),
+    (("NXC", "XIO", 1, 16, 32, (61, 40), (3, 3), (1, 1), (4, 1), (2, 3)), (2, 1)),
+    (("NXC", "XIO", 4, 32, 32, (150, 120), (5, 3), (3, 1), (0, 1), (4, 1)), (1, 1)),
+    (("NXC", "XIO", 1, 32, 128, (131, 30), (1, 1), (2, 1), (0, 0), (0, 0)), (1, 1)),
+]
+
+
+@needs_onednn
+@pytest.mark.parametrize("chain", ["none", "bias residual relu"])
+@pytest.mark.parametrize("case, dilations", ROW_PROBLEMS,
+                         ids=lambda c: "-".join(map(str, c[5:10])) if len(c) > 2 else str(c))
+def test_one_example_splits_its_rows_each_with_its_own_pads(case, dilations, chain):
+    rng, x, w, p = _problem(case, 1, dilations=dilations)
+    post = CHAINS.get(chain, [])
+    operands = _operands(rng, post, p)
+    got = jax.jit(lambda x, w, *o: fused.forward(x, w, o, p=p, post=post, method="onednn"))(
+        x, w, *operands)
+    h.assert_close(got, _oracle(x, w, operands, p, post), jnp.float32)
+    mine = [c for c in library.choices() if c["kernel"] == "forward"
+            and c["x"][2:] == x.shape[2:]]
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: XLA's pool has one thread, the call runs whole")
+    assert mine and all(c["x"][1] < x.shape[1] and c["threading"] == "single"
+                        for c in mine), mine
+
+
+@needs_onednn
+def test_a_leading_affine_run_folds_into_the_filter_where_the_filter_is_no_larger_than_y():
+    """BatchNorm's sub, mul and add become a scaled filter and one channel add where the filter
+    has no more elements than y; the values stay the chain's (float32's tolerance)."""
+    rng, x, w, p = _problem(PROBLEMS[1], 3)  # 1x1 16 -> 24 at 7x7: 384 filter elements
+    post = (PostOp("channel", "sub"), PostOp("channel", "mul"), PostOp("channel", "add"),
+            PostOp("tensor", "add"), PostOp("channel", "mul"), PostOp("eltwise", "relu"))
+    operands = _operands(rng, post, p)
+    w2, post2, operands2 = fused.fold_affine(w, post, operands, p)
+    assert post2 == (PostOp("channel", "add"), *post[3:]) and len(operands2) == 3
+    assert w2.shape == w.shape and not np.array_equal(np.asarray(w2), np.asarray(w))
+    got = jax.jit(lambda x, w, *o: fused.forward(x, w, o, p=p, post=post, method="onednn"))(
+        x, w, *operands)
+    h.assert_close(got, _oracle(x, w, operands, p, post), jnp.float32)
+
+    bias = (PostOp("channel", "add"), PostOp("eltwise", "relu"))  # no multiplication
+    assert fused.fold_affine(w, bias, operands[:1], p)[1] == bias
+    divide = (PostOp("channel", "div"), PostOp("channel", "mul"))  # a division ends the run
+    assert fused.fold_affine(w, divide, operands[:2], p)[1] == divide
+    rng, x, w, p = _problem(("NXC", "XIO", 1, 64, 64, (3, 3), (3, 3), (1, 1), (1, 1), (1, 1)), 1)
+    bn = CHAINS["bn relu"]
+    assert fused.fold_affine(w, tuple(bn), _operands(rng, bn, p), p)[1] == tuple(bn)

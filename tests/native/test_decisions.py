@@ -1,7 +1,7 @@
 """The handler's pure decisions, one test each, called directly (no primitive runs or pass).
 
 ``jaxconv/_src/native/onednn/decisions.h`` holds oneDNN's, ``native/winograd/winograd_decisions.h``
-Winograd's; ``native/onednn/diagnostics.cc`` exports each on
+Winograd's; ``native/onednn/decisions_diagnostics.cc`` exports each on
 plain numbers. They need the built handler (``jaxconv build-onednn``), and are skipped, with
 that reason, where it is not loaded.
 """
@@ -49,6 +49,67 @@ def test_chunks_split_the_batch_only_where_a_thread_pays():
     assert chunks(FORWARD, *one) == 0                # one large example: the team
     assert chunks(FORWARD, *wide, openmp=False) == 0  # no OpenMP found: oneDNN's own call
     assert chunks(FORWARD, *wide, data_axes=(1, 0, 2, 3)) == 0  # batch not the outer axis
+
+
+def test_a_forward_of_one_example_splits_its_rows_where_they_are_outer():
+    # NHWC buffers (N, H, W, C): one example's rows are contiguous
+    nhwc = (0, 3, 1, 2)
+    one = ((1, 56, 56, 64), (1, 56, 56, 64), (64, 64, 1, 1))
+    heavy_filter = ((1, 7, 7, 512), (1, 7, 7, 2048), (2048, 512, 1, 1))
+    assert chunks(FORWARD, *one, data_axes=nhwc) == 2        # one chunk of rows per thread
+    assert chunks(FORWARD, *one, data_axes=nhwc, pool_threads=8) == 6  # one per work unit
+    assert chunks(FORWARD, *heavy_filter, data_axes=nhwc) == 2  # rows split all the same
+    assert chunks(DATA, *one, data_axes=nhwc) == 0           # a forward's rows only
+    assert chunks(FORWARD, *one) == 0                        # NCHW: rows are not contiguous
+    one_row = ((1, 1, 3136, 64), (1, 1, 3136, 64), (64, 64, 1, 1))
+    assert chunks(FORWARD, *one_row, data_axes=nhwc) == 0    # one row: the team
+
+
+def row_chunk(x_rows, kernel, stride, dilation, pad_begin, pad_end, begin, end):
+    fn = LIB.jaxconv_onednn_decide_row_chunk
+    fn.restype = ctypes.c_int
+    fn.argtypes = [I64] * 8 + [ctypes.POINTER(I64)]
+    span = (I64 * 4)()
+    splits = fn(x_rows, kernel, stride, dilation, pad_begin, pad_end, begin, end, span)
+    return bool(splits), tuple(span)
+
+
+@pytest.mark.parametrize("x_rows, kernel, stride, dilation, pad_begin, pad_end", [
+    (56, 1, 1, 1, 0, 0), (56, 3, 1, 1, 1, 1), (224, 3, 2, 1, 1, 1), (224, 7, 2, 1, 3, 2),
+    (17, 3, 2, 2, 2, 0), (9, 5, 3, 1, 0, 4), (12, 2, 4, 1, 1, 0), (7, 3, 1, 3, 6, 6),
+])
+def test_a_row_chunk_reads_exactly_the_rows_of_x_its_outputs_read(
+        x_rows, kernel, stride, dilation, pad_begin, pad_end):
+    # Each output row o, tap k reads x's row o * stride - pad_begin + k * dilation (a pad
+    # where that is outside x); in the chunk, output o - begin reads the chunk's row
+    # (o - begin) * stride - chunk pad + k * dilation: the same row of x, or a pad.
+    y_rows = (x_rows + pad_begin + pad_end - (kernel - 1) * dilation - 1) // stride + 1
+    for chunks in (1, 2, 3, y_rows):
+        for i in range(chunks):
+            begin, end = i * y_rows // chunks, (i + 1) * y_rows // chunks
+            if begin == end:
+                continue
+            splits, (x_begin, x_end, chunk_pad, chunk_pad_end) = row_chunk(
+                x_rows, kernel, stride, dilation, pad_begin, pad_end, begin, end)
+            assert splits
+            assert 0 <= x_begin < x_end <= x_rows and chunk_pad >= 0 and chunk_pad_end >= 0
+            rows = x_end - x_begin  # the chunk's own output size, as oneDNN computes it
+            assert ((rows + chunk_pad + chunk_pad_end - (kernel - 1) * dilation - 1) // stride
+                    + 1) == end - begin
+            for o in range(begin, end):
+                for k in range(kernel):
+                    g = o * stride - pad_begin + k * dilation
+                    local = (o - begin) * stride - chunk_pad + k * dilation
+                    if 0 <= g < x_rows:
+                        assert local == g - x_begin
+                    else:
+                        assert not 0 <= local < rows
+
+
+def test_rows_do_not_split_where_a_chunk_could_read_pads_alone():
+    assert row_chunk(8, 3, 1, 1, 3, 0, 0, 1)[0] is False   # pad beyond the kernel's reach
+    assert row_chunk(8, 3, 1, 1, 0, 3, 0, 1)[0] is False
+    assert row_chunk(8, 3, 1, 1, 2, 2, 0, 1)[0] is True
 
 
 def test_spin_lasts_until_the_chunks_end_or_200_us():

@@ -16,8 +16,9 @@ in registers, before it is stored (its post-ops): no second pass. So the chain i
 :data:`fused_p` binds ``(x, W, *operands)`` with the forward's :class:`ConvProblem` and the
 chain; its value is :func:`reference`'s, the forward kernel (:func:`primitive.forward`) followed
 by the chain in lax, operation by operation as the program wrote it. Its lowering on one CPU
-device is one call of oneDNN's primitive with the chain as post-ops, where the chooser runs the
-forward on oneDNN (``"onednn"``: its measured choice, docs/lowerings.md); everywhere else (XLA's
+device is one call of oneDNN's primitive with the chain as post-ops (a leading channel-wise
+affine run folded into the filter: :func:`fold_affine`), where the chooser runs the forward on
+oneDNN (``"onednn"``: its measured choice, docs/lowerings.md); everywhere else (XLA's
 own convolution or Winograd chosen, another platform, a program split across devices, an
 export) it is :func:`reference`, the program as before. Derivatives and batching are
 :func:`reference`'s (``jax.jvp`` and ``jax.vmap`` of it: jaxconv's kernels), so a fused chain
@@ -134,9 +135,48 @@ def on_onednn(p: ConvProblem, dtype: Any, precision: Precision, preferred_elemen
     return plan.method == "onednn"
 
 
+# Folding a channel-wise affine run into the filter. The chain's leading channel post-ops that
+# add, subtract or multiply (a bias; BatchNorm in inference mode: sub the mean, mul by
+# scale / sqrt(var + eps), add the offset) make an affine map of each output channel,
+# a * y + b, with a and b composed op by op (add c: b + c; sub c: b - c; mul c: a * c, b * c).
+# A convolution is linear in its filter, and y's channel o is the product with W's O-row o, so
+#     a * conv(x, W) + b = conv(x, W * a) + b        (a broadcast along W's O axis),
+# one binary post-op where there were several. It rounds differently from the chain (W * a is
+# rounded once per filter element), as every runtime that folds BatchNorm does. Scaling W is a
+# pass over the filter per call, so the run folds where the filter has no more elements than
+# y (a post-op is a pass over y): MobileNetV2's 1x1s, not ResNet's 3x3 512 -> 512 at 7x7.
+_FOLDS = ("add", "sub", "mul")
+
+
+def fold_affine(w: Array, post: tuple[PostOp, ...], operands: Sequence[Array], p: ConvProblem
+                ) -> tuple[Array, tuple[PostOp, ...], tuple[Array, ...]]:
+    """``(w, post, operands)`` with the chain's leading channel-wise affine run folded into
+    the filter and one channel add (comment above), where it has a multiplication and the
+    filter is no larger than y; else as given."""
+    run = 0
+    while run < len(post) and post[run].kind == "channel" and post[run].alg in _FOLDS:
+        run += 1
+    y_size = int(np.prod(p.y_shape))
+    if (not any(op.alg == "mul" for op in post[:run])) or w.size > y_size:
+        return w, post, tuple(operands)
+    a = jnp.ones_like(operands[0])
+    b = jnp.zeros_like(operands[0])
+    for op, c in zip(post[:run], operands[:run]):
+        if op.alg == "add":
+            b = b + c
+        elif op.alg == "sub":
+            b = b - c
+        else:
+            a, b = a * c, b * c
+    o_axis = p.dimension_numbers().rhs_spec[0]  # the O role: all out channels
+    scale = lax.broadcast_in_dim(a.astype(w.dtype), w.shape, (o_axis,))
+    return w * scale, (PostOp("channel", "add"), *post[run:]), (b, *operands[run:])
+
+
 def _onednn_program(x: Array, w: Array, *operands: Array, p: ConvProblem,
                     post: tuple[PostOp, ...], precision: Precision,
                     preferred_element_type: DType, method: str) -> Array:
+    w, post, operands = fold_affine(w, post, operands, p)
     return onednn.fused_forward(x, w, operands, p, post)
 
 

@@ -10,6 +10,27 @@ double WorkUnits(const Problem& p) {
   return std::max(Macs(p) / kMinChunkMacs, bytes / kMinChunkBytes);
 }
 
+bool SplitsRows(const Problem& p) {
+  if (p.kernel != Kernel::kForward || p.x_dims.size() < 3 || p.data_axes[0] != 0 ||
+      p.data_axes[2] != 1 || p.x_dims[0] != 1)
+    return false;
+  // every chunk's window then overlaps x: no chunk of padding alone
+  const int64_t reach = (p.w_dims[p.filter_axes[2]] - 1) * p.dilations[0];
+  return p.pads_begin[0] >= 0 && p.pads_end[0] >= 0 && p.pads_begin[0] <= reach &&
+         p.pads_end[0] <= reach;
+}
+
+RowSpan RowChunk(const Problem& p, int64_t begin, int64_t end) {
+  const int64_t s = p.strides[0], reach = (p.w_dims[p.filter_axes[2]] - 1) * p.dilations[0];
+  const int64_t lo = begin * s - p.pads_begin[0], hi = (end - 1) * s - p.pads_begin[0] + reach + 1;
+  RowSpan r;
+  r.x_begin = std::clamp<int64_t>(lo, 0, p.x_dims[1]);
+  r.x_end = std::clamp<int64_t>(hi, 0, p.x_dims[1]);
+  r.pad_begin = r.x_begin - lo;
+  r.pad_end = hi - r.x_end;
+  return r;
+}
+
 int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp) {
   if (!openmp || p.data_axes[0] != 0) return 0;
   const double work = WorkUnits(p);
@@ -17,10 +38,15 @@ int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp) {
   // is faster, so a memory-bound one is worth a team
   if (p.kernel == Kernel::kWeight) return work >= 1 ? 0 : 1;
   const int64_t by_work = std::max<int64_t>(1, static_cast<int64_t>(work));
-  const int64_t n = std::min<int64_t>({pool_threads, p.x_dims[0], by_work});
-  if (n == 1 && work >= 1) return 0;  // one large example: OpenMP's team
-  if (n > 1 && Elements(p.w_dims) * n > Elements(p.x_dims) + Elements(p.y_dims))
-    return 0;  // the filter outweighs a chunk's activations: one call reorders it once
+  const bool rows = SplitsRows(p);
+  const int64_t along = rows ? p.y_dims[1] : p.x_dims[0];
+  const int64_t n = std::min<int64_t>({pool_threads, along, by_work});
+  if (n == 1 && work >= 1) return 0;  // one large example that no rows split: OpenMP's team
+  // the filter outweighs a chunk's activations: one call reorders it once (a batch's chunks;
+  // an example's rows split anyway, judged by whole models: docs/onednn.md, "Threads")
+  if (n > 1 && !rows &&
+      Elements(p.w_dims) * n > Elements(p.x_dims) + Elements(p.y_dims))
+    return 0;
   return n;
 }
 

@@ -1,5 +1,5 @@
 // The handler's pure decisions: functions of sizes and times only, with no oneDNN call, so that
-// each is tested directly (tests/native/test_decisions.py, through diagnostics.cc's exports).
+// each is tested directly (tests/native/test_decisions.py, through decisions_diagnostics.cc's exports).
 //
 // - how a call is threaded (Chunks) and how long its caller spins for its chunks
 //   (KeepSpinning): docs/onednn.md, "Threads";
@@ -33,15 +33,30 @@ constexpr std::chrono::microseconds kSpin{200};
 // A problem's work in units of the least worth a thread of its own.
 double WorkUnits(const Problem& p);
 
-// How a call of `p` runs: 0 as one OpenMP call; n >= 1 as n chunks of the batch on XLA's pool
-// of `pool_threads` threads (1: whole, single-threaded, on the calling thread). `openmp`:
-// whether oneDNN's OpenMP runtime was found (else one call, as oneDNN threads it).
+// Whether a call of `p` splits into chunks of y's rows (its first spatial axis) rather than of
+// its batch: a forward of one example whose buffers hold the batch, then that axis, outermost
+// (so that a chunk's rows are contiguous), with pads within the kernel's reach (so that every
+// chunk reads some of x).
+bool SplitsRows(const Problem& p);
+
+// The rows of x, and the pads, that y's rows [begin, end) of a SplitsRows problem read: x's
+// rows [x_begin, x_end) padded by pad_begin and pad_end (each >= 0) give exactly those rows.
+struct RowSpan {
+  int64_t x_begin = 0, x_end = 0, pad_begin = 0, pad_end = 0;
+};
+RowSpan RowChunk(const Problem& p, int64_t begin, int64_t end);
+
+// How a call of `p` runs: 0 as one OpenMP call; n >= 1 as n chunks of the batch (or of y's
+// rows: SplitsRows) on XLA's pool of `pool_threads` threads (1: whole, single-threaded, on the
+// calling thread). `openmp`: whether oneDNN's OpenMP runtime was found (else one call, as
+// oneDNN threads it).
 //   - a weight gradient: whole on the calling thread below one work unit, else one OpenMP
 //     call (chunks would each write a partial gradient to be reordered and summed);
-//   - a forward or data gradient: chunks of the batch, at most one per work unit and per pool
-//     thread, unless the batch is not the buffers' outer axis, a single chunk would hold a
-//     whole unit (then one OpenMP call), or the filter outweighs a chunk's activations
-//     (each chunk would reorder the whole filter: one OpenMP call reorders it once).
+//   - a forward or data gradient: chunks of the batch (a forward of one example: of y's rows),
+//     at most one per work unit and per pool thread, unless the batch is not the buffers'
+//     outer axis, a single chunk would hold a whole unit (then one OpenMP call), or the
+//     filter outweighs a chunk's activations (each chunk would reorder the whole filter: one
+//     OpenMP call reorders it once).
 int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp);
 
 // Whether a caller that has waited `waited` for `chunks - finished` chunks goes on spinning.
