@@ -59,57 +59,73 @@ def test_a_forward_of_one_example_splits_its_rows_where_they_are_outer():
     assert chunks(FORWARD, *one, data_axes=nhwc) == 2        # one chunk of rows per thread
     assert chunks(FORWARD, *one, data_axes=nhwc, pool_threads=8) == 6  # one per work unit
     assert chunks(FORWARD, *heavy_filter, data_axes=nhwc) == 2  # rows split all the same
-    assert chunks(DATA, *one, data_axes=nhwc) == 0           # a forward's rows only
+    assert chunks(DATA, *one, data_axes=nhwc) == 2           # a data gradient's: x's rows
+    assert chunks(WEIGHT, *one, data_axes=nhwc) == 0         # a weight gradient: the team
     assert chunks(FORWARD, *one) == 0                        # NCHW: rows are not contiguous
     one_row = ((1, 1, 3136, 64), (1, 1, 3136, 64), (64, 64, 1, 1))
     assert chunks(FORWARD, *one_row, data_axes=nhwc) == 0    # one row: the team
 
 
-def row_chunk(x_rows, kernel, stride, dilation, pad_begin, pad_end, begin, end):
+def row_chunk(kernel, x_rows, taps, stride, dilation, pad_begin, pad_end, begin, end):
     fn = LIB.jaxconv_onednn_decide_row_chunk
     fn.restype = ctypes.c_int
-    fn.argtypes = [I64] * 8 + [ctypes.POINTER(I64)]
-    span = (I64 * 4)()
-    splits = fn(x_rows, kernel, stride, dilation, pad_begin, pad_end, begin, end, span)
-    return bool(splits), tuple(span)
+    fn.argtypes = [ctypes.c_int] + [I64] * 8 + [ctypes.POINTER(I64)]
+    span = (I64 * 6)()
+    verdict = fn(kernel, x_rows, taps, stride, dilation, pad_begin, pad_end, begin, end, span)
+    return verdict, tuple(span)
 
 
-@pytest.mark.parametrize("x_rows, kernel, stride, dilation, pad_begin, pad_end", [
+@pytest.mark.parametrize("kernel", [FORWARD, DATA])
+@pytest.mark.parametrize("x_rows, taps, stride, dilation, pad_begin, pad_end", [
     (56, 1, 1, 1, 0, 0), (56, 3, 1, 1, 1, 1), (224, 3, 2, 1, 1, 1), (224, 7, 2, 1, 3, 2),
     (17, 3, 2, 2, 2, 0), (9, 5, 3, 1, 0, 4), (12, 2, 4, 1, 1, 0), (7, 3, 1, 3, 6, 6),
+    (32, 4, 2, 1, 1, 1), (64, 4, 2, 1, 1, 1), (31, 3, 2, 1, 0, 0),
 ])
-def test_a_row_chunk_reads_exactly_the_rows_of_x_its_outputs_read(
-        x_rows, kernel, stride, dilation, pad_begin, pad_end):
-    # Each output row o, tap k reads x's row o * stride - pad_begin + k * dilation (a pad
-    # where that is outside x); in the chunk, output o - begin reads the chunk's row
-    # (o - begin) * stride - chunk pad + k * dilation: the same row of x, or a pad.
-    y_rows = (x_rows + pad_begin + pad_end - (kernel - 1) * dilation - 1) // stride + 1
-    for chunks in (1, 2, 3, y_rows):
+def test_a_row_chunk_is_the_convolution_of_its_rows(kernel, x_rows, taps, stride, dilation,
+                                                     pad_begin, pad_end):
+    # Output row o, tap t reads x's row g = o * stride - pad_begin + t * dilation (a pad where
+    # g is outside x). In a chunk, its output o - y_begin, tap t reads the chunk's row
+    # (o - y_begin) * stride - chunk pad + t * dilation: the same row of x where that is in the
+    # chunk, else a pad. A forward's chunk has every row its outputs read; a data gradient's,
+    # every output whose window reaches its rows.
+    y_rows = (x_rows + pad_begin + pad_end - (taps - 1) * dilation - 1) // stride + 1
+    along = y_rows if kernel == FORWARD else x_rows
+    for chunks in (1, 2, 3, along):
         for i in range(chunks):
-            begin, end = i * y_rows // chunks, (i + 1) * y_rows // chunks
+            begin, end = i * along // chunks, (i + 1) * along // chunks
             if begin == end:
                 continue
-            splits, (x_begin, x_end, chunk_pad, chunk_pad_end) = row_chunk(
-                x_rows, kernel, stride, dilation, pad_begin, pad_end, begin, end)
-            assert splits
-            assert 0 <= x_begin < x_end <= x_rows and chunk_pad >= 0 and chunk_pad_end >= 0
-            rows = x_end - x_begin  # the chunk's own output size, as oneDNN computes it
-            assert ((rows + chunk_pad + chunk_pad_end - (kernel - 1) * dilation - 1) // stride
-                    + 1) == end - begin
-            for o in range(begin, end):
-                for k in range(kernel):
-                    g = o * stride - pad_begin + k * dilation
-                    local = (o - begin) * stride - chunk_pad + k * dilation
-                    if 0 <= g < x_rows:
-                        assert local == g - x_begin
-                    else:
-                        assert not 0 <= local < rows
+            verdict, (xb, xe, yb, ye, pb, pe) = row_chunk(
+                kernel, x_rows, taps, stride, dilation, pad_begin, pad_end, begin, end)
+            assert verdict >= 1
+            if verdict == 1:  # not ok: a chunk without rows, or a negative pad
+                assert xe <= xb or ye <= yb or pb < 0 or pe < 0
+                continue
+            assert (xb, xe) == (begin, end) if kernel == DATA else (yb, ye) == (begin, end)
+            assert 0 <= xb < xe <= x_rows and 0 <= yb < ye <= y_rows
+            rows = xe - xb  # the chunk's output size, as oneDNN computes it
+            assert (rows + pb + pe - (taps - 1) * dilation - 1) // stride + 1 == ye - yb
+            assert (rows + pb + pe - (taps - 1) * dilation - 1) % stride == 0 or kernel == FORWARD
+            for o in range(y_rows):
+                for t in range(taps):
+                    g = o * stride - pad_begin + t * dilation
+                    if yb <= o < ye:
+                        local = (o - yb) * stride - pb + t * dilation
+                        if xb <= g < xe:
+                            assert local == g - xb
+                        else:
+                            assert not 0 <= local < rows
+                            assert kernel == DATA or not 0 <= g < x_rows
+                    elif xb <= g < xe:
+                        assert kernel == FORWARD  # a data gradient's chunk misses no output
 
 
-def test_rows_do_not_split_where_a_chunk_could_read_pads_alone():
-    assert row_chunk(8, 3, 1, 1, 3, 0, 0, 1)[0] is False   # pad beyond the kernel's reach
-    assert row_chunk(8, 3, 1, 1, 0, 3, 0, 1)[0] is False
-    assert row_chunk(8, 3, 1, 1, 2, 2, 0, 1)[0] is True
+def test_rows_split_only_where_every_chunk_has_rows_and_pads():
+    # (Chunks then runs the call on the team)
+    assert row_chunk(FORWARD, 8, 3, 1, 1, 3, 3, 0, 1)[0] == 1  # padded by 3: y's first row
+    assert row_chunk(FORWARD, 8, 3, 1, 1, 3, 3, 0, 6)[0] == 2  # reads pads alone
+    assert row_chunk(DATA, 10, 3, 2, 1, 0, 0, 9, 10)[0] == 1   # stride 2: no output reads row 9
+    assert row_chunk(DATA, 10, 3, 2, 1, 0, 0, 5, 9)[0] == 2
 
 
 def test_spin_lasts_until_the_chunks_end_or_200_us():

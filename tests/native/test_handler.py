@@ -122,6 +122,33 @@ def test_choices_say_what_each_first_call_chose(layout_trial):
             assert kept["trial_ms"] <= slack * min(timed), c
 
 
+# one example in NHWC, each at least two work units: its forward splits y's rows and its data
+# gradient x's rows into chunks on XLA's pool, each with its own pads (decisions.h, RowChunk):
+# DCGAN's 4x4 stride 2, a dilated kernel with uneven pads, groups
+ROWS = [
+    (2, "NXC", "XIO", 1, 64, 128, (32, 32), (4, 4), (2, 2), (1, 1), (1, 1), (1, 1)),
+    (2, "NXC", "XIO", 1, 32, 48, (45, 20), (3, 3), (2, 1), (2, 1), (2, 1), (0, 1)),
+    (2, "NXC", "XIO", 4, 32, 64, (40, 24), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
+]
+
+
+@needs_onednn
+@pytest.mark.parametrize("spec", ROWS, ids=lambda m: f"k{m[7][0]}s{m[8][0]}d{m[9][0]}g{m[3]}")
+def test_one_example_runs_as_chunks_of_rows(spec):
+    x, w, dy, attrs, (y_ref, dx_ref, _) = _problem(spec, seed=3, batch=1)
+    h.assert_close(jaxconv.convolution(x, w, **attrs, lowering="onednn"), y_ref, jnp.float32)
+    h.assert_close(jaxconv.convolution_backward_data(dy, w, x.shape, **attrs, lowering="onednn"),
+                   dx_ref, jnp.float32)
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: XLA's pool has one thread, the call runs whole")
+    found = library.choices()
+    for kernel in ("forward", "data"):
+        mine = [c for c in found if c["kernel"] == kernel and c["w"] == w.shape
+                and c["x"][2:] == x.shape[2:]]
+        assert mine and all(c["x"][1] < x.shape[1] and c["threading"] == "single"
+                            for c in mine), (kernel, mine)
+
+
 # a batch-1 1x1 layer (MobileNetV2's 14x14 192 -> 64): oneDNN's 1x1 kernel takes the caller's
 # XIO filter as it is, where its filter reorder took as long as the products
 POINTWISE = (2, "NXC", "XIO", 1, 192, 64, (14, 14), (1, 1), (1, 1), (1, 1), (0, 0), (0, 0))

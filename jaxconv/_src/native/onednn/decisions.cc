@@ -11,24 +11,36 @@ double WorkUnits(const Problem& p) {
 }
 
 bool SplitsRows(const Problem& p) {
-  if (p.kernel != Kernel::kForward || p.x_dims.size() < 3 || p.data_axes[0] != 0 ||
-      p.data_axes[2] != 1 || p.x_dims[0] != 1)
-    return false;
-  // every chunk's window then overlaps x: no chunk of padding alone
-  const int64_t reach = (p.w_dims[p.filter_axes[2]] - 1) * p.dilations[0];
-  return p.pads_begin[0] >= 0 && p.pads_end[0] >= 0 && p.pads_begin[0] <= reach &&
-         p.pads_end[0] <= reach;
+  return (p.kernel == Kernel::kForward || p.kernel == Kernel::kData) && p.x_dims.size() >= 3 &&
+         p.data_axes[0] == 0 && p.data_axes[2] == 1 && p.x_dims[0] == 1;
 }
 
 RowSpan RowChunk(const Problem& p, int64_t begin, int64_t end) {
-  const int64_t s = p.strides[0], reach = (p.w_dims[p.filter_axes[2]] - 1) * p.dilations[0];
-  const int64_t lo = begin * s - p.pads_begin[0], hi = (end - 1) * s - p.pads_begin[0] + reach + 1;
+  const int64_t s = p.strides[0], pb = p.pads_begin[0];
+  const int64_t reach = (p.w_dims[p.filter_axes[2]] - 1) * p.dilations[0];
   RowSpan r;
-  r.x_begin = std::clamp<int64_t>(lo, 0, p.x_dims[1]);
-  r.x_end = std::clamp<int64_t>(hi, 0, p.x_dims[1]);
-  r.pad_begin = r.x_begin - lo;
-  r.pad_end = hi - r.x_end;
+  if (p.kernel == Kernel::kForward) {  // y's rows [begin, end) read x's rows [lo, hi)
+    const int64_t lo = begin * s - pb, hi = (end - 1) * s - pb + reach + 1;
+    r.y_begin = begin, r.y_end = end;
+    r.x_begin = std::clamp<int64_t>(lo, 0, p.x_dims[1]);
+    r.x_end = std::clamp<int64_t>(hi, 0, p.x_dims[1]);
+    r.pad_begin = r.x_begin - lo;
+    r.pad_end = hi - r.x_end;
+    return r;
+  }
+  // a data gradient: x's rows [begin, end) sum the rows of y whose windows reach them, from
+  // the first whose window ends at or after `begin` to the last that starts before `end`
+  const int64_t first = begin + pb - reach;
+  r.x_begin = begin, r.x_end = end;
+  r.y_begin = first <= 0 ? 0 : (first + s - 1) / s;
+  r.y_end = std::min<int64_t>(p.y_dims[1], (end - 1 + pb) / s + 1);
+  r.pad_begin = pb + begin - r.y_begin * s;
+  r.pad_end = (r.y_end - 1 - r.y_begin) * s + reach + 1 - (end - begin) - r.pad_begin;
   return r;
+}
+
+bool RowSpan::ok() const {
+  return x_end > x_begin && y_end > y_begin && pad_begin >= 0 && pad_end >= 0;
 }
 
 int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp) {
@@ -39,9 +51,12 @@ int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp) {
   if (p.kernel == Kernel::kWeight) return work >= 1 ? 0 : 1;
   const int64_t by_work = std::max<int64_t>(1, static_cast<int64_t>(work));
   const bool rows = SplitsRows(p);
-  const int64_t along = rows ? p.y_dims[1] : p.x_dims[0];
+  const int64_t along = !rows ? p.x_dims[0] : p.kernel == Kernel::kForward ? p.y_dims[1]
+                                                                           : p.x_dims[1];
   const int64_t n = std::min<int64_t>({pool_threads, along, by_work});
   if (n == 1 && work >= 1) return 0;  // one large example that no rows split: OpenMP's team
+  for (int64_t i = 0; rows && n > 1 && i < n; ++i)  // a chunk of pads alone: the team
+    if (!RowChunk(p, i * along / n, (i + 1) * along / n).ok()) return 0;
   // the filter outweighs a chunk's activations: one call reorders it once (a batch's chunks;
   // an example's rows split anyway, judged by whole models: docs/onednn.md, "Threads")
   if (n > 1 && !rows &&

@@ -33,16 +33,18 @@ constexpr std::chrono::microseconds kSpin{200};
 // A problem's work in units of the least worth a thread of its own.
 double WorkUnits(const Problem& p);
 
-// Whether a call of `p` splits into chunks of y's rows (its first spatial axis) rather than of
-// its batch: a forward of one example whose buffers hold the batch, then that axis, outermost
-// (so that a chunk's rows are contiguous), with pads within the kernel's reach (so that every
-// chunk reads some of x).
+// Whether a call of `p` splits into chunks of rows (its first spatial axis) rather than of its
+// batch: a forward (y's rows) or data gradient (x's rows) of one example whose buffers hold the
+// batch, then that axis, outermost (so that a chunk's rows are contiguous).
 bool SplitsRows(const Problem& p);
 
-// The rows of x, and the pads, that y's rows [begin, end) of a SplitsRows problem read: x's
-// rows [x_begin, x_end) padded by pad_begin and pad_end (each >= 0) give exactly those rows.
+// A chunk of a SplitsRows problem: the forward's y rows [begin, end) read x's rows
+// [x_begin, x_end), and the data gradient's x rows [begin, end) sum y's rows [y_begin, y_end),
+// as the convolution of those rows padded by pad_begin and pad_end. ok(): rows on both sides
+// and pads >= 0 (else the call runs on the team).
 struct RowSpan {
-  int64_t x_begin = 0, x_end = 0, pad_begin = 0, pad_end = 0;
+  int64_t x_begin = 0, x_end = 0, y_begin = 0, y_end = 0, pad_begin = 0, pad_end = 0;
+  bool ok() const;
 };
 RowSpan RowChunk(const Problem& p, int64_t begin, int64_t end);
 
@@ -52,7 +54,7 @@ RowSpan RowChunk(const Problem& p, int64_t begin, int64_t end);
 // oneDNN threads it).
 //   - a weight gradient: whole on the calling thread below one work unit, else one OpenMP
 //     call (chunks would each write a partial gradient to be reordered and summed);
-//   - a forward or data gradient: chunks of the batch (a forward of one example: of y's rows),
+//   - a forward or data gradient: chunks of the batch (of one example: of rows, SplitsRows),
 //     at most one per work unit and per pool thread, unless the batch is not the buffers'
 //     outer axis, a single chunk would hold a whole unit (then one OpenMP call), or the
 //     filter outweighs a chunk's activations (each chunk would reorder the whole filter: one

@@ -45,19 +45,21 @@ int64_t jaxconv_onednn_decide_chunks(int kernel, int rank, const int64_t* x, con
   return Chunks(PlainProblem(kernel, rank, x, y, w, data_axes), pool_threads, openmp != 0);
 }
 
-// Whether a forward of x (1, x_rows, 8, 4) (NHWC) by a kernel of `kernel` rows splits its rows
-// (SplitsRows), and y's rows [begin, end)'s span into `span` (x_begin, x_end, pads: RowChunk).
-int jaxconv_onednn_decide_row_chunk(int64_t x_rows, int64_t kernel, int64_t stride,
+// Whether a `kernel` (0 forward, 1 data gradient) of x (1, x_rows, 8, 4) (NHWC) by a filter of
+// `taps` rows splits its rows (SplitsRows), and the chunk [begin, end)'s RowChunk into `span`
+// (x_begin, x_end, y_begin, y_end, pad_begin, pad_end); its ok() returned as 2 (else 0 or 1).
+int jaxconv_onednn_decide_row_chunk(int kernel, int64_t x_rows, int64_t taps, int64_t stride,
                                     int64_t dilation, int64_t pb, int64_t pe, int64_t begin,
                                     int64_t end, int64_t* span) {
-  const int64_t y_rows = (x_rows + pb + pe - (kernel - 1) * dilation - 1) / stride + 1;
-  const int64_t x[] = {1, x_rows, 8, 4}, y[] = {1, y_rows, 8, 4}, w[] = {4, 4, kernel, 1},
+  const int64_t y_rows = (x_rows + pb + pe - (taps - 1) * dilation - 1) / stride + 1;
+  const int64_t x[] = {1, x_rows, 8, 4}, y[] = {1, y_rows, 8, 4}, w[] = {4, 4, taps, 1},
                 axes[] = {0, 3, 1, 2};
-  Problem p = PlainProblem(0, 4, x, y, w, axes);
+  Problem p = PlainProblem(kernel, 4, x, y, w, axes);
   p.strides[0] = stride, p.dilations[0] = dilation, p.pads_begin[0] = pb, p.pads_end[0] = pe;
   const RowSpan r = RowChunk(p, begin, end);
-  span[0] = r.x_begin, span[1] = r.x_end, span[2] = r.pad_begin, span[3] = r.pad_end;
-  return SplitsRows(p) ? 1 : 0;
+  const int64_t out[] = {r.x_begin, r.x_end, r.y_begin, r.y_end, r.pad_begin, r.pad_end};
+  std::memcpy(span, out, sizeof(out));
+  return SplitsRows(p) ? (r.ok() ? 2 : 1) : 0;
 }
 
 int jaxconv_onednn_decide_spin(int64_t finished, int64_t chunks, int64_t waited_ns) {

@@ -48,39 +48,37 @@ struct Job {  // shared by the caller and its tasks
   std::exception_ptr error;
 };
 
-// Chunk i of a batch: its examples of x and y (and of a tensor post-op operand).
+// Chunk i: its examples (or rows) of x and y (and of a tensor post-op operand).
 void RunChunk(Job& job, int64_t i) {
   Problem q = job.p;
   const size_t bytes = ElementSize(q.dtype);
   const bool rows = SplitsRows(q);
-  // the split axis (the batch, or y's rows), and one step along it in x and in y, in bytes
-  const int64_t axis = rows ? 1 : 0, n = q.y_dims[axis];
+  // the split axis (the batch, or rows), and one step along it in x and in y, in bytes
+  const int64_t axis = rows ? 1 : 0;
+  const int64_t n = rows && q.kernel == Kernel::kData ? q.x_dims[1] : q.y_dims[axis];
   const int64_t begin = i * n / job.chunks, end = (i + 1) * n / job.chunks;
   size_t xs = bytes, ys = bytes;
   for (size_t a = axis + 1; a < q.x_dims.size(); ++a) {
     xs *= q.x_dims[a];
     ys *= q.y_dims[a];
   }
-  int64_t x_begin = begin;
-  if (rows) {  // y's rows [begin, end) read x's rows of the span, padded as it says
-    const RowSpan span = RowChunk(q, begin, end);
-    x_begin = span.x_begin;
-    q.x_dims[1] = span.x_end - span.x_begin;
+  RowSpan span{begin, end, begin, end, 0, 0};  // a chunk of the batch
+  if (rows) {  // the chunk's rows of x and of y, padded as it says (decisions.h)
+    span = RowChunk(q, begin, end);
     q.pads_begin[0] = span.pad_begin;
     q.pads_end[0] = span.pad_end;
-  } else {
-    q.x_dims[0] = end - begin;
   }
-  q.y_dims[axis] = end - begin;
+  q.x_dims[axis] = span.x_end - span.x_begin;
+  q.y_dims[axis] = span.y_end - span.y_begin;
   std::vector<void*> sides = job.sides;  // a tensor operand: the chunk's part, as y's
   for (size_t k = 0, s = 0; k < q.post_ops.size(); ++k) {
     if (!Binary(q.post_ops[k])) continue;
     if (q.post_ops[k].kind == PostKind::kTensor)
-      sides[s] = static_cast<char*>(sides[s]) + begin * ys;
+      sides[s] = static_cast<char*>(sides[s]) + span.y_begin * ys;
     ++s;
   }
   try {  // a forward or data gradient: each chunk reads the whole filter
-    RunSingleThreaded(q, job.x + x_begin * xs, job.y + begin * ys, job.w, sides);
+    RunSingleThreaded(q, job.x + span.x_begin * xs, job.y + span.y_begin * ys, job.w, sides);
   } catch (...) {
     std::lock_guard<std::mutex> lock(job.mu);
     if (!job.error) job.error = std::current_exception();

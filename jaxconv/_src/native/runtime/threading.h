@@ -3,8 +3,8 @@
 // compete. So (decisions.h, Chunks):
 // - a small call runs whole, single-threaded, on XLA's calling thread;
 // - a forward or data gradient whose batch splits runs as chunks of the batch on XLA's pool,
-//   one single-threaded primitive per thread (that thread's OpenMP thread count set to 1); a
-//   forward of one example, as chunks of its output rows;
+//   one single-threaded primitive per thread (that thread's OpenMP thread count set to 1); one
+//   example's, as chunks of its rows (decisions.h, SplitsRows);
 // - a weight gradient, and the rest, as one call on oneDNN's OpenMP team, which one thread of
 //   ours starts for every such call (team.h).
 // A call that uses the whole machine takes one lock (RunMutex), so that an OpenMP team never
@@ -29,7 +29,7 @@ std::mutex& RunMutex();
 void RunSingleThreaded(Problem& q, void* x, void* y, void* w,
                        const std::vector<void*>& sides = {});
 
-// Runs `p` as `chunks` chunks of its batch (or of y's rows: decisions.h, SplitsRows) on XLA's
+// Runs `p` as `chunks` chunks of its batch (or of rows: decisions.h, SplitsRows) on XLA's
 // `pool` and the calling thread (a tensor post-op operand split with y).
 void RunOnPool(const Problem& p, int64_t chunks, xla::ffi::ThreadPool& pool, void* x, void* y,
                void* w, const std::vector<void*>& sides = {});
