@@ -105,6 +105,13 @@ def _fused_chain():  # a convolution, BatchNorm in inference mode as flax writes
                    _random(c, seed=3), _random(c, seed=4)), 1
 
 
+def _narrowing_convert():  # a mixed-precision layer: its float32 filter cast for the convolution
+    def layer(x, w):
+        return lax.conv_general_dilated(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16), (1, 1),
+                                        "SAME", dimension_numbers=_DN)
+    return layer, (_random((2, 6, 6, 3)), _random((3, 3, 3, 4), seed=1)), 2
+
+
 #: each rewrite's program and the equations of it the rewrite must match (at least)
 CASES: dict[str, Callable[[], tuple[Any, tuple[Any, ...], int]]] = {
     "convolution": _convolution,
@@ -117,6 +124,7 @@ CASES: dict[str, Callable[[], tuple[Any, tuple[Any, ...], int]]] = {
     "recompute": _recompute,
     "transposed product": _transposed_product,
     "product": _product,
+    "narrowing convert": _narrowing_convert,
 }
 
 

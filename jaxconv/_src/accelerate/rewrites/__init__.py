@@ -16,6 +16,7 @@ from jaxconv._src.accelerate.rewrites.base import (
 from jaxconv._src.accelerate.rewrites.convolution import Convolution
 from jaxconv._src.accelerate.rewrites.fused import FusedConvolution
 from jaxconv._src.accelerate.rewrites.max_pool import MaxPool
+from jaxconv._src.accelerate.rewrites.narrowing import NarrowingConvert
 from jaxconv._src.accelerate.rewrites.products import Product, TransposedProduct
 from jaxconv._src.accelerate.rewrites.recompute import Recompute
 from jaxconv._src.accelerate.rewrites.sums import FactoredSum
@@ -36,6 +37,7 @@ KERNELS: tuple[Rewrite, ...] = (
     MaxPool(),
     WindowSum(),
     Product(),
+    NarrowingConvert(),
 )
 #: every rewrite, in the order the passes ask them
 REWRITES: tuple[Rewrite, ...] = (*WIDEN, *KERNELS)

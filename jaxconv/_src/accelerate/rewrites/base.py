@@ -47,12 +47,13 @@ REASONS: dict[str, str] = {
     "fused dtype": "the chain of a convolution that is not float32",
     "fused layout": "the chain of a convolution whose result is not in its input's layout",
     "chain goes on": "its result is the value the next equation of the chain continues",
+    "no narrowing": "not a float32 -> bfloat16 cast that only convolutions and products read",
 }
 
 #: the reasons that say an equation is not what a rewrite reads at all (every other
 #: element-wise equation of a program, for the fused chain): ``jaxconv.explain`` counts them
 #: apart from the refusals
-STRUCTURAL = frozenset({"no fused chain", "chain goes on"})
+STRUCTURAL = frozenset({"no fused chain", "chain goes on", "no narrowing"})
 
 
 @dataclasses.dataclass(frozen=True)
