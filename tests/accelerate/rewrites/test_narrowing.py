@@ -66,3 +66,22 @@ def test_a_cast_only_kernels_read_is_rounded_by_integers():
 
     assert _matched(read_elsewhere, x, w) == 1  # the input's only
     assert _matched(lambda x: x.astype(jnp.bfloat16), x) == 0  # a result of the program
+
+
+def test_the_rounding_differentiates_as_the_cast():
+    """``grad`` of an accelerated function reads the cast's derivative, not the integer
+    operations' (which have none)."""
+    rng = np.random.default_rng(2)
+    x = jnp.asarray(rng.standard_normal((2, 7, 6, 5)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((3, 3, 5, 4)), jnp.float32)
+
+    def loss(x, w):
+        return jnp.sum(_layer(x, w).astype(jnp.float32) ** 2)
+
+    got = jax.jit(jax.grad(jaxconv.accelerate(loss), (0, 1)))(x, w)
+    want = jax.jit(jax.grad(loss, (0, 1)))(x, w)
+    for g, r in zip(got, want):
+        h.assert_close(g, r, jnp.bfloat16)
+    t = jnp.asarray(rng.standard_normal(7), jnp.float32)
+    _, tangent = jax.jvp(round_to_bfloat16, (t,), (t,))
+    assert np.array_equal(_bits(tangent), _bits(t.astype(jnp.bfloat16)))

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -34,14 +35,22 @@ from jaxconv._src.kernel import Array
 KERNEL_READERS = frozenset({"conv_general_dilated", "dot_general"})
 
 
+@jax.custom_jvp
 def round_to_bfloat16(x: Array) -> Array:
     """``x.astype(jnp.bfloat16)`` for a float32 ``x``, by integer operations (module
-    docstring)."""
+    docstring); its derivatives are the cast's (``grad`` of an accelerated function reads
+    them)."""
     u = lax.bitcast_convert_type(x, jnp.uint32)
     rounded = (u + jnp.uint32(0x7FFF) + ((u >> 16) & jnp.uint32(1))) >> 16
     nan = (u >> 16) | jnp.uint32(0x40)
     bits = lax.select(x != x, nan, rounded).astype(jnp.uint16)
     return lax.bitcast_convert_type(bits, jnp.bfloat16)
+
+
+@round_to_bfloat16.defjvp
+def _cast_jvp(primals: tuple[Array], tangents: tuple[Array]) -> tuple[Array, Array]:
+    (x,), (t,) = primals, tangents
+    return round_to_bfloat16(x), t.astype(jnp.bfloat16)
 
 
 class NarrowingConvert(Rewrite):
