@@ -327,28 +327,37 @@ def _auto(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any, precision: P
 #: against 3.6 at batch 8; not measured on Intel CPUs, where the timing decides);
 #: docs/lowerings.md, "Timed choices"
 WRITTEN_FILTER_RATIO = 2
+#: the same where jaxconv's form is mirrored (its filter read in place): DCGAN's generator on
+#: the same VM, where jaxconv's mirrored kernel was faster at 10.7 times (4 x 4 256 -> 128 at
+#: 8 x 8, batch 1: 0.39 ms against 0.55-0.65; 512 -> 256 at 4 x 4, batch 8: 3.09 against 3.66)
+#: and XLA's as written at 85 times (512 -> 256 at batch 1: 0.93-1.05 against 2.0)
+WRITTEN_MIRRORED_RATIO = 32
 
 def as_written(kernel: Kernel, p: ConvProblem, dtype: Any, precision: Precision,
                preferred_element_type: DType, *, shapes: tuple[tuple[int, ...], tuple[int, ...]],
                ours: Callable[[Array, Array], Array],
-               written: Callable[[Array, Array], Array]) -> bool:
+               written: Callable[[Array, Array], Array], mirrored: bool = False) -> bool:
     """Whether a convolution the program wrote with input dilation (a transposed convolution
     with its own filter, flax's ``ConvTranspose``) runs as written (``written``, XLA's) rather
     than as jaxconv's ``kernel`` of ``p`` (``ours``: its filter reversed and role-swapped in
-    XLA first, then the kernel's own choice): each a function of the equation's two operands
-    (of ``shapes``),
+    XLA first, or where ``mirrored``, its activations reversed and the filter read in place:
+    ``accelerate/rewrites/mirrored.py``; then the kernel's own choice): each a function of the
+    equation's two operands (of ``shapes``),
     timed in that context on one CPU device, once per problem and machine, where the program's
     backend is the CPU (``measured.pick``). The rule, untimed: as written where the filter
-    holds more than :data:`WRITTEN_FILTER_RATIO` times the bytes of the two activations (a
+    holds more than :data:`WRITTEN_FILTER_RATIO` (mirrored: :data:`WRITTEN_MIRRORED_RATIO`)
+    times the bytes of the two activations (a
     filter-heavy layer at a small batch spends more on moving its filter than on its products:
     DCGAN's 4 x 4 512 -> 256 at 4 x 4, an 8 MiB filter reversed by XLA, then reordered by
     oneDNN), else jaxconv's kernel."""
     if jax.default_backend() != "cpu":
         return False
-    filter_heavy = (math.prod(p.filter_shape)
-                    > WRITTEN_FILTER_RATIO * (math.prod(p.x_shape) + math.prod(p.y_shape)))
-    rule = "lax" if filter_heavy else "jaxconv"  # in the cache's key: a verdict per rule
-    contest = measured.Contest(kernel, p, f"as written ({rule})", np.dtype(dtype), precision,
+    ratio = WRITTEN_MIRRORED_RATIO if mirrored else WRITTEN_FILTER_RATIO
+    filter_heavy = math.prod(p.filter_shape) > ratio * (math.prod(p.x_shape) + math.prod(p.y_shape))
+    rule = "lax" if filter_heavy else "jaxconv"
+    # the rule and the form of ours in the cache's key: a verdict per rule and form
+    form = "mirrored, " if mirrored else ""
+    contest = measured.Contest(kernel, p, f"as written ({form}{rule})", np.dtype(dtype), precision,
                                preferred_element_type, rule=rule,
                                calls={"jaxconv": ours, "lax": written}, shapes=shapes)
     return measured.pick(contest) == "lax"

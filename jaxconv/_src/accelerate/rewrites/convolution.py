@@ -51,6 +51,7 @@ from jax.extend.core import Literal
 from jax.sharding import AxisType
 
 from jaxconv._src import geometry, lax_conv, lowering, options, primitive
+from jaxconv._src.accelerate.rewrites import mirrored
 from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope
 from jaxconv._src.geometry import ConvProblem, Names
 from jaxconv._src.lowering import chooser
@@ -304,16 +305,29 @@ def _written_faster(eqn: Any, scope: Scope) -> bool:
     precision, out_dtype = _options(params)
 
     def ours(a: Array, b: Array) -> Array:
-        out = data_pattern(params, a, b, shape, None, scope.lowering)
+        out = written_pattern(params, a, b, shape, scope.lowering)
         assert not isinstance(out, str), out
         return out
 
     def written(a: Array, b: Array) -> Array:
         out: Array = scope.equation(eqn, [a, b])[0]
         return out
+    mirror = mirrored.problem(params, lhs.shape, rhs.shape, shape)
     return chooser.as_written(Kernel.DATA, found[1], lhs.dtype, precision, out_dtype,
                               shapes=(tuple(lhs.shape), tuple(rhs.shape)), ours=ours,
-                              written=written)
+                              written=written, mirrored=(not isinstance(mirror, str)
+                                                        and mirrored.mirrors(mirror)))
+
+
+def written_pattern(params: dict[str, Any], lhs: Array, rhs: Array, out_shape: Sequence[int],
+                    lowering: str = "auto") -> Array | str:
+    """A transposed convolution the program wrote (its own filter): mirrored where that reads
+    the filter in place at less cost (``mirrored.py``), else :func:`data_pattern` of its
+    filter reversed."""
+    p = mirrored.problem(params, lhs.shape, rhs.shape, out_shape)
+    if not isinstance(p, str) and mirrored.mirrors(p):
+        return mirrored.data_pattern(params, lhs, rhs, p, lowering)
+    return data_pattern(params, lhs, rhs, out_shape, None, lowering)
 
 
 class Convolution(Rewrite):
@@ -341,9 +355,10 @@ class Convolution(Rewrite):
     def emit(self, match: Match, values: Sequence[Any], scope: Scope) -> list[Any]:
         params, shape = match.eqn.params, match.eqn.outvars[0].aval.shape
         lhs, rhs, *rest = values
-        if match.detail is Kernel.DATA:
-            out = data_pattern(params, lhs, rhs, shape, rest[0] if rest else None,
-                               scope.lowering)
+        if match.detail is Kernel.DATA and not rest:
+            out = written_pattern(params, lhs, rhs, shape, scope.lowering)
+        elif match.detail is Kernel.DATA:
+            out = data_pattern(params, lhs, rhs, shape, rest[0], scope.lowering)
         elif match.detail is Kernel.WEIGHT:
             out = weight_pattern(params, lhs, rhs, shape, scope.lowering)
         else:
