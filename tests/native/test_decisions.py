@@ -60,6 +60,12 @@ def test_a_forward_of_one_example_splits_its_rows_where_they_are_outer():
     assert chunks(FORWARD, *one, data_axes=nhwc, pool_threads=8) == 6  # one per work unit
     assert chunks(FORWARD, *heavy_filter, data_axes=nhwc) == 2  # rows split all the same
     assert chunks(DATA, *one, data_axes=nhwc) == 2           # a data gradient's: x's rows
+    # a data gradient whose filter holds over 8 times x and y: one team call (each chunk of
+    # rows would read the whole filter); DCGAN's 4x4 512 -> 256 at 4x4, 85 times
+    assert chunks(DATA, *heavy_filter, data_axes=nhwc) == 0
+    dcgan = ((1, 8, 8, 256), (1, 4, 4, 512), (512, 256, 4, 4))
+    assert chunks(DATA, *dcgan, data_axes=nhwc) == 0
+    assert chunks(FORWARD, *dcgan, data_axes=nhwc) == 2
     assert chunks(WEIGHT, *one, data_axes=nhwc) == 0         # a weight gradient: the team
     assert chunks(FORWARD, *one) == 0                        # NCHW: rows are not contiguous
     one_row = ((1, 1, 3136, 64), (1, 1, 3136, 64), (64, 64, 1, 1))

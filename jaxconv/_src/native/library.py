@@ -263,7 +263,8 @@ def choices() -> list[dict[str, Any]]:
     "cache": an earlier process's verdict, :func:`remember`; "rule": the trial off,
     ``JAXCONV_MEASURE=0``, the caller's layouts; "alone": one candidate, or one too large to
     time), ``key`` (the problem as :func:`remember` names it) and ``candidates``: each
-    implementation's activation layouts ("caller", "any" or "blocked"), oneDNN's impl name,
+    implementation's activation layouts ("caller", "any", "blocked", "caller_filter": the
+    caller's filter too, or "taps": a data gradient's tap products), oneDNN's impl name,
     its best first-call trial time in ms and its ``noise`` (how far the median of its timed
     runs lies above the best, a fraction of the median; None where it was not timed), the
     kept one first. Empty when not loaded. For diagnosing a layout choice, as
@@ -301,7 +302,7 @@ def choices() -> list[dict[str, Any]]:
 
 
 #: the activation layouts of a candidate, as the handler numbers them (descriptors.h)
-LAYOUTS = ("caller", "any", "blocked", "caller_filter")
+LAYOUTS = ("caller", "any", "blocked", "caller_filter", "taps")
 
 
 def remember(verdicts: dict[str, tuple[str, str]]) -> int:

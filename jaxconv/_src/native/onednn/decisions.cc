@@ -55,6 +55,9 @@ int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp) {
                                                                            : p.x_dims[1];
   const int64_t n = std::min<int64_t>({pool_threads, along, by_work});
   if (n == 1 && work >= 1) return 0;  // one large example that no rows split: OpenMP's team
+  if (rows && p.kernel == Kernel::kData &&
+      Elements(p.w_dims) > kRowsFilterRatio * (Elements(p.x_dims) + Elements(p.y_dims)))
+    return 0;  // each chunk of rows would read the whole filter
   for (int64_t i = 0; rows && n > 1 && i < n; ++i)  // a chunk of pads alone: the team
     if (!RowChunk(p, i * along / n, (i + 1) * along / n).ok()) return 0;
   // the filter outweighs a chunk's activations: one call reorders it once (a batch's chunks;
@@ -63,6 +66,23 @@ int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp) {
       Elements(p.w_dims) * n > Elements(p.x_dims) + Elements(p.y_dims))
     return 0;
   return n;
+}
+
+bool TapsApply(const Problem& p) {
+  const size_t n = p.x_dims.size();
+  if (p.kernel != Kernel::kData || p.groups != 1 || !p.post_ops.empty() ||
+      p.dtype != memory::data_type::f32 || n < 3 || n > 5)
+    return false;
+  for (size_t a = 0; a < n; ++a)  // (N, X..., C)
+    if (p.data_axes[a] != static_cast<int64_t>(a == 0 ? 0 : a == 1 ? n - 1 : a - 1)) return false;
+  const std::vector<int64_t> st = RowMajorStrides(p.w_dims);
+  for (size_t k = 2; k + 1 < p.filter_axes.size(); ++k)
+    if (st[p.filter_axes[k]] != st[p.filter_axes[k + 1]] * p.w_dims[p.filter_axes[k + 1]])
+      return false;
+  double taps = 1;
+  for (size_t k = 2; k < p.filter_axes.size(); ++k) taps *= p.w_dims[p.filter_axes[k]];
+  const double pixels = Elements(p.y_dims) / p.y_dims[n - 1];
+  return taps * pixels * p.x_dims[n - 1] * sizeof(float) <= kTapsBytes;
 }
 
 bool KeepSpinning(int64_t finished, int64_t chunks, std::chrono::nanoseconds waited) {

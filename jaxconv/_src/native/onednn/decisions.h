@@ -48,6 +48,11 @@ struct RowSpan {
 };
 RowSpan RowChunk(const Problem& p, int64_t begin, int64_t end);
 
+// A data gradient of one example whose filter holds more than this many times the elements of
+// x and y together runs as one OpenMP call, not as chunks of rows (each chunk would read the
+// whole filter): DCGAN's 4x4 512 -> 256 at 4x4 (85 times) took 2.0 ms as rows, 1.1 on the team.
+constexpr double kRowsFilterRatio = 8;
+
 // How a call of `p` runs: 0 as one OpenMP call; n >= 1 as n chunks of the batch (or of y's
 // rows: SplitsRows) on XLA's pool of `pool_threads` threads (1: whole, single-threaded, on the
 // calling thread). `openmp`: whether oneDNN's OpenMP runtime was found (else one call, as
@@ -58,11 +63,20 @@ RowSpan RowChunk(const Problem& p, int64_t begin, int64_t end);
 //     at most one per work unit and per pool thread, unless the batch is not the buffers'
 //     outer axis, a single chunk would hold a whole unit (then one OpenMP call), or the
 //     filter outweighs a chunk's activations (each chunk would reorder the whole filter: one
-//     OpenMP call reorders it once).
+//     OpenMP call reorders it once); one example's data gradient by rows unless its filter
+//     outweighs x and y kRowsFilterRatio times.
 int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp);
 
 // Whether a caller that has waited `waited` for `chunks - finished` chunks goes on spinning.
 bool KeepSpinning(int64_t finished, int64_t chunks, std::chrono::nanoseconds waited);
+
+// ---- Tap products (docs/onednn.md, "Tap products") ----
+
+// Whether the data gradient `p` can run as tap products (taps.h): float32, one group, no
+// post-ops, channels-last data (N, X..., C), a filter whose spatial axes merge into one axis
+// of taps (row-major among themselves), and products of at most kTapsBytes.
+bool TapsApply(const Problem& p);
+constexpr double kTapsBytes = double{1 << 26};
 
 // ---- The layout trial (docs/onednn.md, "The layout trial") ----
 

@@ -27,7 +27,8 @@ memory::desc FilterMd(const Problem& p);
 // the caller's layout. The filter takes the layout "any" picks, but for kCallerFilter: the
 // caller's activations and the caller's filter, nothing moved (a batch-1 1x1 forward's filter
 // reorder took as long as its products; docs/onednn.md, "The layout trial").
-enum class Activations { kCaller, kAny, kBlocked, kCallerFilter };
+// kTaps: no convolution primitive at all but a data gradient's tap products (taps.h).
+enum class Activations { kCaller, kAny, kBlocked, kCallerFilter, kTaps };
 
 memory::desc Blocked(const memory::desc& md);
 memory::desc Any(const memory::desc& md);

@@ -274,7 +274,8 @@ int64_t jaxconv_onednn_choices(char* out, int64_t size) {
 void jaxconv_onednn_set_cache_capacity(int64_t capacity) { TheCache().SetCapacity(capacity); }
 
 // Earlier processes' layout verdicts (trial.h, Remember), one per line of `text`: the
-// problem's key text, the activations (0 caller, 1 any, 2 blocked) and the impl, separated
+// problem's key text, the activations (0 caller, 1 any, 2 blocked, 3 the caller's filter too,
+// 4 tap products) and the impl, separated
 // by tabs; lines that do not parse are skipped. The number remembered.
 int64_t jaxconv_onednn_remember(const char* text) {
   std::istringstream in(text);
@@ -285,7 +286,7 @@ int64_t jaxconv_onednn_remember(const char* text) {
     std::string key, where, impl;
     if (!std::getline(fields, key, '\t') || !std::getline(fields, where, '\t') ||
         !std::getline(fields, impl) || key.empty() || impl.empty() ||
-        (where != "0" && where != "1" && where != "2" && where != "3"))
+        where.size() != 1 || where[0] < '0' || where[0] > '4')
       continue;
     Remember(key, static_cast<Activations>(where[0] - '0'), impl);
     ++n;

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "filter_move.h"
+#include "taps.h"
 
 namespace jaxconv_onednn {
 
@@ -62,6 +63,10 @@ void SpreadCopy(const Entry& e, size_t a, const uint8_t* grid, uint8_t* dx) {
 
 void Execute(const Entry& e, Kernel k, void* x, void* y, void* w,
              const std::vector<void*>& sides) {
+  if (e.taps) {
+    ExecuteTaps(e, x, y, w);
+    return;
+  }
   dnnl::stream& s = Stream();
   std::unique_ptr<Entry::Memories> m = e.Take();
   // this thread's own (no state shared between threads): reordered copies and the scratchpad

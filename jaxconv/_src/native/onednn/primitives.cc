@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "filter_move.h"
+#include "taps.h"
 
 namespace jaxconv_onednn {
 
@@ -145,6 +146,7 @@ bool Spread(const Problem& p) {
 }
 
 std::shared_ptr<Entry> Create(const Problem& spread, Activations where) {
+  if (where == Activations::kTaps) return CreateTaps(spread);
   const Problem p = Spread(spread) ? Unit(spread) : spread;  // the problem the primitive computes
   auto e = std::make_shared<Entry>();
   e->where = where;

@@ -33,6 +33,10 @@ struct Entry {
   FilterMove w_transpose;  // in place of to_w where it applies
   FilterMove w_copy;       // in place of from_w where it applies
   std::string impl;
+  // A tap-products entry (taps.h), not a convolution primitive: its problem, and the matmul's
+  // descriptors (dy's pixels, the filter's taps in place, the products); null otherwise.
+  std::shared_ptr<const Problem> taps;
+  memory::desc taps_src, taps_wei, taps_dst;
   bool on_callers = false;  // the primitive reads and writes the caller's activation layouts
   Activations where = Activations::kCaller;  // the activation layouts it was created for
   // What the trial decided, for choices(): see trial.h.

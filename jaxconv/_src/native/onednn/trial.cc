@@ -13,6 +13,7 @@
 
 #include "decisions.h"
 #include "execute.h"
+#include "taps.h"
 
 namespace jaxconv_onednn {
 
@@ -58,7 +59,7 @@ std::shared_ptr<Entry> RecordChoice(const Problem& p, const char* source,
                                     const std::vector<double>& noise,
                                     const std::vector<bool>& racing, size_t kept) {
   static const char* const kernels[] = {"forward", "data", "weight"};
-  static const char* const wheres[] = {"caller", "any", "blocked", "caller_filter"};
+  static const char* const wheres[] = {"caller", "any", "blocked", "caller_filter", "taps"};
   std::ostringstream out;
   auto list = [&out](const std::vector<int64_t>& v) {
     for (size_t i = 0; i < v.size(); ++i) out << (i ? "," : "") << v[i];
@@ -160,6 +161,12 @@ std::shared_ptr<Entry> Choose(const Problem& p) {
       same |= found.empty() || found.front()->where != Activations::kCaller ||
               found.front()->impl != e->impl;
     if (!same) found.push_back(e);
+  }
+  if (TapsApply(p)) {  // a data gradient's tap products: another candidate, never the first
+    try {
+      found.push_back(CreateTaps(p));
+    } catch (const dnnl::error&) {  // only oneDNN's reference matmul
+    }
   }
   if (std::any_of(found.begin(), found.end(), [](const auto& f) { return !Reference(*f); })) {
     const auto before = found.size();
