@@ -327,11 +327,6 @@ def _auto(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any, precision: P
 #: against 3.6 at batch 8; not measured on Intel CPUs, where the timing decides);
 #: docs/lowerings.md, "Timed choices"
 WRITTEN_FILTER_RATIO = 2
-#: the same where jaxconv's form is mirrored (its filter read in place): DCGAN's generator on
-#: the same VM, where jaxconv's mirrored kernel was faster at 10.7 times (4 x 4 256 -> 128 at
-#: 8 x 8, batch 1: 0.39 ms against 0.55-0.65; 512 -> 256 at 4 x 4, batch 8: 3.09 against 3.66)
-#: and XLA's as written at 85 times (512 -> 256 at batch 1: 0.93-1.05 against 2.0)
-WRITTEN_MIRRORED_RATIO = 32
 
 def as_written(kernel: Kernel, p: ConvProblem, dtype: Any, precision: Precision,
                preferred_element_type: DType, *, shapes: tuple[tuple[int, ...], tuple[int, ...]],
@@ -345,16 +340,18 @@ def as_written(kernel: Kernel, p: ConvProblem, dtype: Any, precision: Precision,
     equation's two operands (of ``shapes``),
     timed in that context on one CPU device, once per problem and machine, where the program's
     backend is the CPU (``measured.pick``). The rule, untimed: as written where the filter
-    holds more than :data:`WRITTEN_FILTER_RATIO` (mirrored: :data:`WRITTEN_MIRRORED_RATIO`)
-    times the bytes of the two activations (a
+    holds more than :data:`WRITTEN_FILTER_RATIO` times the bytes of the two activations and
+    jaxconv's form is not mirrored (a
     filter-heavy layer at a small batch spends more on moving its filter than on its products:
     DCGAN's 4 x 4 512 -> 256 at 4 x 4, an 8 MiB filter reversed by XLA, then reordered by
-    oneDNN), else jaxconv's kernel."""
+    oneDNN), else jaxconv's kernel. Mirrored, the filter is read in place: DCGAN's 512 -> 256
+    layer at 4 x 4, batch 1, as written 0.91-1.16 ms, mirrored on oneDNN's convolution 1.08,
+    on its tap products 0.45-0.57 (2-core Zen 4 VM; docs/lowerings.md, "Timed choices")."""
     if jax.default_backend() != "cpu":
         return False
-    ratio = WRITTEN_MIRRORED_RATIO if mirrored else WRITTEN_FILTER_RATIO
-    filter_heavy = math.prod(p.filter_shape) > ratio * (math.prod(p.x_shape) + math.prod(p.y_shape))
-    rule = "lax" if filter_heavy else "jaxconv"
+    filter_heavy = (math.prod(p.filter_shape)
+                    > WRITTEN_FILTER_RATIO * (math.prod(p.x_shape) + math.prod(p.y_shape)))
+    rule = "lax" if filter_heavy and not mirrored else "jaxconv"
     # the rule and the form of ours in the cache's key: a verdict per rule and form
     form = "mirrored, " if mirrored else ""
     contest = measured.Contest(kernel, p, f"as written ({form}{rule})", np.dtype(dtype), precision,
