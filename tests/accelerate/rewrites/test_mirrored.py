@@ -104,6 +104,15 @@ def test_accelerate_reverses_the_activations_not_the_filter_and_differentiates(c
     want = jax.grad(loss(f), (0, 1))(x, k)
     for a, b in zip(got, want):
         h.assert_close(a, b, jnp.float32)
+    # forward mode, and vmap over a leading axis of both operands
+    tx, tk = h.random(np.random.default_rng(2), x.shape), h.random(np.random.default_rng(3), k.shape)
+    got_t = jax.jvp(jaxconv.accelerate(f), (x, k), (tx, tk))[1]
+    h.assert_close(got_t, jax.jvp(f, (x, k), (tx, tk))[1], jnp.float32)
+    xs, ks = jnp.stack([x, tx]), jnp.stack([k, tk])
+    h.assert_close(jax.jit(jax.vmap(jaxconv.accelerate(f)))(xs, ks), jax.vmap(f)(xs, ks),
+                   jnp.float32)
+    text = str(jaxconv.explain(f, x, k))
+    assert "mirrored (its filter read in place)" in text, text
 
 
 @pytest.mark.parametrize("dn, kernel, padding, groups, why", [

@@ -350,7 +350,12 @@ class Convolution(Rewrite):
         # the filter before autodiff's rev, read in its place (module docstring)
         reads = (*eqn.invars, before) if before is not None and kind is Kernel.DATA else (
             tuple(eqn.invars))
-        return Match(self, eqn, reads, kind, f"jaxconv's {kind.label} kernel")
+        label = f"jaxconv's {kind.label} kernel"
+        if kind is Kernel.DATA and before is None:
+            p = mirrored.problem(eqn.params, lhs.shape, rhs.shape, eqn.outvars[0].aval.shape)
+            if not isinstance(p, str) and mirrored.mirrors(p):
+                label += ", mirrored (its filter read in place)"
+        return Match(self, eqn, reads, kind, label)
 
     def emit(self, match: Match, values: Sequence[Any], scope: Scope) -> list[Any]:
         params, shape = match.eqn.params, match.eqn.outvars[0].aval.shape
