@@ -335,8 +335,10 @@ The forward pass in inference mode (BatchNorm's running statistics) of the model
 DCGAN's generator (transposed convolutions), at batch 1 and 8: `jax.jit(model.apply)` (lax), the
 same under `jaxconv.accelerate`, the torch twin under `torch.inference_mode()`, and OpenVINO
 running that twin (the CPU, the latency hint; float32: `INFERENCE_PRECISION_HINT=f32`). Each
-call timed alone, 5 rounds of 20 calls, interleaved; above 1: accelerate faster. `jaxconv bench
-models --parts inference [--dtype bfloat16]` ({{doc}}`training`, "Serve a model on CPU"):
+call timed alone, 5 rounds of 20 calls, interleaved, each block after 20 ms of the contender's
+untimed calls; the JAX contenders' variables are device arrays, put once. Above 1: accelerate
+faster. `jaxconv bench models --parts inference [--dtype bfloat16]` ({{doc}}`training`, "Serve
+a model on CPU"):
 
 {_table("Serving on CPU")}
 
