@@ -129,3 +129,20 @@ def test_no_mirror_and_why(dn, kernel, padding, groups, why):
     x = jnp.zeros(xs)
     eqn = jax.make_jaxpr(f)(x, k).eqns[0]
     assert mirrored.problem(eqn.params, x.shape, k.shape, eqn.outvars[0].aval.shape) == why
+
+
+@pytest.mark.parametrize("case", CASES[:1] + CASES[2:3], ids=[c[0] for c in CASES[:1] + CASES[2:3]])
+def test_a_bfloat16_mirror_is_within_bfloat16s_bound_of_float64(case):
+    """bfloat16 operands: the mirrored kernel's result (float32 sums, rounded once) is within
+    bfloat16's bound of the float64 oracle (the same operands, widened)."""
+    dn, x, k, lhs_dilation, padding, rhs_dilation = _case(case)
+    xb, kb = x.astype(jnp.bfloat16), k.astype(jnp.bfloat16)
+    with jax.enable_x64():
+        want = _oracle(dn, lhs_dilation, padding, rhs_dilation)(
+            jnp.asarray(h.to_f64(xb)), jnp.asarray(h.to_f64(kb)))
+    f = _written(dn, lhs_dilation, padding, rhs_dilation)
+    prims = [e.primitive.name for e in h.equations(jaxconv.accelerate(f), xb, kb)]
+    assert prims.count("jaxconv_conv") == 1 and prims.count("rev") == 2
+    got = jax.jit(jaxconv.accelerate(f))(xb, kb)
+    assert got.dtype == jnp.bfloat16
+    h.assert_close(got, np.asarray(want), jnp.bfloat16)
