@@ -10,9 +10,10 @@ runtime:
   implements: ``problem`` (the problem and its cache key), ``descriptors`` (memory
   descriptors), ``decisions`` (the pure decisions: threading, the layout trial's pick, the
   filter-move plan), ``primitives`` (a primitive and its reorders), ``execute`` (running one),
-  ``trial`` (the layout trial), ``cache`` (the primitive cache), ``filter_move``, ``matmul``
+  ``trial`` (the layout trial), ``cache`` (the primitive cache), ``filter_move``, ``taps`` (a
+  data gradient as tap products, a trial candidate), ``matmul``,
   ``diagnostics`` (the C functions ``library`` calls) and ``decisions_diagnostics`` (the
-  decisions' on plain numbers, for the tests);
+  decisions' exports on plain numbers, for the tests);
 * ``winograd/``: Winograd's minimal filtering (no oneDNN in it): ``winograd.h`` (the shape and
   the two entries), ``winograd_passes`` (the transforms per tile and ISA), ``winograd.cc`` (the
   drivers), ``winograd_product`` (the register-blocked products), ``winograd_tiles.h`` (per

@@ -70,7 +70,7 @@ int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp);
 // Whether a caller that has waited `waited` for `chunks - finished` chunks goes on spinning.
 bool KeepSpinning(int64_t finished, int64_t chunks, std::chrono::nanoseconds waited);
 
-// ---- Tap products (docs/onednn.md, "Tap products") ----
+// ---- Tap products (docs/onednn.md, "The layout trial") ----
 
 // Whether the data gradient `p` can run as tap products (taps.h): float32, one group, no
 // post-ops, channels-last data (N, X..., C), a filter whose spatial axes merge into one axis

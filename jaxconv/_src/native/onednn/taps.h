@@ -1,4 +1,4 @@
-// A data gradient as tap products (docs/onednn.md, "Tap products"): for each filter tap k, the
+// A data gradient as tap products (docs/onednn.md, "The layout trial"): for each filter tap k, the
 // product of dy's pixels (rows of its O channels) by the tap's O x I matrix of the filter, read
 // in place, on oneDNN's matmul (one call: the taps a batch of products sharing dy); then each
 // tap's rows added onto dx where that tap places them (dx[i S - pb + k D] += T[k, i]), each
