@@ -88,7 +88,7 @@ std::shared_ptr<Entry> CreateTaps(const Problem& p) {
   e->user_x = DataMd(p.x_dims, p.data_axes, p.dtype);
   e->user_y = DataMd(p.y_dims, p.data_axes, p.dtype);
   e->user_w = FilterMd(p);
-  e->prim_x = e->user_x, e->prim_y = e->user_y, e->prim_w = e->user_w;  // nothing moved
+  e->prim_x = e->user_x, e->prim_y = e->user_y, e->prim_w = e->user_w;  // read in place
   e->on_callers = true;
   e->taps_src = memory::desc({1, m, g.oc}, f32, memory::dims{m * g.oc, g.oc, 1});
   e->taps_wei = memory::desc({taps, g.oc, g.ic}, f32,

@@ -212,7 +212,10 @@ std::shared_ptr<Entry> Choose(const Problem& p) {
   std::vector<double> noise(found.size(), 0.0);
   std::vector<int> moves(found.size());  // 0: nothing moved; 1: the filter; 2: activations
   for (size_t c = 0; c < found.size(); ++c) {
-    moves[c] = !found[c]->on_callers ? 2 : found[c]->prim_w == found[c]->user_w ? 0 : 1;
+    // tap products write and read back products of the activations' size: they count as
+    // moving the activations, so they are kept only where they lead beyond the margin
+    moves[c] = found[c]->taps || !found[c]->on_callers ? 2
+               : found[c]->prim_w == found[c]->user_w ? 0 : 1;
     if (!racing[c]) continue;
     best[c] = *std::min_element(samples[c].begin(), samples[c].end());
     noise[c] = Noise(samples[c]);
