@@ -70,6 +70,13 @@ def test_a_forward_of_one_example_splits_its_rows_where_they_are_outer():
     assert chunks(FORWARD, *one) == 0                        # NCHW: rows are not contiguous
     one_row = ((1, 1, 3136, 64), (1, 1, 3136, 64), (64, 64, 1, 1))
     assert chunks(FORWARD, *one_row, data_axes=nhwc) == 0    # one row: the team
+    # one to two work units: two chunks of rows, not the team (the MNIST CNN's 3x3 32 -> 64
+    # at 14x14, 1.7 units; MobileNetV2's depthwise 192 at 28x28, 1.2 units of bytes)
+    mnist = ((1, 14, 14, 32), (1, 14, 14, 64), (64, 32, 3, 3))
+    assert chunks(FORWARD, *mnist, data_axes=nhwc) == 2
+    assert chunks(FORWARD, *mnist, data_axes=nhwc, pool_threads=1) == 0
+    depthwise = ((1, 28, 28, 192), (1, 28, 28, 192), (192, 1, 3, 3))
+    assert chunks(FORWARD, *depthwise, data_axes=nhwc) == 2
 
 
 def row_chunk(kernel, x_rows, taps, stride, dilation, pad_begin, pad_end, begin, end):

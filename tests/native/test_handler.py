@@ -84,6 +84,13 @@ def test_weight_gradient_threading_counts_its_bytes():
     assert threading == {8: "openmp", 1: "single"}
 
 
+def _entries(found, kernel, x_shape):
+    """``choices()``'s entries of a ``kernel`` call of one NHWC example of ``x_shape``: the
+    whole call's, or its chunks of rows' (decisions.h, SplitsRows), x's rows their own."""
+    return [c for c in found if c["kernel"] == kernel and c["x"][0] == x_shape[0]
+            and c["x"][2:] == tuple(x_shape[2:])]
+
+
 @needs_onednn
 def test_choices_say_what_each_first_call_chose(layout_trial):
     """``choices()`` lists each cached problem as the handler received it (a spread data
@@ -99,11 +106,13 @@ def test_choices_say_what_each_first_call_chose(layout_trial):
     h.assert_close(jaxconv.convolution_backward_data(sdy, sw, sx.shape, **sattrs,
                                                      lowering="onednn"), sdx_ref, jnp.float32)
     found = library.choices()
-    forward = [c for c in found if c["kernel"] == "forward" and c["x"] == x.shape]
+    forward = _entries(found, "forward", x.shape)
     data = [c for c in found if c["kernel"] == "data" and c["x"] == sx.shape]
     assert forward and data, found
-    assert forward[0]["threading"] == "openmp" and data[0]["threading"] == "single"
-    assert forward[0]["y"] == y_ref.shape and forward[0]["w"] == w.shape
+    assert forward[0]["threading"] == "single" and data[0]["threading"] == "single"
+    # the forward's chunks of rows: y's other axes and the filter as given
+    assert forward[0]["y"][1] < y_ref.shape[1] and forward[0]["y"][2:] == y_ref.shape[2:]
+    assert forward[0]["w"] == w.shape
     assert data[0]["strides"] == tuple(spread[8]) and data[0]["groups"] == spread[3]
     for c in forward + data:
         kept, *others = c["candidates"]
@@ -169,7 +178,7 @@ def test_a_primitive_on_the_callers_filter_computes_each_kernel(kernel, layout_t
                                                                        lowering="onednn")}[kernel]
     want = {Kernel.FORWARD: y_ref, Kernel.DATA: dx_ref, Kernel.WEIGHT: dw_ref}[kernel]
     h.assert_close(run(), want, jnp.float32)
-    mine = [c for c in library.choices() if c["kernel"] == kernel.value and c["x"] == x.shape]
+    mine = _entries(library.choices(), kernel.value, x.shape)
     assert mine, library.choices()
     candidates = mine[0]["candidates"]
     on_filter = [r for r in candidates if r["layout"] == "caller_filter"]
@@ -184,7 +193,7 @@ def test_a_primitive_on_the_callers_filter_computes_each_kernel(kernel, layout_t
     library.forget()
     assert library.remember({mine[0]["key"]: ("caller_filter", on_filter[0]["impl"])}) == 1
     h.assert_close(jax.block_until_ready(run()), want, jnp.float32)
-    again = [c for c in library.choices() if c["kernel"] == kernel.value and c["x"] == x.shape]
+    again = _entries(library.choices(), kernel.value, x.shape)
     assert again[0]["source"] == "cache", again
     assert again[0]["candidates"][0]["layout"] == "caller_filter", again
 

@@ -60,8 +60,9 @@ constexpr double kRowsFilterRatio = 8;
 //   - a weight gradient: whole on the calling thread below one work unit, else one OpenMP
 //     call (chunks would each write a partial gradient to be reordered and summed);
 //   - a forward or data gradient: chunks of the batch (of one example: of rows, SplitsRows),
-//     at most one per work unit and per pool thread, unless the batch is not the buffers'
-//     outer axis, a single chunk would hold a whole unit (then one OpenMP call), or the
+//     one per whole work unit (two from one unit on) and at most one per pool thread,
+//     unless the batch is not the buffers' outer axis, nothing splits a call of at least a
+//     unit (one example, one row, one pool thread: then one OpenMP call), or the
 //     filter outweighs a chunk's activations (each chunk would reorder the whole filter: one
 //     OpenMP call reorders it once); one example's data gradient by rows unless its filter
 //     outweighs x and y kRowsFilterRatio times.
