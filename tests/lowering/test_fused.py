@@ -39,6 +39,10 @@ CHAINS = {
                            PostOp("eltwise", "relu")],
     "bn relu6": [PostOp("channel", "mul"), PostOp("channel", "add"),
                  PostOp("eltwise", "clip", 0.0, 6.0)],
+    # flax's BatchNorm as the accelerate rewrite passes it: the variance and epsilon
+    "flax bn relu6": [PostOp("channel", "sub"), PostOp("channel", "mul_rsqrt", 1e-3),
+                      PostOp("channel", "mul"), PostOp("channel", "add"),
+                      PostOp("eltwise", "clip", 0.0, 6.0)],
     "div max min tanh": [PostOp("channel", "div"), PostOp("channel", "max"),
                          PostOp("tensor", "min"), PostOp("eltwise", "tanh")],
     "logistic mul residual": [PostOp("eltwise", "logistic"), PostOp("tensor", "mul"),
@@ -76,7 +80,10 @@ def _operands(rng, post, p):
     channels = y_shape[p.data.channel_axis]
     out = []
     for op in post:
-        if op.kind == "channel":  # away from 0: a divisor
+        if op.alg == "mul_rsqrt":  # a variance: >= 0, with 0 among its values
+            out.append(jnp.asarray(rng.uniform(0.0, 2.0, channels) * (rng.random(channels) > 0.1),
+                                   jnp.float32))
+        elif op.kind == "channel":  # away from 0: a divisor
             out.append(jnp.asarray(rng.uniform(0.5, 1.5, channels)
                                    * rng.choice([-1, 1], channels), jnp.float32))
         elif op.kind == "tensor":
@@ -101,8 +108,10 @@ def _oracle(x, w, operands, p, post):
             continue
         side = np.asarray(next(it), np.float64)
         side = side.reshape(shape) if op.kind == "channel" else side
+        if op.alg == "mul_rsqrt":
+            side = 1 / np.sqrt(side + np.float64(np.float32(op.alpha)))
         y = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-             "max": np.maximum, "min": np.minimum}[op.alg](y, side)
+             "max": np.maximum, "min": np.minimum, "mul_rsqrt": np.multiply}[op.alg](y, side)
     return y
 
 
@@ -174,6 +183,8 @@ def test_operands_that_do_not_match_the_chain_are_value_errors():
         fused.forward(x, w, [c, t[:, :2]], p=p, post=post)
     with pytest.raises(ValueError, match="^fused: a post-op must be one of"):
         PostOp("eltwise", "gelu")
+    with pytest.raises(ValueError, match="^fused: mul_rsqrt must be a channel post-op"):
+        PostOp("tensor", "mul_rsqrt")
 
 
 @needs_onednn
@@ -224,25 +235,49 @@ def test_one_example_splits_its_rows_each_with_its_own_pads(case, dilations, cha
                         for c in mine), mine
 
 
+def _handed(key: str) -> list[tuple[int, int]]:
+    """The (kind, algorithm) codes of the post-ops in a cached problem's key (``choices()``'s
+    ``key``: problem.cc, MakeKey): what the handler gave oneDNN."""
+    words = [int(v) for v in key.split(",")]
+    at = 4
+    for _ in range(9):  # the shapes, axes, strides, dilations and pads: each after its length
+        at += 1 + words[at]
+    n, at = words[at], at + 1
+    return [(words[at + 4 * i], words[at + 4 * i + 1]) for i in range(n)]
+
+
+CHANNEL_ADD, CHANNEL_MUL, TENSOR_ADD, RELU = (1, 0), (1, 2), (2, 0), (0, 0)
+
+
 @needs_onednn
-def test_a_leading_affine_run_folds_into_the_filter_where_the_filter_is_no_larger_than_y():
-    """BatchNorm's sub, mul and add become a scaled filter and one channel add where the filter
-    has no more elements than y; the values stay the chain's (float32's tolerance)."""
-    rng, x, w, p = _problem(PROBLEMS[1], 3)  # 1x1 16 -> 24 at 7x7: 384 filter elements
-    post = (PostOp("channel", "sub"), PostOp("channel", "mul"), PostOp("channel", "add"),
-            PostOp("tensor", "add"), PostOp("channel", "mul"), PostOp("eltwise", "relu"))
+@pytest.mark.parametrize("case, post, handed", [
+    # 1x1 16 -> 24 at 7x7, 384 filter elements against y's 1176: BatchNorm (flax's, with its
+    # variance) folds into the filter; one channel add is left, then the rest of the chain
+    (PROBLEMS[1], (PostOp("channel", "sub"), PostOp("channel", "mul_rsqrt", 1e-5),
+                   PostOp("channel", "mul"), PostOp("channel", "add"), PostOp("tensor", "add"),
+                   PostOp("channel", "mul"), PostOp("eltwise", "relu")),
+     [CHANNEL_ADD, TENSOR_ADD, CHANNEL_MUL, RELU]),
+    # 3x3 64 -> 64 at 3x3: the filter outweighs y, so a multiply and an add post-op
+    (("NXC", "XIO", 1, 64, 64, (3, 3), (3, 3), (1, 1), (1, 1), (1, 1)),
+     tuple(CHAINS["bn relu"]), [CHANNEL_MUL, CHANNEL_ADD, RELU]),
+    # no multiplication: the run's adds and subtracts are one add; a mul_rsqrt after a ReLU
+    # (no longer affine in y) a multiply by its computed vector; a division ends the run
+    (PROBLEMS[1], (PostOp("channel", "add"), PostOp("channel", "sub"), PostOp("eltwise", "relu"),
+                   PostOp("channel", "mul_rsqrt", 0.5)), [CHANNEL_ADD, RELU, CHANNEL_MUL]),
+    (PROBLEMS[1], (PostOp("channel", "div"), PostOp("channel", "mul")), [(1, 3), CHANNEL_MUL]),
+])
+def test_a_leading_affine_run_is_one_multiply_and_add_folded_where_the_filter_is_small(
+        case, post, handed):
+    """The handler composes the chain's leading channel adds, subtracts, multiplies and
+    mul_rsqrts into ``a * y + b`` per channel (``native/onednn/affine.h``) and folds ``a`` into
+    the filter where the filter has no more elements than y; the values stay the chain's
+    (float32's tolerance against float64), and the cached problem shows what oneDNN got."""
+    rng, x, w, p = _problem(case, 1)
     operands = _operands(rng, post, p)
-    w2, post2, operands2 = fused.fold_affine(w, post, operands, p)
-    assert post2 == (PostOp("channel", "add"), *post[3:]) and len(operands2) == 3
-    assert w2.shape == w.shape and not np.array_equal(np.asarray(w2), np.asarray(w))
     got = jax.jit(lambda x, w, *o: fused.forward(x, w, o, p=p, post=post, method="onednn"))(
         x, w, *operands)
     h.assert_close(got, _oracle(x, w, operands, p, post), jnp.float32)
-
-    bias = (PostOp("channel", "add"), PostOp("eltwise", "relu"))  # no multiplication
-    assert fused.fold_affine(w, bias, operands[:1], p)[1] == bias
-    divide = (PostOp("channel", "div"), PostOp("channel", "mul"))  # a division ends the run
-    assert fused.fold_affine(w, divide, operands[:2], p)[1] == divide
-    rng, x, w, p = _problem(("NXC", "XIO", 1, 64, 64, (3, 3), (3, 3), (1, 1), (1, 1), (1, 1)), 1)
-    bn = CHAINS["bn relu"]
-    assert fused.fold_affine(w, tuple(bn), _operands(rng, bn, p), p)[1] == tuple(bn)
+    mine = [c for c in library.choices() if c["kernel"] == "forward" and c["w"] == w.shape
+            and c["x"][2:] == x.shape[2:]]
+    assert handed in [_handed(c["key"]) for c in mine], mine  # (other chains' entries too)
+    assert not any((1, 6) in _handed(c["key"]) for c in mine)  # no mul_rsqrt reaches oneDNN

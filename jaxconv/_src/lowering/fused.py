@@ -11,16 +11,21 @@ in registers, before it is stored (its post-ops): no second pass. So the chain i
   (ReLU6), tanh, logistic);
 * a binary operation of the value so far and an operand, in that order (``add``, ``sub``,
   ``mul``, ``div``, ``max``, ``min``): a float32 vector of the output channels (``channel``), or a
-  tensor of y's shape and dtype (``tensor``: a residual).
+  tensor of y's shape and dtype (``tensor``: a residual);
+* ``mul_rsqrt`` (``channel`` only): the value times ``rsqrt(c + alpha)``, for a channel vector
+  ``c``: BatchNorm's normalizer from its running variance and epsilon, so that the program's
+  per-call arithmetic on BatchNorm's vectors runs inside the call, not as XLA operations of its
+  own (``accelerate/rewrites/fused.py``).
 
 :data:`fused_p` binds ``(x, W, *operands)`` with the forward's :class:`ConvProblem` and the
 chain; its value is :func:`reference`'s, the forward kernel (:func:`primitive.forward`) followed
 by the chain in lax, operation by operation as the program wrote it. Its lowering on one CPU
-device is one call of oneDNN's primitive with the chain as post-ops (a leading channel-wise
-affine run folded into the filter: :func:`fold_affine`), where the chooser runs the forward on
-oneDNN (``"onednn"``: its measured choice, docs/lowerings.md); everywhere else (XLA's
-own convolution or Winograd chosen, another platform, a program split across devices, an
-export) it is :func:`reference`, the program as before. Derivatives and batching are
+device is one call of oneDNN's primitive with the chain as post-ops (the handler composes a
+leading channel-wise affine run into one multiply and add per channel, and folds the multiply
+into the filter where the filter is no larger than y: docs/onednn.md, "Fused chains"), where
+the chooser runs the forward on oneDNN (``"onednn"``: its measured choice, docs/lowerings.md);
+everywhere else (XLA's own convolution or Winograd chosen, another platform, a program split
+across devices, an export) it is :func:`reference`, the program as before. Derivatives and batching are
 :func:`reference`'s (``jax.jvp`` and ``jax.vmap`` of it: jaxconv's kernels), so a fused chain
 composes with ``grad`` and ``vmap`` as the unfused one does. ``accelerate`` binds it where it
 sees such a chain (``accelerate/rewrites/fused.py``); docs/onednn.md, "Fused chains".
@@ -50,7 +55,7 @@ from jaxconv._src.lowering import chooser, onednn
 KINDS, ELTWISE, BINARY = onednn.POST_KINDS, onednn.POST_ELTWISE, onednn.POST_BINARY
 
 _BINARY_FN = {"add": lax.add, "sub": lax.sub, "mul": lax.mul, "div": lax.div, "max": lax.max,
-              "min": lax.min}
+              "min": lax.min, "mul_rsqrt": lax.mul}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +64,7 @@ class PostOp:
 
     kind: str  # one of KINDS
     alg: str   # one of ELTWISE (kind "eltwise") or BINARY
-    alpha: float = 0.0  # clip's lower bound
+    alpha: float = 0.0  # clip's lower bound; mul_rsqrt's epsilon
     beta: float = 0.0   # clip's upper bound
 
     def __post_init__(self) -> None:
@@ -67,6 +72,8 @@ class PostOp:
         if self.kind not in KINDS or self.alg not in algs:
             raise ValueError(f"fused: a post-op must be one of {KINDS} with an algorithm of "
                              f"{algs}, got {self.kind!r} {self.alg!r}")
+        if self.alg == "mul_rsqrt" and self.kind != "channel":
+            raise ValueError(f"fused: mul_rsqrt must be a channel post-op, got {self.kind!r}")
 
     @property
     def binary(self) -> bool:
@@ -85,7 +92,10 @@ def apply_post_ops(y: Array, post: Sequence[PostOp], operands: Sequence[Array],
             continue
         side = next(it)
         if op.kind == "channel":
-            side = lax.broadcast_in_dim(side.astype(y.dtype), y.shape, (channel_axis,))
+            side = side.astype(y.dtype)
+            if op.alg == "mul_rsqrt":  # the vector's normalizer, then a product
+                side = lax.rsqrt(side + jnp.asarray(op.alpha, y.dtype))
+            side = lax.broadcast_in_dim(side, y.shape, (channel_axis,))
         y = _BINARY_FN[op.alg](y, side)
     return y
 
@@ -135,48 +145,9 @@ def on_onednn(p: ConvProblem, dtype: Any, precision: Precision, preferred_elemen
     return plan.method == "onednn"
 
 
-# Folding a channel-wise affine run into the filter. The chain's leading channel post-ops that
-# add, subtract or multiply (a bias; BatchNorm in inference mode: sub the mean, mul by
-# scale / sqrt(var + eps), add the offset) make an affine map of each output channel,
-# a * y + b, with a and b composed op by op (add c: b + c; sub c: b - c; mul c: a * c, b * c).
-# A convolution is linear in its filter, and y's channel o is the product with W's O-row o, so
-#     a * conv(x, W) + b = conv(x, W * a) + b        (a broadcast along W's O axis),
-# one binary post-op where there were several. It rounds differently from the chain (W * a is
-# rounded once per filter element), as every runtime that folds BatchNorm does. Scaling W is a
-# pass over the filter per call, so the run folds where the filter has no more elements than
-# y (a post-op is a pass over y): MobileNetV2's 1x1s, not ResNet's 3x3 512 -> 512 at 7x7.
-_FOLDS = ("add", "sub", "mul")
-
-
-def fold_affine(w: Array, post: tuple[PostOp, ...], operands: Sequence[Array], p: ConvProblem
-                ) -> tuple[Array, tuple[PostOp, ...], tuple[Array, ...]]:
-    """``(w, post, operands)`` with the chain's leading channel-wise affine run folded into
-    the filter and one channel add (comment above), where it has a multiplication and the
-    filter is no larger than y; else as given."""
-    run = 0
-    while run < len(post) and post[run].kind == "channel" and post[run].alg in _FOLDS:
-        run += 1
-    y_size = int(np.prod(p.y_shape))
-    if (not any(op.alg == "mul" for op in post[:run])) or w.size > y_size:
-        return w, post, tuple(operands)
-    a = jnp.ones_like(operands[0])
-    b = jnp.zeros_like(operands[0])
-    for op, c in zip(post[:run], operands[:run]):
-        if op.alg == "add":
-            b = b + c
-        elif op.alg == "sub":
-            b = b - c
-        else:
-            a, b = a * c, b * c
-    o_axis = p.dimension_numbers().rhs_spec[0]  # the O role: all out channels
-    scale = lax.broadcast_in_dim(a.astype(w.dtype), w.shape, (o_axis,))
-    return w * scale, (PostOp("channel", "add"), *post[run:]), (b, *operands[run:])
-
-
 def _onednn_program(x: Array, w: Array, *operands: Array, p: ConvProblem,
                     post: tuple[PostOp, ...], precision: Precision,
                     preferred_element_type: DType, method: str) -> Array:
-    w, post, operands = fold_affine(w, post, operands, p)
     return onednn.fused_forward(x, w, operands, p, post)
 
 

@@ -215,7 +215,7 @@ def _kernel(kernel: Kernel) -> object:
 #: by its position (``native/onednn/problem.h``)
 POST_KINDS = ("eltwise", "channel", "tensor")
 POST_ELTWISE = ("relu", "clip", "tanh", "logistic")
-POST_BINARY = ("add", "sub", "mul", "div", "max", "min")
+POST_BINARY = ("add", "sub", "mul", "div", "max", "min", "mul_rsqrt")
 
 
 def _post_attrs(post: tuple[Any, ...]) -> dict[str, np.ndarray]:

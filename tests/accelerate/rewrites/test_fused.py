@@ -67,6 +67,8 @@ def test_a_blocks_chains_are_fused_and_compute_the_blocks_values(bias, channels)
     assert len(labels) == convolutions
     assert any("clip(0, 6)" in s for s in labels)  # ReLU6's max and min: one clip
     assert any("add(t) relu" in s for s in labels)  # the residual, then ReLU
+    # flax's BatchNorm: its variance and epsilon, its normalizer computed in the call
+    assert all("sub(c) mul_rsqrt(c, 1e-05) mul(c) add(c)" in s for s in labels), labels
 
 
 def _calls(program: str, target: str) -> int:
@@ -88,6 +90,9 @@ def test_on_onednn_each_chain_is_one_call():
         program = jax.jit(fn).lower(v, x).compile().as_text()
         fused[lowering] = _calls(program, library.TARGETS["fused"])
         assert fused[lowering] == on_onednn, rows
+        # a fused BatchNorm's normalizer is computed in its call: XLA computes only those of
+        # the chains that run after another method's convolution (3 BatchNorms in the block)
+        assert program.count(" rsqrt(") == 3 - on_onednn, program
         assert _calls(program, library.TARGETS["forward"]) == 0
         h.assert_close(jax.jit(fn)(v, x), model.apply(v, x), jnp.float32)
     assert fused["direct"] >= 2  # the 3x3 forwards
@@ -112,6 +117,32 @@ def test_a_value_read_elsewhere_ends_no_chain_there():
         assert _prims(jaxconv.accelerate(fn), x, w).count("jaxconv_fused_forward") == fused
         for a, c in zip(jax.jit(jaxconv.accelerate(fn))(x, w), fn(x, w)):
             h.assert_close(a, c, jnp.float32)
+
+
+@pytest.mark.parametrize("scale", [True, False])
+def test_a_normalizer_read_elsewhere_stays_a_product(scale):
+    """``rsqrt(var + eps)`` (times a scale) becomes ``mul_rsqrt`` of the variance only where
+    nothing else reads the vectors between; the values are the program's either way."""
+    rng = np.random.default_rng(5)
+    x, w = h.random(rng, (1, 6, 6, 3)), h.random(rng, (3, 3, 3, 8))
+    var = jnp.asarray(rng.uniform(0.1, 2.0, (1, 1, 1, 8)), jnp.float32)
+    gamma = h.random(rng, (1, 1, 1, 8))
+
+    def fn(x, w, var, gamma, also):
+        m = lax.rsqrt(var + 1e-3)
+        m = m * gamma if scale else m
+        y = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=_DN) * m
+        return (y, m) if also else y
+
+    want = "mul_rsqrt(c, 0.001) mul(c)" if scale else "mul_rsqrt(c, 0.001)"
+    for also in (False, True):
+        f = lambda *a, also=also: fn(*a, also)  # noqa: E731
+        labels = [d.label for d in jaxconv.explain(f, x, w, var, gamma).decisions
+                  if d.matched == "fused chain"]
+        assert len(labels) == 1 and (want in labels[0]) != also, labels
+        got, ref = jax.jit(jaxconv.accelerate(f))(x, w, var, gamma), f(x, w, var, gamma)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(ref)):
+            h.assert_close(a, b, jnp.float32)
 
 
 def test_derivatives_and_batching_through_a_fused_chain():

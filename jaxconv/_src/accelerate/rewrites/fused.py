@@ -13,6 +13,10 @@ derivatives do, so its chains stay as written) and computes one or more post-ops
   bias; BatchNorm's mean, scale and offset in inference mode, as flax writes them), or an
   array of the value's shape and dtype (a residual); ``max`` with the literal 0 is ReLU;
 * ``clamp`` between two literals, ``tanh``, ``logistic``;
+* a ``mul`` by BatchNorm's normalizer, ``rsqrt(var + eps)`` (times its scale), computed from
+  channel vectors that nothing else reads (flax's inference BatchNorm): ``mul_rsqrt`` of the
+  variance with ``eps`` (then ``mul`` of the scale), so that the handler computes the
+  normalizer inside its call and XLA runs no operation of its own per BatchNorm;
 * a ``custom_jvp_call`` or a nested ``jit`` whose body is such a chain of its one input with
   literal operands (``jax.nn.relu``, ``jax.nn.relu6``); ``max(0)`` then ``min(c)`` is one clip.
 
@@ -210,10 +214,47 @@ def _carried(eqn: Any, analysis: Any) -> tuple[Any, Any, list[Step]] | None:
         producer = analysis.producer.get(v)
         if producer is None or analysis.readers(v) != 1:
             continue
-        got = _steps(eqn, v, v.aval, _channel_axis(v.aval, producer, analysis))
+        axis = _channel_axis(v.aval, producer, analysis)
+        got = _steps(eqn, v, v.aval, axis)
         if got is not None:
-            return v, producer, got
+            return v, producer, [s for step in got
+                                 for s in _normalizer(step, v.aval, axis, analysis)]
     return None
+
+
+def _normalizer(step: Step, y: Any, channel_axis: int, analysis: Any) -> list[Step]:
+    """A channel ``mul`` by ``rsqrt(u + eps)`` or ``rsqrt(u + eps) * s`` (module docstring) as
+    ``mul_rsqrt`` of ``u`` (then ``mul`` of ``s``), where each vector between is read only on
+    the way; else ``[step]``."""
+    op, side = step
+    if op != PostOp("channel", "mul") or isinstance(side, Literal):
+        return [step]
+
+    def made(v: Any, name: str) -> Any:  # v's producer, if a `name` only it feeds
+        eqn = analysis.producer.get(v)
+        ok = (eqn is not None and eqn.primitive.name == name and analysis.readers(v) == 1
+              and v not in analysis.results)
+        return eqn if ok else None
+
+    scale, root = None, made(side, "rsqrt")
+    if root is None and (product := made(side, "mul")) is not None:
+        for r, s in (product.invars, product.invars[::-1]):
+            if not isinstance(r, Literal) and (root := made(r, "rsqrt")) is not None:
+                scale = s
+                break
+    total = made(root.invars[0], "add") if root is not None else None
+    if total is None:
+        return [step]
+    u, eps = total.invars
+    if isinstance(u, Literal):
+        u, eps = eps, u
+    if (isinstance(u, Literal) or not isinstance(eps, Literal) or np.shape(eps.val) != ()
+            or not _channels(u.aval, y, channel_axis) or u.aval.dtype != np.float32
+            or (scale is not None and not isinstance(scale, Literal)
+                and not _channels(scale.aval, y, channel_axis))):
+        return [step]
+    steps: list[Step] = [(PostOp("channel", "mul_rsqrt", float(eps.val)), u)]
+    return steps + ([(PostOp("channel", "mul"), scale)] if scale is not None else [])
 
 
 def _chain(eqn: Any, analysis: Any) -> tuple[Any, list[Step]] | str:
@@ -246,7 +287,10 @@ def _channel_axis(y: Any, producer: Any, analysis: Any) -> int:
 
 
 def _describe(op: PostOp) -> str:
-    """``relu``, ``clip(0, 6)``, ``mul(c)`` (by a channel vector), ``add(t)`` (a tensor)."""
+    """``relu``, ``clip(0, 6)``, ``mul(c)`` (by a channel vector), ``add(t)`` (a tensor),
+    ``mul_rsqrt(c, 1e-05)`` (its epsilon)."""
+    if op.alg == "mul_rsqrt":
+        return f"mul_rsqrt(c, {op.alpha:g})"
     if op.kind == "eltwise":
         return f"clip({op.alpha:g}, {op.beta:g})" if op.alg == "clip" else op.alg
     return f"{op.alg}({'c' if op.kind == 'channel' else 't'})"

@@ -70,6 +70,22 @@ int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp) {
   return n;
 }
 
+AffineRun LeadingAffine(const Problem& p) {
+  AffineRun run;
+  for (const PostOp& op : p.post_ops) {
+    const auto alg = static_cast<BinaryAlg>(op.alg);
+    if (op.kind != PostKind::kChannel ||
+        (alg != BinaryAlg::kAdd && alg != BinaryAlg::kSub && alg != BinaryAlg::kMul &&
+         alg != BinaryAlg::kMulRsqrt))
+      break;
+    ++run.length;
+    run.multiplies |= alg == BinaryAlg::kMul || alg == BinaryAlg::kMulRsqrt;
+  }
+  run.folds = run.multiplies && p.dtype == memory::data_type::f32 &&
+              Elements(p.w_dims) <= Elements(p.y_dims);
+  return run;
+}
+
 bool TapsApply(const Problem& p) {
   const size_t n = p.x_dims.size();
   if (p.kernel != Kernel::kData || p.groups != 1 || !p.post_ops.empty() ||

@@ -71,6 +71,20 @@ int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp);
 // Whether a caller that has waited `waited` for `chunks - finished` chunks goes on spinning.
 bool KeepSpinning(int64_t finished, int64_t chunks, std::chrono::nanoseconds waited);
 
+// ---- Fused chains (docs/onednn.md, "Fused chains") ----
+
+// A fused forward's leading run of channel add, sub, mul and mul_rsqrt post-ops (a bias;
+// BatchNorm in inference mode), which the handler composes into one multiply and one add per
+// output channel (affine.h): its length; whether it multiplies; and whether the multiply folds
+// into the filter: a float32 filter with no more elements than y (scaling it is a pass over
+// the filter each call, the post-op one over y's values in registers; MobileNetV2's 1x1s fold,
+// ResNet's 3x3 512 -> 512 at 7x7 keeps the post-op).
+struct AffineRun {
+  size_t length = 0;
+  bool multiplies = false, folds = false;
+};
+AffineRun LeadingAffine(const Problem& p);
+
 // ---- Tap products (docs/onednn.md, "The layout trial") ----
 
 // Whether the data gradient `p` can run as tap products (taps.h): float32, one group, no

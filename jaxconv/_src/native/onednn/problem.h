@@ -37,8 +37,9 @@ enum class Kernel { kForward = 0, kData = 1, kWeight = 2 };
 enum class PostKind { kEltwise = 0, kChannel = 1, kTensor = 2 };
 // kEltwise algorithms: relu, clip to [alpha, beta], tanh, logistic
 enum class EltwiseAlg { kRelu = 0, kClip = 1, kTanh = 2, kLogistic = 3 };
-// binary algorithms: output op operand
-enum class BinaryAlg { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3, kMax = 4, kMin = 5 };
+// binary algorithms: output op operand; kMulRsqrt (channel only): output * rsqrt(operand +
+// alpha), which the handler turns into a kMul by the computed vector (affine.h)
+enum class BinaryAlg { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3, kMax = 4, kMin = 5, kMulRsqrt = 6 };
 
 struct PostOp {
   PostKind kind = PostKind::kEltwise;

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "affine.h"
 #include "cache.h"
 #include "decisions.h"
 #include "execute.h"
@@ -112,17 +113,21 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
         p.filter_axes[i] < 0 || p.filter_axes[i] >= static_cast<int64_t>(rank))
       return ffi::Error::InvalidArgument(prefix + "axis out of range");
   return Guarded(prefix, [&] {
+    // a fused forward's leading channel-wise affine run, composed (folded into the filter
+    // where it folds): affine.h
+    std::vector<void*> operands = sides;
+    ComposeAffine(p, w, operands);
     // threads 1: one device's shard of a program split across several devices of this
     // process, each running its own call at the same time: whole, on the calling thread
     const int64_t chunks = threads == 1 ? 1 : Chunks(p, pool.num_threads(), Omp().ok());
     if (chunks == 1) {  // whole, on the calling thread: no job to share with the pool
-      RunSingleThreaded(p, x, y, w, sides);
+      RunSingleThreaded(p, x, y, w, operands);
     } else if (chunks > 1) {
       std::lock_guard<std::mutex> one_at_a_time(RunMutex());
-      RunOnPool(p, chunks, pool, x, y, w, sides);
+      RunOnPool(p, chunks, pool, x, y, w, operands);
     } else {  // on the team (its first call's trial too)
       std::lock_guard<std::mutex> one_at_a_time(RunMutex());
-      OnTeamThread([&] { Execute(*TheCache().Get(p), k, x, y, w, sides); });
+      OnTeamThread([&] { Execute(*TheCache().Get(p), k, x, y, w, operands); });
     }
   });
 }
