@@ -261,7 +261,7 @@ CHANNEL_ADD, CHANNEL_MUL, TENSOR_ADD, RELU = (1, 0), (1, 2), (2, 0), (0, 0)
     (("NXC", "XIO", 1, 64, 64, (3, 3), (3, 3), (1, 1), (1, 1), (1, 1)),
      tuple(CHAINS["bn relu"]), [CHANNEL_MUL, CHANNEL_ADD, RELU]),
     # no multiplication: the run's adds and subtracts are one add; a mul_rsqrt after a ReLU
-    # (no longer affine in y) a multiply by its computed vector; a division ends the run
+    # (past the affine run) a multiply by its computed vector; a division ends the run
     (PROBLEMS[1], (PostOp("channel", "add"), PostOp("channel", "sub"), PostOp("eltwise", "relu"),
                    PostOp("channel", "mul_rsqrt", 0.5)), [CHANNEL_ADD, RELU, CHANNEL_MUL]),
     (PROBLEMS[1], (PostOp("channel", "div"), PostOp("channel", "mul")), [(1, 3), CHANNEL_MUL]),
