@@ -277,7 +277,6 @@ def test_a_leading_affine_run_is_one_multiply_and_add_folded_where_the_filter_is
     got = jax.jit(lambda x, w, *o: fused.forward(x, w, o, p=p, post=post, method="onednn"))(
         x, w, *operands)
     h.assert_close(got, _oracle(x, w, operands, p, post), jnp.float32)
-    mine = [c for c in library.choices() if c["kernel"] == "forward" and c["w"] == w.shape
-            and c["x"][2:] == x.shape[2:]]
+    mine = [c for c in library.choices() if c["kernel"] == "forward" and c["w"] == w.shape]
     assert handed in [_handed(c["key"]) for c in mine], mine  # (other chains' entries too)
     assert not any((1, 6) in _handed(c["key"]) for c in mine)  # no mul_rsqrt reaches oneDNN

@@ -86,9 +86,11 @@ def test_weight_gradient_threading_counts_its_bytes():
 
 def _entries(found, kernel, x_shape):
     """``choices()``'s entries of a ``kernel`` call of one NHWC example of ``x_shape``: the
-    whole call's, or its chunks of rows' (decisions.h, SplitsRows), x's rows their own."""
+    whole call's, or its chunks of rows' (decisions.h, SplitsRows), x's rows their own, or of
+    its pixels made one axis (a 1x1 filter: decisions.h, MergesPixels)."""
     return [c for c in found if c["kernel"] == kernel and c["x"][0] == x_shape[0]
-            and c["x"][2:] == tuple(x_shape[2:])]
+            and c["x"][-1] == x_shape[-1] and (c["x"][2:] == tuple(x_shape[2:])
+                                               or set(c["x"][2:-1]) == {1})]
 
 
 @needs_onednn
@@ -139,6 +141,24 @@ ROWS = [
     (2, "NXC", "XIO", 1, 32, 48, (45, 20), (3, 3), (2, 1), (2, 1), (2, 1), (0, 1)),
     (2, "NXC", "XIO", 4, 32, 64, (40, 24), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
 ]
+
+
+@needs_onednn
+def test_a_pointwise_example_splits_its_pixels_evenly():
+    """A 1x1, stride-1, unpadded forward and data gradient of one NHWC example are products over
+    its pixels: the handler makes them one axis (decisions.h, MergesPixels), so that chunks of
+    7x7's 49 pixels hold 24 and 25 of them, not 3 and 4 rows (MobileNetV2's 320 -> 1280)."""
+    spec = (2, "NXC", "XIO", 1, 320, 1280, (7, 7), (1, 1), (1, 1), (1, 1), (0, 0), (0, 0))
+    x, w, dy, attrs, (y_ref, dx_ref, _) = _problem(spec, seed=4, batch=1)
+    h.assert_close(jaxconv.convolution(x, w, **attrs, lowering="onednn"), y_ref, jnp.float32)
+    h.assert_close(jaxconv.convolution_backward_data(dy, w, x.shape, **attrs, lowering="onednn"),
+                   dx_ref, jnp.float32)
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: XLA's pool has one thread, the call runs whole")
+    found = library.choices()
+    for kernel, channels in (("forward", 320), ("data", 320)):
+        mine = [c for c in found if c["kernel"] == kernel and c["w"] == w.shape]
+        assert sorted(c["x"] for c in mine) == [(1, 24, 1, channels), (1, 25, 1, channels)], mine
 
 
 @needs_onednn

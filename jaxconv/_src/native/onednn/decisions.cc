@@ -15,6 +15,29 @@ bool SplitsRows(const Problem& p) {
          p.data_axes[0] == 0 && p.data_axes[2] == 1 && p.x_dims[0] == 1;
 }
 
+bool MergesPixels(const Problem& p) {
+  const size_t n = p.x_dims.size();
+  if ((p.kernel != Kernel::kForward && p.kernel != Kernel::kData) || p.x_dims[0] != 1 ||
+      n < 4 || p.data_axes[0] != 0 || p.data_axes[1] != static_cast<int64_t>(n) - 1)
+    return false;
+  for (size_t a = 2; a < n; ++a)  // X1..Xn in order, then C: channels-last
+    if (p.data_axes[a] != static_cast<int64_t>(a) - 1) return false;
+  for (size_t k = 0; k + 2 < n; ++k)
+    if (p.w_dims[p.filter_axes[k + 2]] != 1 || p.strides[k] != 1 || p.pads_begin[k] != 0 ||
+        p.pads_end[k] != 0)
+      return false;
+  return true;
+}
+
+void MergePixels(Problem& p) {
+  for (auto* dims : {&p.x_dims, &p.y_dims}) {
+    int64_t pixels = 1;
+    for (size_t a = 1; a + 1 < dims->size(); ++a) pixels *= (*dims)[a], (*dims)[a] = 1;
+    (*dims)[1] = pixels;
+  }
+  std::fill(p.dilations.begin(), p.dilations.end(), 1);
+}
+
 RowSpan RowChunk(const Problem& p, int64_t begin, int64_t end) {
   const int64_t s = p.strides[0], pb = p.pads_begin[0];
   const int64_t reach = (p.w_dims[p.filter_axes[2]] - 1) * p.dilations[0];

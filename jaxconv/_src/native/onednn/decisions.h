@@ -38,6 +38,13 @@ double WorkUnits(const Problem& p);
 // batch, then that axis, outermost (so that a chunk's rows are contiguous).
 bool SplitsRows(const Problem& p);
 
+// A forward or data gradient of one example with a 1x1 filter (every tap extent 1), unit
+// strides and no pads, in channels-last buffers (N, X..., C), is a product over its pixels: as
+// one axis of them (N, X1 * ... * Xn, 1..., C), the same buffers, its rows split evenly (7x7's
+// 7 rows split 3 + 4, its 49 pixels 24 + 25: MobileNetV2's 1x1s at 7x7).
+bool MergesPixels(const Problem& p);
+void MergePixels(Problem& p);
+
 // A chunk of a SplitsRows problem: the forward's y rows [begin, end) read x's rows
 // [x_begin, x_end), and the data gradient's x rows [begin, end) sum y's rows [y_begin, y_end),
 // as the convolution of those rows padded by pad_begin and pad_end. ok(): rows on both sides

@@ -117,6 +117,7 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
     // where it folds): affine.h
     std::vector<void*> operands = sides;
     ComposeAffine(p, w, operands);
+    if (MergesPixels(p)) MergePixels(p);  // its pixels one axis: rows split evenly
     // threads 1: one device's shard of a program split across several devices of this
     // process, each running its own call at the same time: whole, on the calling thread
     const int64_t chunks = threads == 1 ? 1 : Chunks(p, pool.num_threads(), Omp().ok());
