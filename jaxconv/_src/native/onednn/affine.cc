@@ -8,6 +8,24 @@
 #include "decisions.h"
 
 namespace jaxconv_onednn {
+namespace {
+
+// The calling thread's composed vectors and scaled filter.
+Buffer& Vectors() {
+  static thread_local Buffer b;
+  return b;
+}
+Buffer& Filter() {
+  static thread_local Buffer b;
+  return b;
+}
+
+}  // namespace
+
+void TrimAffine() {
+  Vectors().Trim();
+  Filter().Trim();
+}
 
 void ComposeAffine(Problem& p, void*& w, std::vector<void*>& sides) {
   if (p.post_ops.empty()) return;
@@ -19,8 +37,7 @@ void ComposeAffine(Problem& p, void*& w, std::vector<void*>& sides) {
              static_cast<BinaryAlg>(p.post_ops[i].alg) == BinaryAlg::kMulRsqrt;
   if (!compose && later == 0) return;
   const int64_t c = p.y_dims[p.data_axes[1]];
-  static thread_local Buffer vectors;
-  float* a = vectors.Floats((2 + later) * c);
+  float* a = Vectors().Floats((2 + later) * c);
   float* b = a + c;
   float* next = b + c;  // the later mul_rsqrt's vectors
   std::vector<PostOp> post;
@@ -81,8 +98,7 @@ void ComposeAffine(Problem& p, void*& w, std::vector<void*>& sides) {
       if (d < axis) outer *= p.w_dims[d];
       if (d > axis) inner *= p.w_dims[d];
     }
-    static thread_local Buffer filter;
-    float* scaled = filter.Floats(static_cast<size_t>(outer * c * inner));
+    float* scaled = Filter().Floats(static_cast<size_t>(outer * c * inner));
     const float* in = static_cast<const float*>(w);
     for (int64_t i = 0, k = 0; i < outer; ++i)
       for (int64_t o = 0; o < c; ++o)

@@ -21,8 +21,11 @@
 namespace jaxconv_onednn {
 
 // Rewrites `p`'s post-ops, their operands `sides` and the filter `w` as above, for one call.
-// The vectors and the scaled filter are the calling thread's buffers, kept until its next
-// call (a call's chunks on other threads read them while it waits).
+// The vectors and the scaled filter are the calling thread's buffers, kept between calls
+// (a call's chunks on other threads read them while it waits).
 void ComposeAffine(Problem& p, void*& w, std::vector<void*>& sides);
+
+// Releases the calling thread's buffers past their keep size, after its call (buffers.h).
+void TrimAffine();
 
 }  // namespace jaxconv_onednn

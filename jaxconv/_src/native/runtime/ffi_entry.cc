@@ -130,6 +130,7 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
       std::lock_guard<std::mutex> one_at_a_time(RunMutex());
       OnTeamThread([&] { Execute(*TheCache().Get(p), k, x, y, w, operands); });
     }
+    TrimAffine();
   });
 }
 
