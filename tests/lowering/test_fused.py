@@ -280,3 +280,20 @@ def test_a_leading_affine_run_is_one_multiply_and_add_folded_where_the_filter_is
     mine = [c for c in library.choices() if c["kernel"] == "forward" and c["w"] == w.shape]
     assert handed in [_handed(c["key"]) for c in mine], mine  # (other chains' entries too)
     assert not any((1, 6) in _handed(c["key"]) for c in mine)  # no mul_rsqrt reaches oneDNN
+
+
+@needs_onednn
+def test_a_pointwise_example_splits_its_pixels_with_their_residual():
+    """A 1x1, stride-1, unpadded forward of one NHWC example runs as chunks of its pixels made
+    one axis (native/onednn/decisions.h, MergesPixels), each reading its pixels of the residual."""
+    case = ("NXC", "XIO", 1, 32, 128, (45, 29), (1, 1), (1, 1), (0, 0), (0, 0))
+    rng, x, w, p = _problem(case, 1)
+    post = CHAINS["bias residual relu"]
+    operands = _operands(rng, post, p)
+    got = jax.jit(lambda x, w, *o: fused.forward(x, w, o, p=p, post=post, method="onednn"))(
+        x, w, *operands)
+    h.assert_close(got, _oracle(x, w, operands, p, post), jnp.float32)
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: XLA's pool has one thread, the call runs whole")
+    mine = [c for c in library.choices() if c["kernel"] == "forward" and c["w"] == w.shape]
+    assert sorted(c["x"] for c in mine) == [(1, 652, 1, 32), (1, 653, 1, 32)], mine
