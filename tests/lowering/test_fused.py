@@ -295,5 +295,6 @@ def test_a_pointwise_example_splits_its_pixels_with_their_residual():
     h.assert_close(got, _oracle(x, w, operands, p, post), jnp.float32)
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one CPU: XLA's pool has one thread, the call runs whole")
-    mine = [c for c in library.choices() if c["kernel"] == "forward" and c["w"] == w.shape]
+    mine = [c for c in library.choices() if c["kernel"] == "forward" and c["w"] == w.shape
+            and c["x"][2:] == (1, 32)]  # (ROW_PROBLEMS' strided 1x1 has this filter too)
     assert sorted(c["x"] for c in mine) == [(1, 652, 1, 32), (1, 653, 1, 32)], mine
