@@ -115,6 +115,14 @@ def _oracle(x, w, operands, p, post):
     return y
 
 
+def _fused_is_the_chain(rng, x, w, p, post):
+    """The fused call on oneDNN of ``post`` (its operands drawn) against :func:`_oracle`."""
+    operands = _operands(rng, post, p)
+    got = jax.jit(lambda x, w, *o: fused.forward(x, w, o, p=p, post=post, method="onednn"))(
+        x, w, *operands)
+    h.assert_close(got, _oracle(x, w, operands, p, post), jnp.float32)
+
+
 @needs_onednn
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("case", PROBLEMS, ids=lambda c: f"{c[0]}-g{c[2]}-k{c[6][0]}s{c[7][0]}")
@@ -194,10 +202,7 @@ def test_chunks_of_the_batch_read_their_rows_of_the_residual():
     case = ("NXC", "XIO", 1, 32, 32, (28, 28), (3, 3), (1, 1), (1, 1), (1, 1))
     rng, x, w, p = _problem(case, 4)
     post = CHAINS["logistic mul residual"]
-    operands = _operands(rng, post, p)
-    got = jax.jit(lambda x, w, *o: fused.forward(x, w, o, p=p, post=post, method="onednn"))(
-        x, w, *operands)
-    h.assert_close(got, _oracle(x, w, operands, p, post), jnp.float32)
+    _fused_is_the_chain(rng, x, w, p, post)
     mine = [c for c in library.choices() if c["kernel"] == "forward" and c["x"][1:] == (28, 28, 32)]
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one CPU: XLA's pool has one thread, the call runs whole")
@@ -223,10 +228,7 @@ ROW_PROBLEMS = [
 def test_one_example_splits_its_rows_each_with_its_own_pads(case, dilations, chain):
     rng, x, w, p = _problem(case, 1, dilations=dilations)
     post = CHAINS.get(chain, [])
-    operands = _operands(rng, post, p)
-    got = jax.jit(lambda x, w, *o: fused.forward(x, w, o, p=p, post=post, method="onednn"))(
-        x, w, *operands)
-    h.assert_close(got, _oracle(x, w, operands, p, post), jnp.float32)
+    _fused_is_the_chain(rng, x, w, p, post)
     mine = [c for c in library.choices() if c["kernel"] == "forward"
             and c["x"][2:] == x.shape[2:]]
     if (os.cpu_count() or 1) < 2:
@@ -273,10 +275,7 @@ def test_a_leading_affine_run_is_one_multiply_and_add_folded_where_the_filter_is
     the filter where the filter has no more elements than y; the values stay the chain's
     (float32's tolerance against float64), and the cached problem shows what oneDNN got."""
     rng, x, w, p = _problem(case, 1)
-    operands = _operands(rng, post, p)
-    got = jax.jit(lambda x, w, *o: fused.forward(x, w, o, p=p, post=post, method="onednn"))(
-        x, w, *operands)
-    h.assert_close(got, _oracle(x, w, operands, p, post), jnp.float32)
+    _fused_is_the_chain(rng, x, w, p, post)
     mine = [c for c in library.choices() if c["kernel"] == "forward" and c["w"] == w.shape]
     assert handed in [_handed(c["key"]) for c in mine], mine  # (other chains' entries too)
     assert not any((1, 6) in _handed(c["key"]) for c in mine)  # no mul_rsqrt reaches oneDNN
@@ -289,10 +288,7 @@ def test_a_pointwise_example_splits_its_pixels_with_their_residual():
     case = ("NXC", "XIO", 1, 32, 128, (45, 29), (1, 1), (1, 1), (0, 0), (0, 0))
     rng, x, w, p = _problem(case, 1)
     post = CHAINS["bias residual relu"]
-    operands = _operands(rng, post, p)
-    got = jax.jit(lambda x, w, *o: fused.forward(x, w, o, p=p, post=post, method="onednn"))(
-        x, w, *operands)
-    h.assert_close(got, _oracle(x, w, operands, p, post), jnp.float32)
+    _fused_is_the_chain(rng, x, w, p, post)
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one CPU: XLA's pool has one thread, the call runs whole")
     mine = [c for c in library.choices() if c["kernel"] == "forward" and c["w"] == w.shape

@@ -143,34 +143,36 @@ ROWS = [
 ]
 
 
+def _forward_and_data_of_one_example(spec, seed):
+    """The forward and data gradient of ``spec`` at batch 1 on oneDNN against the oracles'
+    references; x, the filter and ``choices()`` after them (skipped on one CPU, where XLA's pool
+    has one thread and each call runs whole)."""
+    x, w, dy, attrs, (y_ref, dx_ref, _) = _problem(spec, seed=seed, batch=1)
+    h.assert_close(jaxconv.convolution(x, w, **attrs, lowering="onednn"), y_ref, jnp.float32)
+    h.assert_close(jaxconv.convolution_backward_data(dy, w, x.shape, **attrs, lowering="onednn"),
+                   dx_ref, jnp.float32)
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: XLA's pool has one thread, the call runs whole")
+    return x, w, library.choices()
+
+
 @needs_onednn
 def test_a_pointwise_example_splits_its_pixels_evenly():
     """A 1x1, stride-1, unpadded forward and data gradient of one NHWC example are products over
     its pixels: the handler makes them one axis (decisions.h, MergesPixels), so that chunks of
     7x7's 49 pixels hold 24 and 25 of them, not 3 and 4 rows (MobileNetV2's 320 -> 1280)."""
     spec = (2, "NXC", "XIO", 1, 320, 1280, (7, 7), (1, 1), (1, 1), (1, 1), (0, 0), (0, 0))
-    x, w, dy, attrs, (y_ref, dx_ref, _) = _problem(spec, seed=4, batch=1)
-    h.assert_close(jaxconv.convolution(x, w, **attrs, lowering="onednn"), y_ref, jnp.float32)
-    h.assert_close(jaxconv.convolution_backward_data(dy, w, x.shape, **attrs, lowering="onednn"),
-                   dx_ref, jnp.float32)
-    if (os.cpu_count() or 1) < 2:
-        pytest.skip("one CPU: XLA's pool has one thread, the call runs whole")
-    found = library.choices()
-    for kernel, channels in (("forward", 320), ("data", 320)):
-        mine = [c for c in found if c["kernel"] == kernel and c["w"] == w.shape]
-        assert sorted(c["x"] for c in mine) == [(1, 24, 1, channels), (1, 25, 1, channels)], mine
+    _, w, found = _forward_and_data_of_one_example(spec, seed=4)
+    for kernel in ("forward", "data"):
+        mine = [c for c in found if c["kernel"] == kernel and c["w"] == w.shape
+                and c["x"][2:] == (1, 320)]
+        assert sorted(c["x"] for c in mine) == [(1, 24, 1, 320), (1, 25, 1, 320)], mine
 
 
 @needs_onednn
 @pytest.mark.parametrize("spec", ROWS, ids=lambda m: f"k{m[7][0]}s{m[8][0]}d{m[9][0]}g{m[3]}")
 def test_one_example_runs_as_chunks_of_rows(spec):
-    x, w, dy, attrs, (y_ref, dx_ref, _) = _problem(spec, seed=3, batch=1)
-    h.assert_close(jaxconv.convolution(x, w, **attrs, lowering="onednn"), y_ref, jnp.float32)
-    h.assert_close(jaxconv.convolution_backward_data(dy, w, x.shape, **attrs, lowering="onednn"),
-                   dx_ref, jnp.float32)
-    if (os.cpu_count() or 1) < 2:
-        pytest.skip("one CPU: XLA's pool has one thread, the call runs whole")
-    found = library.choices()
+    x, w, found = _forward_and_data_of_one_example(spec, seed=3)
     for kernel in ("forward", "data"):
         mine = [c for c in found if c["kernel"] == kernel and c["w"] == w.shape
                 and c["x"][2:] == x.shape[2:]]

@@ -58,6 +58,7 @@ dnnl::post_ops PostOps(const Problem& p, Entry& e) {
   dnnl::post_ops po;
   for (size_t i = 0; i < p.post_ops.size(); ++i) {
     const PostOp& op = p.post_ops[i];
+    // (a mul_rsqrt, BinaryAlg 6, is a mul by its computed vector by now: affine.h)
     const int64_t n = op.kind == PostKind::kEltwise ? 4 : 6;
     if (op.alg < 0 || op.alg >= n) throw std::invalid_argument("unknown post-op algorithm");
     if (op.kind == PostKind::kEltwise) {
