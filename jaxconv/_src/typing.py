@@ -46,11 +46,11 @@ ConvolutionFilterFormat: TypeAlias = Literal["XIO", "OIX", "xio", "oix"]
 ConvTransposeFilterFormat: TypeAlias = Literal[
     "IOX", "XOI", "OIX", "XIO", "iox", "xoi", "oix", "xio"]
 ForwardLowering: TypeAlias = Literal["auto", "direct", "conv", "dot", "shifted", "onednn",
-                                     "winograd", "winograd_2x2", "winograd_3x3", "winograd_4x4",
-                                     "per_group", "block_diagonal"]
+                                     "onednn_f32", "winograd", "winograd_2x2", "winograd_3x3",
+                                     "winograd_4x4", "per_group", "block_diagonal"]
 WeightGradLowering: TypeAlias = Literal[
-    "auto", "direct", "conv", "feature_group", "shifted", "dot", "vjp", "onednn", "winograd",
-    "winograd_2x2", "winograd_3x3", "winograd_4x4", "per_group", "block_diagonal"]
+    "auto", "direct", "conv", "feature_group", "shifted", "dot", "vjp", "onednn", "onednn_f32",
+    "winograd", "winograd_2x2", "winograd_3x3", "winograd_4x4", "per_group", "block_diagonal"]
 DataGradLowering: TypeAlias = Literal["auto", "direct", "grid", "phases", "dot", "vjp", "onednn",
-                                      "winograd", "winograd_2x2", "winograd_3x3", "winograd_4x4",
-                                      "per_group", "block_diagonal"]
+                                      "onednn_f32", "winograd", "winograd_2x2", "winograd_3x3",
+                                      "winograd_4x4", "per_group", "block_diagonal"]

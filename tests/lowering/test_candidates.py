@@ -38,6 +38,8 @@ CASES = {
     "3d-past-kernel": ((4, 3, 4), (2, 2, 2), (1, 1, 2), (1, 1, 1), (2, 3, 1), (0, 1, 2), 2, 3, 1),
     "2d-depthwise": ((8, 8), (3, 3), (1, 1), (1, 1), (2, 2), (2, 2), 8, 8, 8),
     "2d-winograd": ((10, 10), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 32, 32, 1),
+    # oneDNN's in 16-bit too, where oneDNN's float32 kernel widened challenges it
+    "2d-strided-onednn": ((12, 12), (4, 4), (2, 2), (1, 1), (1, 2), (2, 1), 16, 32, 1),
 }
 DTYPES = [(jnp.float32, None), (jnp.float16, jnp.float32), (jnp.bfloat16, None)]
 
@@ -83,7 +85,11 @@ def test_every_candidate_of_auto_is_right_for_its_class(name, kernel, dtype, pet
     case, precision = CASES[name], _precision(name)
     klass, candidates = _candidates(kernel, case, dtype, pet, precision)
     assert klass in chooser.CANDIDATE_CLASSES
-    assert (len(candidates) == 1) == (klass == "table"), (klass, candidates)
+    own = [m for m in candidates if m != "onednn_f32"]  # a class's own, before widening
+    assert (len(own) == 1) == (klass == "table"), (klass, candidates)
+    assert ("onednn_f32" in candidates) == (
+        own[0] == "onednn" and np.dtype(dtype) != np.float32
+        and "float32" in library.status().dtypes), candidates
     size, k, s, d, pb, pe, ci, co, g = case
     rng = np.random.default_rng(0)
     x = h.random(rng, (2, ci, *size), dtype)
@@ -108,3 +114,8 @@ def test_every_candidate_class_is_reached():
     if not library.status().available:  # the table picks Winograd only where oneDNN applies
         expected.discard("winograd")
     assert expected <= seen
+    widened = {name for name, case in CASES.items() for kernel in _OPS
+               for dtype, pet in DTYPES
+               if "onednn_f32" in _candidates(kernel, case, dtype, pet, _precision(name))[1]}
+    if "bfloat16" in library.status().dtypes:  # oneDNN's bfloat16 kernel, challenged
+        assert "2d-strided-onednn" in widened

@@ -308,3 +308,49 @@ def test_tune_runs_a_script_with_its_choices_timed(measuring, monkeypatch, tmp_p
     monkeypatch.setattr(measured, "enabled", lambda: False)
     assert cli.main(["tune", str(script)]) == 2  # JAXCONV_MEASURE=0: nothing to tune
     assert "JAXCONV_MEASURE=0" in capsys.readouterr().err
+
+
+def _bfloat16_transposed(x, w):
+    """DCGAN's 4x4 stride-2 transposed convolution (a data gradient whose table method is
+    oneDNN's where it computes bfloat16)."""
+    return jaxconv.conv_transpose(x, w, strides=2, pads_begin=1, pads_end=1,
+                                  data_format="NXC", filter_format="XOI")
+
+
+@pytest.mark.parametrize("widened_faster", [True, False])
+def test_onednn_f32_challenges_bfloat16_onednn_on_float32_operands(measuring, monkeypatch,
+                                                                   widened_faster):
+    """On bfloat16 operands oneDNN's float32 kernel (``onednn_f32``) challenges oneDNN's
+    bfloat16 one, timed on float32 operands (its casts fuse into the program's neighbours:
+    ``chooser._contest``); taken only where it leads, its result rounded once to bfloat16."""
+    if "bfloat16" not in library.status().dtypes:
+        pytest.skip("this CPU's oneDNN does not compute bfloat16: the table does not take it")
+    seen = {}
+
+    def fake(c, seconds):
+        seen.update(c.operand_dtypes)
+        assert "onednn_f32" in c.calls and c.rule == "onednn", c.calls
+        fast, slow = ("onednn_f32", "onednn") if widened_faster else ("onednn", "onednn_f32")
+        return _samples({m: 1.0 if m == fast else 2.0 if m == slow else 3.0 for m in c.calls})
+
+    monkeypatch.setattr(measured, "_sample_times", fake)
+    rng = np.random.default_rng(0)
+    x = h.random(rng, (1, 8, 8, 64), jnp.bfloat16)
+    w = h.random(rng, (4, 4, 32, 64), jnp.bfloat16)
+    f = jax.jit(lambda x, w: _bfloat16_transposed(x, w))  # traced anew: timed anew
+    text = f.lower(x, w).as_text()
+    assert seen == {"onednn_f32": np.dtype(np.float32)}
+    f32 = "tensor<4x4x32x64xf32>"
+    assert (f32 in text) == widened_faster and "jaxconv_onednn_data" in text
+    got = f(x, w)
+    assert got.dtype == jnp.bfloat16
+    # the float32 result of the same operands by XLA's formulation, rounded once
+    want = jaxconv.conv_transpose(x.astype(jnp.float32), w.astype(jnp.float32), strides=2,
+                                  pads_begin=1, pads_end=1, data_format="NXC",
+                                  filter_format="XOI", precision=lax.Precision.HIGHEST,
+                                  lowering="grid").astype(jnp.bfloat16)
+    h.assert_close(got, want, jnp.bfloat16)
+    if widened_faster:  # summed in float32 as the oracle: at most one rounding apart
+        gap = np.abs(np.asarray(got, np.float32) - np.asarray(want, np.float32))
+        ulp = np.abs(np.asarray(want, np.float32)) * 2.0 ** -7
+        assert np.all(gap <= ulp + 1e-6)

@@ -204,8 +204,8 @@ def test_kernels_reject_an_unknown_method():
     p = _problem_strided(2)
     dy, w = jnp.ones(p.y_shape), jnp.ones(p.filter_shape)
     with pytest.raises(ValueError, match=r"lowering: method must be 'auto', 'direct' or one of \['grid', "
-                                         r"'phases', 'dot', 'vjp', 'onednn', 'winograd', 'winograd_2x2', "
-                                         r"'winograd_3x3', 'winograd_4x4', 'per_group', "
+                                         r"'phases', 'dot', 'vjp', 'onednn', 'onednn_f32', 'winograd', "
+                                         r"'winograd_2x2', 'winograd_3x3', 'winograd_4x4', 'per_group', "
                                          r"'block_diagonal'\], "
                                          r"got 'fft'"):
         lowering.data_grad(dy, w, p, method="fft")
@@ -217,7 +217,7 @@ def test_inapplicable_or_unknown_method():
     x, dy = jnp.ones((1, 6, 6, 4)), jnp.ones((1, 4, 4, 4))
     with pytest.raises(ValueError, match=r"^convolution_backprop_filters: lowering must be one of "
                                          r"\['auto', 'direct', 'conv', 'feature_group', 'shifted', 'dot', "
-                                         r"'vjp', 'onednn', 'winograd', 'winograd_2x2', "
+                                         r"'vjp', 'onednn', 'onednn_f32', 'winograd', 'winograd_2x2', "
                                          r"'winograd_3x3', 'winograd_4x4', 'per_group', "
                                          r"'block_diagonal'\], got 'fast'"):
         jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering="fast")
@@ -235,7 +235,7 @@ def test_inapplicable_or_unknown_method():
         jaxconv.convolution_backprop_filters(x, dy, (3, 3, 4, 4), lowering=None)
     with pytest.raises(ValueError, match="^convolution_backward_data: lowering must be one of "
                                          r"\['auto', 'direct', 'grid', 'phases', 'dot', 'vjp', 'onednn', "
-                                         r"'winograd', 'winograd_2x2', 'winograd_3x3', "
+                                         r"'onednn_f32', 'winograd', 'winograd_2x2', 'winograd_3x3', "
                                          r"'winograd_4x4', 'per_group', 'block_diagonal'\], "
                                          r"got 'fft'"):
         jaxconv.convolution_backward_data(dy, jnp.ones((3, 3, 4, 4)), (6, 6), lowering="fft")

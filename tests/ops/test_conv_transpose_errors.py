@@ -102,7 +102,7 @@ CASES = [
      ["these shapes match weights_format='IOX': pass it"]),
     ("lowering-unknown", lambda: ct(X, W, **S2, lowering="phase"), ValueError,
      ["conv_transpose: lowering must be one of ['auto', 'direct', 'grid', 'phases', 'dot', 'vjp', "
-      "'onednn', 'winograd', 'winograd_2x2', 'winograd_3x3', 'winograd_4x4', 'per_group', "
+      "'onednn', 'onednn_f32', 'winograd', 'winograd_2x2', 'winograd_3x3', 'winograd_4x4', 'per_group', "
       "'block_diagonal'], got 'phase'"]),
     ("lowering-inapplicable", lambda: ctw(X, DY, WS, **S2, lowering="shifted"), ValueError,
      ["conv_transpose_backward_weights: lowering='shifted' does not apply to this problem"]),

@@ -158,7 +158,7 @@ CASES = [
      ["filter [3, 3, 4, 6] in XIO format holds O=6, I=4", "I=2 (input channels 4 / groups 2)"]),
     ("lowering-unknown", lambda: bpf(X, DY, FS, **P1, lowering="fast"), ValueError,
      ["convolution_backprop_filters: lowering must be one of ['auto', 'direct', 'conv', 'feature_group', "
-      "'shifted', 'dot', 'vjp', 'onednn', 'winograd', 'winograd_2x2', 'winograd_3x3', "
+      "'shifted', 'dot', 'vjp', 'onednn', 'onednn_f32', 'winograd', 'winograd_2x2', 'winograd_3x3', "
       "'winograd_4x4', 'per_group', 'block_diagonal'], got 'fast'"]),
     ("lowering-inapplicable-shifted", lambda: bpf(X, DY, FS, **P1, lowering="shifted"), ValueError,
      ["convolution_backprop_filters: lowering='shifted' does not apply to this problem: 'shifted' "
@@ -169,11 +169,11 @@ CASES = [
      ["convolution_backward_weights: lowering='feature_group' does not apply", "groups=1"]),
     ("lowering-unknown-data", lambda: bwd(DY, W, (8, 8), **P1, lowering="fft"), ValueError,
      ["convolution_backward_data: lowering must be one of ['auto', 'direct', 'grid', 'phases', 'dot', "
-      "'vjp', 'onednn', 'winograd', 'winograd_2x2', 'winograd_3x3', 'winograd_4x4', 'per_group', "
-      "'block_diagonal'], got 'fft'"]),
+      "'vjp', 'onednn', 'onednn_f32', 'winograd', 'winograd_2x2', 'winograd_3x3', 'winograd_4x4', "
+      "'per_group', 'block_diagonal'], got 'fft'"]),
     ("lowering-unknown-forward", lambda: fwd(X, W, lowering="grid"), ValueError,
      ["convolution: lowering must be one of ['auto', 'direct', 'conv', 'dot', 'shifted', 'onednn', "
-      "'winograd', 'winograd_2x2', 'winograd_3x3', 'winograd_4x4', 'per_group', "
+      "'onednn_f32', 'winograd', 'winograd_2x2', 'winograd_3x3', 'winograd_4x4', 'per_group', "
       "'block_diagonal'], got 'grid'"]),
     ("lowering-inapplicable-forward", lambda: fwd(X, W, lowering="shifted"), ValueError,
      ["convolution: lowering='shifted' does not apply to this problem: 'shifted' needs one "

@@ -97,7 +97,7 @@ CASES = [
      ValueError, ["pass its values as output_shape="]),
     ("lowering-unknown", lambda: gcbd(X, W, lowering="conv"), ValueError,
      ["group_convolution_backprop_data: lowering must be one of ['auto', 'direct', 'grid', 'phases', "
-      "'dot', 'vjp', 'onednn', 'winograd', 'winograd_2x2', 'winograd_3x3', 'winograd_4x4', "
+      "'dot', 'vjp', 'onednn', 'onednn_f32', 'winograd', 'winograd_2x2', 'winograd_3x3', 'winograd_4x4', "
       "'per_group', 'block_diagonal'], got 'conv'"]),
 ]
 

@@ -153,6 +153,9 @@ CANDIDATE_CLASSES = {
     "table": "the table's method alone: XLA's own program, a larger problem, or XLA's program "
              "not applying",
 }
+# On 16-bit operands where the table's method is oneDNN's, the "small" and "table" classes
+# also time oneDNN's float32 kernel on the operands widened (``onednn_f32``:
+# widened_challenges).
 
 
 def candidate_class(kernel: Kernel, p: ConvProblem, method: str, *, xla_applies: bool) -> str:
@@ -172,9 +175,19 @@ def candidates(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, *,
     if klass == "winograd":
         return (*(f"winograd_{m}x{m}" for m in winograd.timed_tiles(kernel, p, dtype)),
                 "onednn")
-    if klass == "small":
-        return (method, XLA_OWN[kernel])
-    return (method,)
+    names = (method, XLA_OWN[kernel]) if klass == "small" else (method,)
+    return (*names, "onednn_f32") if widened_challenges(kernel, p, method, dtype) else names
+
+
+def widened_challenges(kernel: Kernel, p: ConvProblem, method: str, dtype: Any) -> bool:
+    """Whether oneDNN's float32 kernel on the widened operands (``onednn_f32``) challenges the
+    table's oneDNN for ``kernel`` of ``p`` on 16-bit operands: up to
+    :data:`WINOGRAD_MEASURE_MAX_MACS` (docs/lowerings.md, "Timed choices": on a 2-core Xeon
+    without AMX oneDNN's bfloat16 kernels ran slower than its float32 ones)."""
+    return (method == "onednn" and dtype is not None
+            and np.dtype(dtype) in onednn.WIDENED_DTYPES
+            and tables.macs(p) <= WINOGRAD_MEASURE_MAX_MACS
+            and onednn.widened_applies(kernel, p, dtype) is None)
 
 
 def rule(kernel: Kernel, p: ConvProblem, method: str, dtype: Any) -> str:
@@ -193,16 +206,26 @@ def _contest(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision:
     names = candidates(kernel, p, method, dtype, xla_applies=xla_own_applies(kernel, p))
 
     def call(m: str) -> Callable[[Array, Array], Array]:
+        # onednn_f32 is timed as oneDNN's float32 kernel on float32 operands: in a program the
+        # widening and the rounding back are elementwise casts that XLA fuses into the
+        # operations producing the operands and consuming the result (flax's mixed precision
+        # casts float32 parameters to bfloat16: the two casts are one pass); timed with its
+        # casts, it lost layers that it wins in a program (docs/lowerings.md, "Timed choices")
+        widened = m == "onednn_f32"
+        leaf, leaf_dtype = ("onednn", np.float32) if widened else (m, dtype)
+
         def run(a: Array, b: Array) -> Array:  # planned where it is traced (timed), not before
-            forced = plan(kernel, p, method=m, backend="cpu", dtype=dtype, precision=precision,
-                          preferred_element_type=preferred_element_type)
+            forced = plan(kernel, p, method=leaf, backend="cpu", dtype=leaf_dtype,
+                          precision=precision,
+                          preferred_element_type=None if widened else preferred_element_type)
             return execute(forced, a, b, p)
         return run
     side = winograd.fewest_products_tile(kernel, p, dtype) if method == "winograd" else None
     return measured.Contest(
         kernel, p, method, np.dtype(dtype), precision, preferred_element_type,
         rule=rule(kernel, p, method, dtype), calls={m: call(m) for m in names},
-        fewest=None if side is None else f"winograd_{side}x{side}")
+        fewest=None if side is None else f"winograd_{side}x{side}",
+        operand_dtypes={"onednn_f32": np.dtype(np.float32)} if "onednn_f32" in names else {})
 
 
 def _one_device(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any, precision: Precision,
@@ -270,7 +293,9 @@ def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dt
         # applies); so does a problem a batching rule made grouped (vmap over the filter).
         # ("auto" leaves bfloat16 to oneDNN in cpu_table_method.)
         method = "onednn" if ok else default_leaf(kernel)
-    elif method == "onednn" and refused is not None:
+    elif (method == "onednn" and refused is not None) or (
+            method == "onednn_f32"
+            and onednn.widened_applies(kernel, p, dtype, preferred_element_type) is not None):
         method = default_leaf(kernel)  # operands the handler does not take
     if asked not in CHOOSING and method != asked:
         why = f"forced {asked}, which this call cannot run"

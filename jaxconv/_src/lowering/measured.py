@@ -93,7 +93,8 @@ _MIN_ROUNDS, _MAX_ROUNDS, _MIN_SECONDS, _WINOGRAD_SECONDS = 7, 41, 0.02, 0.3
 _TIMING = "each timed call after an untimed one of its own; samples of interleaved rounds"
 #: how a verdict is drawn from the times, also part of the disk cache's key
 _RULE = (f"the rule unless beaten beyond both noises by {CHALLENGER_MARGIN:.0%}; tiles "
-         f"{WINOGRAD_TILE_MARGIN:.0%}; bfloat16 Winograd {WINOGRAD_BFLOAT16_MARGIN:.0%}")
+         f"{WINOGRAD_TILE_MARGIN:.0%}; bfloat16 Winograd {WINOGRAD_BFLOAT16_MARGIN:.0%}; "
+         f"16-bit oneDNN challenged by its float32 kernel, timed on float32 operands")
 
 _LOCK = threading.RLock()  # a combinator's timing lowers (and may time) its sub-problems
 _VERDICTS: dict[str, str] = {}
@@ -335,6 +336,9 @@ class Contest:
     calls: dict[str, Callable[[Array, Array], Array]]
     fewest: str | None = None
     shapes: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    #: the operands' dtype of the candidates timed on other operands than ``dtype``'s (a
+    #: widened kernel, whose casts a program fuses into its neighbours: ``chooser._contest``)
+    operand_dtypes: dict[str, np.dtype] = dataclasses.field(default_factory=dict)
 
 
 def pick(contest: Contest) -> str:
@@ -433,20 +437,22 @@ def _sample_times(c: Contest, seconds: float) -> dict[str, list[float]]:
                           Kernel.WEIGHT: (p.x_shape, p.y_shape)}[c.kernel]
     rng = np.random.default_rng(0)
     with jax.ensure_compile_time_eval():  # run now, also from inside a program's lowering
-        a, b = (jax.device_put(rng.standard_normal(s).astype(c.dtype), jax.devices("cpu")[0])
-                for s in shapes)
+        drawn = [rng.standard_normal(s) for s in shapes]
+        operands = {m: tuple(jax.device_put(v.astype(c.operand_dtypes.get(m, c.dtype)),
+                                            jax.devices("cpu")[0]) for v in drawn)
+                    for m in methods}
         calls = {}
         for m in methods:
             fn = jax.jit(c.calls[m])
-            compiled = fn.lower(a, b).compile()
-            jax.block_until_ready(compiled(a, b))  # type: ignore[no-untyped-call]
+            compiled = fn.lower(*operands[m]).compile()
+            jax.block_until_ready(compiled(*operands[m]))  # type: ignore[no-untyped-call]
             calls[m] = compiled
         samples: dict[str, list[float]] = {m: [] for m in methods}
         start = time.perf_counter()
         for r in range(_MAX_ROUNDS):
             for m, timed in _round(methods, r):
                 t = time.perf_counter()
-                jax.block_until_ready(calls[m](a, b))  # type: ignore[no-untyped-call]
+                jax.block_until_ready(calls[m](*operands[m]))  # type: ignore[no-untyped-call]
                 if timed:
                     samples[m].append(time.perf_counter() - t)
             if r + 1 >= _MIN_ROUNDS and time.perf_counter() - start >= seconds:

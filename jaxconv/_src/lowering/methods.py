@@ -22,6 +22,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     taps.DOT,
     convolution.VJP,
     onednn.ONEDNN,
+    onednn.ONEDNN_F32,
     winograd.WINOGRAD,
     winograd.WINOGRAD_2X2,
     winograd.WINOGRAD_3X3,

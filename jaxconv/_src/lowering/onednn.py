@@ -244,3 +244,52 @@ ONEDNN = Method(
     "onednn", "oneDNN's own primitive through XLA's FFI (CPU, with the ``onednn`` extra)",
     {k: _kernel(k) for k in Kernel},  # type: ignore[misc]
     lambda p: applies(None, p), platforms=("cpu",), per_shard=True, refuses=applies)
+
+
+#: the 16-bit float dtypes whose convolutions oneDNN's float32 kernel may compute, widened
+WIDENED_DTYPES = (np.dtype(jnp.bfloat16), np.dtype(jnp.float16))
+
+
+def widened_applies(kernel: Kernel | None, p: ConvProblem, dtype: DType | None = None,
+                    preferred_element_type: DType = None) -> str | None:
+    """Why ``onednn_f32`` does not compute ``kernel`` of ``p`` with operands of ``dtype``, or
+    None: oneDNN takes the problem in float32, and the result's dtype is the operands' or
+    float32."""
+    why = applies(kernel, p, None if dtype is None else np.dtype(np.float32))
+    if why is not None or dtype is None:
+        return why
+    if np.dtype(dtype) not in (*WIDENED_DTYPES, np.dtype(np.float32)):
+        return (f"widens bfloat16 and float16 operands (float32 ones run as they are), got "
+                f"{np.dtype(dtype)}")
+    if preferred_element_type is None:
+        return None
+    if np.dtype(preferred_element_type) not in (np.dtype(dtype), np.dtype(np.float32)):
+        return (f"returns the operands' dtype or float32, got preferred_element_type "
+                f"{np.dtype(preferred_element_type)} for {np.dtype(dtype)} operands")
+    return None
+
+
+# A 16-bit convolution widened: both operands to float32 (exactly: every bfloat16 and float16
+# value is a float32), oneDNN's float32 kernel, the result rounded once to the operands'
+# dtype (or kept in float32: preferred_element_type). The products are exact in float32 and
+# summed in float32, as oneDNN's 16-bit kernels sum them, so the two differ by the order of
+# the sums only. It is a challenger ``auto`` times against oneDNN's 16-bit kernel
+# (``chooser.candidates``): on a CPU without AMX oneDNN's float32 kernels can be the faster
+# (docs/lowerings.md, "Timed choices").
+def _widened(kernel: Kernel) -> object:
+    leaf = _kernel(kernel)
+
+    def compute(a: Array, b: Array, p: ConvProblem, precision: Precision,
+                preferred_element_type: DType) -> Array:
+        out = preferred_element_type if preferred_element_type is not None else a.dtype
+        wide = jnp.float32
+        got: Array = leaf(a.astype(wide), b.astype(wide), p, precision, None)  # type: ignore[operator]
+        return got.astype(out)
+    return compute
+
+
+ONEDNN_F32 = Method(
+    "onednn_f32", "oneDNN's float32 primitive on the operands widened to float32, the result "
+    "rounded back to their dtype (CPU, with the ``onednn`` extra)",
+    {k: _widened(k) for k in Kernel},  # type: ignore[misc]
+    lambda p: applies(None, p), platforms=("cpu",), refuses=widened_applies)
