@@ -34,7 +34,7 @@ def test_the_page_is_what_its_jsons_give():
 
 def test_the_page_is_short_and_every_table_names_its_commit():
     text = page.PAGE.read_text()
-    assert len(text.splitlines()) <= 200
+    assert len(text.splitlines()) <= 220  # serving on two CPUs (AMD and Intel)
     for t in page.TABLES:
         assert t.commit(), t.title
         for j in t.jsons:

@@ -230,6 +230,9 @@ TABLES = [
     Table("Serving on CPU", ["inference-f32-zen4.json", "inference-bf16-zen4.json"], _serving,
           _model_machine("inference-f32-zen4.json"),
           _model_commit("inference-f32-zen4.json", "inference-bf16-zen4.json")),
+    Table("Serving on CPU, Intel Xeon", ["inference-f32-xeon.json", "inference-bf16-xeon.json"],
+          _serving, _model_machine("inference-f32-xeon.json"),
+          _model_commit("inference-f32-xeon.json", "inference-bf16-xeon.json")),
     Table("Per kernel: oneDNN's benchdnn lists", ["full.json"], _lists, _lists_machine,
           _model_commit("full.json")),
     Table("GPU", ["quick-gpu-h100.json", "accelerate-steps-h100.json"], _gpu,
@@ -343,6 +346,13 @@ a model on CPU"):
 {_table("Serving on CPU")}
 
 {_serving_short(_BY_TITLE["Serving on CPU"].jsons)}
+
+The same on a 2-core Intel Xeon with AVX-512 BF16 and FP16 but no AMX (its own row of the table
+of machines above):
+
+{_table("Serving on CPU, Intel Xeon")}
+
+{_serving_short(_BY_TITLE["Serving on CPU, Intel Xeon"].jsons)}
 
 ## Per kernel: oneDNN's benchdnn lists
 
