@@ -9,6 +9,7 @@ import pytest
 from jax import lax
 
 import jaxconv
+import jaxconv.testing
 from jaxconv._src import geometry
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import chooser, measured
@@ -350,7 +351,10 @@ def test_onednn_f32_challenges_bfloat16_onednn_on_float32_operands(measuring, mo
                                   filter_format="XOI", precision=lax.Precision.HIGHEST,
                                   lowering="grid").astype(jnp.bfloat16)
     h.assert_close(got, want, jnp.bfloat16)
-    if widened_faster:  # summed in float32 as the oracle: at most one rounding apart
-        gap = np.abs(np.asarray(got, np.float32) - np.asarray(want, np.float32))
-        ulp = np.abs(np.asarray(want, np.float32)) * 2.0 ** -7
-        assert np.all(gap <= ulp + 1e-6)
+    if widened_faster:  # summed in float32 as the oracle: one bfloat16 rounding apart, plus
+        # the float32 sums' own bound (their orders differ by CPU), from the tolerance table
+        want32 = np.asarray(want, np.float32)
+        gap = np.abs(np.asarray(got, np.float32) - want32)
+        bound = (np.abs(want32) * 2.0 ** -7
+                 + jaxconv.testing.tolerance(jnp.float32) * np.max(np.abs(want32)))
+        assert np.all(gap <= bound)

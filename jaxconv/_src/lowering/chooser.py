@@ -212,11 +212,10 @@ def _contest(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision:
         # casts float32 parameters to bfloat16: the two casts are one pass); timed with its
         # casts, it lost layers that it wins in a program (docs/lowerings.md, "Timed choices")
         widened = m == "onednn_f32"
-        leaf, leaf_dtype = ("onednn", np.float32) if widened else (m, dtype)
 
         def run(a: Array, b: Array) -> Array:  # planned where it is traced (timed), not before
-            forced = plan(kernel, p, method=leaf, backend="cpu", dtype=leaf_dtype,
-                          precision=precision,
+            forced = plan(kernel, p, method=m, backend="cpu",
+                          dtype=np.float32 if widened else dtype, precision=precision,
                           preferred_element_type=None if widened else preferred_element_type)
             return execute(forced, a, b, p)
         return run
@@ -293,9 +292,8 @@ def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dt
         # applies); so does a problem a batching rule made grouped (vmap over the filter).
         # ("auto" leaves bfloat16 to oneDNN in cpu_table_method.)
         method = "onednn" if ok else default_leaf(kernel)
-    elif (method == "onednn" and refused is not None) or (
-            method == "onednn_f32"
-            and onednn.widened_applies(kernel, p, dtype, preferred_element_type) is not None):
+    elif method in ("onednn", "onednn_f32") and (refuses := METHODS[method].refuses) and refuses(
+            kernel, p, dtype, preferred_element_type) is not None:
         method = default_leaf(kernel)  # operands the handler does not take
     if asked not in CHOOSING and method != asked:
         why = f"forced {asked}, which this call cannot run"

@@ -438,9 +438,10 @@ def _sample_times(c: Contest, seconds: float) -> dict[str, list[float]]:
     rng = np.random.default_rng(0)
     with jax.ensure_compile_time_eval():  # run now, also from inside a program's lowering
         drawn = [rng.standard_normal(s) for s in shapes]
-        operands = {m: tuple(jax.device_put(v.astype(c.operand_dtypes.get(m, c.dtype)),
-                                            jax.devices("cpu")[0]) for v in drawn)
-                    for m in methods}
+        dtypes = {m: c.operand_dtypes.get(m, c.dtype) for m in methods}
+        by_dtype = {dt: tuple(jax.device_put(v.astype(dt), jax.devices("cpu")[0])
+                              for v in drawn) for dt in set(dtypes.values())}
+        operands = {m: by_dtype[dt] for m, dt in dtypes.items()}
         calls = {}
         for m in methods:
             fn = jax.jit(c.calls[m])
