@@ -102,6 +102,8 @@ def _oracle(x, w, operands, p, post):
     shape = [1] * y.ndim
     shape[df.channel_axis] = y.shape[df.channel_axis]
     for op in post:
+        if op.kind == "convert":  # the chain in float64 throughout
+            continue
         if op.kind == "eltwise":
             y = {"relu": lambda v: np.maximum(v, 0), "clip": lambda v: np.clip(v, op.alpha, op.beta),
                  "tanh": np.tanh, "logistic": lambda v: 1 / (1 + np.exp(-v))}[op.alg](y)
@@ -136,6 +138,57 @@ def test_the_fused_call_computes_the_chain_after_the_convolution(chain, case, ba
     assert library.TARGETS["fused"] in program and library.TARGETS["forward"] not in program
     got = fn(x, w, *operands)
     h.assert_close(got, _oracle(x, w, operands, p, post), jnp.float32)
+
+
+def _mixed(dtype: str) -> list[PostOp]:
+    """A mixed-precision chain as flax writes it after a convolution of ``dtype``: BatchNorm in
+    float32, a residual, rounded back, ReLU6."""
+    return [PostOp("convert", "float32"), PostOp("channel", "sub"),
+            PostOp("channel", "mul_rsqrt", 1e-5), PostOp("channel", "mul"),
+            PostOp("channel", "add"), PostOp("tensor", "add"), PostOp("convert", dtype),
+            PostOp("eltwise", "clip", 0.0, 6.0)]
+
+
+@needs_onednn
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("method", ["onednn", "onednn_f32"])
+def test_a_16_bit_chain_is_one_call_computed_in_float32_and_rounded_once(method, dtype, batch):
+    """A chain after a bfloat16 or float16 convolution, converts and all, is one call, on
+    oneDNN's 16-bit kernel or on its float32 one widened: the post-ops run in float32 on the
+    float32 sums and the result is rounded once, so it is the chain in float64 on the same
+    operands within the dtype's tolerance, and no less accurate than the program as written
+    (``fused.reference``: XLA rounds the convolution's result and the chain's, mean errors
+    compared)."""
+    if method == "onednn" and dtype not in library.status().dtypes:
+        pytest.skip(f"oneDNN does not compute {dtype} on this CPU")
+    rng, x, w, p = _problem(PROBLEMS[0], batch)
+    post = _mixed(dtype)
+    x, w = x.astype(dtype), w.astype(dtype)
+    operands = [o.astype(dtype) if o.ndim > 1 else o for o in _operands(rng, post, p)]
+    fn = jax.jit(lambda x, w, *o: fused.forward(x, w, o, p=p, post=post, method=method))
+    program = fn.lower(x, w, *operands).as_text()
+    assert library.TARGETS["fused"] in program and library.TARGETS["forward"] not in program
+    got = fn(x, w, *operands)
+    assert got.dtype == np.dtype(dtype)
+    want = _oracle(*(np.asarray(v, np.float32) for v in (x, w)),
+                   [np.asarray(o, np.float32) for o in operands], p, post)
+    h.assert_close(got, want, getattr(jnp, dtype))
+    written = jax.jit(lambda x, w, *o: fused.reference(
+        x, w, *o, p=p, post=tuple(post), precision=None, preferred_element_type=None,
+        method="conv"))(x, w, *operands)
+    error = lambda v: np.mean(np.abs(np.asarray(v, np.float64) - want))  # noqa: E731
+    assert error(got) <= error(written), (error(got), error(written))
+
+
+def test_a_chain_must_end_in_the_convolutions_dtype():
+    rng, x, w, p = _problem(PROBLEMS[0], 1)
+    x, w = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+    with pytest.raises(ValueError, match="^fused: post must end in y's dtype bfloat16, got a "
+                                         "chain that ends in float32"):
+        fused.forward(x, w, [], p=p, post=[PostOp("convert", "float32"), PostOp("eltwise", "relu")])
+    with pytest.raises(ValueError, match="^fused: a post-op must be one of"):
+        PostOp("convert", "int8")
 
 
 def test_without_onednn_the_chain_runs_after_the_chosen_convolution():

@@ -15,7 +15,10 @@ in registers, before it is stored (its post-ops): no second pass. So the chain i
 * ``mul_rsqrt`` (``channel`` only): the value times ``rsqrt(c + alpha)``, for a channel vector
   ``c``: BatchNorm's normalizer from its running variance and epsilon, so that the program's
   per-call arithmetic on BatchNorm's vectors runs inside the call, not as XLA operations of its
-  own (``accelerate/rewrites/fused.py``).
+  own (``accelerate/rewrites/fused.py``);
+* ``convert`` to float32 or back to the convolution's 16-bit dtype (``alg``, the dtype's name):
+  a mixed-precision chain (flax's BatchNorm on a bfloat16 convolution computes in float32 and
+  rounds back). The chain ends in the convolution's dtype, and a tensor operand has it.
 
 :data:`fused_p` binds ``(x, W, *operands)`` with the forward's :class:`ConvProblem` and the
 chain; its value is :func:`reference`'s, the forward kernel (:func:`primitive.forward`) followed
@@ -23,7 +26,11 @@ by the chain in lax, operation by operation as the program wrote it. Its lowerin
 device is one call of oneDNN's primitive with the chain as post-ops (the handler composes a
 leading channel-wise affine run into one multiply and add per channel, and folds the multiply
 into the filter where the filter is no larger than y: docs/onednn.md, "Fused chains"), where
-the chooser runs the forward on oneDNN (``"onednn"``: its measured choice, docs/lowerings.md);
+the chooser runs the forward on oneDNN (``"onednn"``, or ``"onednn_f32"`` for 16-bit operands:
+its measured choice, docs/lowerings.md). oneDNN computes every post-op in float32 on the
+accumulated sums and rounds once, to the result's dtype: a 16-bit chain's converts are no
+post-ops there, and its values are at least as accurate as the program's, which rounds the
+convolution's result and each ``convert`` back (the rule of ``accelerate/widening.py``);
 everywhere else (XLA's own convolution or Winograd chosen, another platform, a program split
 across devices, an export) it is :func:`reference`, the program as before. Derivatives and batching are
 :func:`reference`'s (``jax.jvp`` and ``jax.vmap`` of it: jaxconv's kernels), so a fused chain
@@ -51,8 +58,11 @@ from jaxconv._src.kernel import Array, DType, Kernel, Precision
 from jaxconv._src.lowering import chooser, onednn
 
 #: the kinds of post-op, and their algorithms (the handler's codes are their positions:
-#: native/onednn/problem.h)
-KINDS, ELTWISE, BINARY = onednn.POST_KINDS, onednn.POST_ELTWISE, onednn.POST_BINARY
+#: native/onednn/problem.h); ``convert`` is the program's alone (no post-op of oneDNN's)
+KINDS = (*onednn.POST_KINDS, "convert")
+ELTWISE, BINARY = onednn.POST_ELTWISE, onednn.POST_BINARY
+#: the dtypes a ``convert`` post-op goes to
+CONVERTS = ("float32", "bfloat16", "float16")
 
 _BINARY_FN = {"add": lax.add, "sub": lax.sub, "mul": lax.mul, "div": lax.div, "max": lax.max,
               "min": lax.min, "mul_rsqrt": lax.mul}
@@ -63,12 +73,12 @@ class PostOp:
     """One operation of a fused chain (module docstring)."""
 
     kind: str  # one of KINDS
-    alg: str   # one of ELTWISE (kind "eltwise") or BINARY
+    alg: str   # one of ELTWISE (kind "eltwise"), CONVERTS (kind "convert") or BINARY
     alpha: float = 0.0  # clip's lower bound; mul_rsqrt's epsilon
     beta: float = 0.0   # clip's upper bound
 
     def __post_init__(self) -> None:
-        algs = ELTWISE if self.kind == "eltwise" else BINARY
+        algs = {"eltwise": ELTWISE, "convert": CONVERTS}.get(self.kind, BINARY)
         if self.kind not in KINDS or self.alg not in algs:
             raise ValueError(f"fused: a post-op must be one of {KINDS} with an algorithm of "
                              f"{algs}, got {self.kind!r} {self.alg!r}")
@@ -78,7 +88,7 @@ class PostOp:
     @property
     def binary(self) -> bool:
         """Whether it reads an operand."""
-        return self.kind != "eltwise"
+        return self.kind in ("channel", "tensor")
 
 
 def apply_post_ops(y: Array, post: Sequence[PostOp], operands: Sequence[Array],
@@ -90,9 +100,11 @@ def apply_post_ops(y: Array, post: Sequence[PostOp], operands: Sequence[Array],
         if op.kind == "eltwise":
             y = _eltwise(op, y)
             continue
-        side = next(it)
+        if op.kind == "convert":
+            y = lax.convert_element_type(y, np.dtype(op.alg))
+            continue
+        side = next(it).astype(y.dtype)  # exact: the program's operand, widened by the caller
         if op.kind == "channel":
-            side = side.astype(y.dtype)
             if op.alg == "mul_rsqrt":  # the vector's normalizer, then a product
                 side = lax.rsqrt(side + jnp.asarray(op.alpha, y.dtype))
             side = lax.broadcast_in_dim(side, y.shape, (channel_axis,))
@@ -136,19 +148,28 @@ def _batch(args: Sequence[Any], dims: Sequence[Any], **params: Any) -> tuple[Any
     return jax.vmap(functools.partial(reference, **params), in_axes=tuple(dims))(*args), 0
 
 
-def on_onednn(p: ConvProblem, dtype: Any, precision: Precision, preferred_element_type: DType,
-              method: str) -> bool:
-    """Whether the forward of ``p`` runs on oneDNN in a program on one CPU device (the
-    chooser's plan, timed where it times): where the chain fuses."""
+def onednn_method(p: ConvProblem, dtype: Any, precision: Precision,
+                  preferred_element_type: DType, method: str) -> str | None:
+    """The oneDNN method that runs the forward of ``p`` in a program on one CPU device (the
+    chooser's plan, timed where it times): ``"onednn"`` or ``"onednn_f32"``, where the chain
+    fuses; None where another method runs it."""
     plan = chooser.plan(Kernel.FORWARD, p, method=method, backend="cpu", dtype=dtype,
                         precision=precision, preferred_element_type=preferred_element_type)
-    return plan.method == "onednn"
+    return plan.method if plan.method in ("onednn", "onednn_f32") else None
 
 
 def _onednn_program(x: Array, w: Array, *operands: Array, p: ConvProblem,
                     post: tuple[PostOp, ...], precision: Precision,
-                    preferred_element_type: DType, method: str) -> Array:
-    return onednn.fused_forward(x, w, operands, p, post)
+                    preferred_element_type: DType, method: str, widen: bool) -> Array:
+    # oneDNN computes the post-ops in float32 and rounds once: the converts are no post-ops
+    # (module docstring); widened (onednn_f32), the operands go to float32 and the result
+    # comes back to the convolution's dtype, as for its plain forward (lowering/onednn.py)
+    kept = tuple(op for op in post if op.kind != "convert")
+    if not widen or x.dtype == np.float32:
+        return onednn.fused_forward(x, w, operands, p, kept)
+    wide = [v.astype(np.float32) for v in (x, w, *operands)]
+    out = x.dtype if preferred_element_type is None else preferred_element_type
+    return onednn.fused_forward(wide[0], wide[1], wide[2:], p, kept).astype(out)
 
 
 _ONEDNN_RULE = mlir.lower_fun(_onednn_program, multiple_results=False)
@@ -156,12 +177,13 @@ _REFERENCE_RULE = mlir.lower_fun(reference, multiple_results=False)
 
 
 def _cpu_rule(ctx: mlir.LoweringRuleContext, *args: Any, **params: Any) -> Any:
-    if (primitive.partitioned(ctx) or primitive.exported(ctx, params["method"])
-            or not on_onednn(params["p"], ctx.avals_in[0].dtype,  # type: ignore[attr-defined]
-                             params["precision"],
-                             params["preferred_element_type"], params["method"])):
+    if primitive.partitioned(ctx) or primitive.exported(ctx, params["method"]):
         return _REFERENCE_RULE(ctx, *args, **params)
-    return _ONEDNN_RULE(ctx, *args, **params)
+    ours = onednn_method(params["p"], ctx.avals_in[0].dtype,  # type: ignore[attr-defined]
+                         params["precision"], params["preferred_element_type"], params["method"])
+    if ours is None:
+        return _REFERENCE_RULE(ctx, *args, **params)
+    return _ONEDNN_RULE(ctx, *args, widen=ours == "onednn_f32", **params)
 
 
 @functools.partial(jax.jit, static_argnames=_PARAMS)
@@ -188,9 +210,9 @@ def forward(x: Array, w: Array, operands: Sequence[Array], *, p: ConvProblem,
       x: the input, in ``p``'s data layout.
       w: the filter, in ``p``'s filter layout.
       operands: one per binary post-op, in order: a vector of the output channels (float32)
-        for a ``channel`` post-op, an array of y's shape and dtype for a ``tensor`` one.
+        for a ``channel`` post-op, an array of y's shape and x's dtype for a ``tensor`` one.
       p: the forward problem.
-      post: the chain.
+      post: the chain; its ``convert`` post-ops end it in y's dtype.
       precision, preferred_element_type, method: as for jaxconv's forward kernel.
 
     Returns:
@@ -198,9 +220,15 @@ def forward(x: Array, w: Array, operands: Sequence[Array], *, p: ConvProblem,
 
     Raises:
       ValueError: ``operands`` do not match ``post`` (their number, a channel vector's length
-        or dtype, a tensor's shape or dtype).
+        or dtype, a tensor's shape or dtype), or ``post`` ends in another dtype than y's.
     """
     post = tuple(post)
+    dtype = np.dtype(x.dtype if preferred_element_type is None else preferred_element_type)
+    ends = functools.reduce(lambda d, op: np.dtype(op.alg) if op.kind == "convert" else d,
+                            post, dtype)
+    if ends != dtype:
+        raise ValueError(f"fused: post must end in y's dtype {dtype}, got a chain that ends "
+                         f"in {ends}")
     y_shape = Kernel.FORWARD.out_shape(p)
     channels = y_shape[p.data.channel_axis]
     binary = [op for op in post if op.binary]

@@ -6,6 +6,8 @@ unaccelerated function (lax's values and JAX's own derivatives).
 
 from __future__ import annotations
 
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -31,21 +33,25 @@ class Block(nn.Module):
 
     features: int
     bias: bool = False
+    dtype: Any = None  # flax's mixed precision: the computation's dtype
 
     @nn.compact
     def __call__(self, x):
-        norm = lambda name: nn.BatchNorm(use_running_average=True, name=name)  # noqa: E731
-        y = nn.relu6(norm("bn1")(nn.Conv(self.features, (3, 3), use_bias=self.bias)(x)))
-        y = norm("bn2")(nn.Conv(self.features, (3, 3), use_bias=self.bias)(y))
+        norm = lambda name: nn.BatchNorm(use_running_average=True, name=name,  # noqa: E731
+                                         dtype=self.dtype)
+        conv = lambda k, bias: nn.Conv(self.features, k, use_bias=bias,  # noqa: E731
+                                       dtype=self.dtype)
+        y = nn.relu6(norm("bn1")(conv((3, 3), self.bias)(x)))
+        y = norm("bn2")(conv((3, 3), self.bias)(y))
         if x.shape[-1] != self.features:
-            x = norm("bn3")(nn.Conv(self.features, (1, 1), use_bias=False)(x))
+            x = norm("bn3")(conv((1, 1), False)(x))
         return nn.relu(x + y)
 
 
-def _block(features=8, bias=False, channels=4, batch=2):
+def _block(features=8, bias=False, channels=4, batch=2, dtype=None):
     rng = np.random.default_rng(features + channels + batch)
-    x = h.random(rng, (batch, 9, 9, channels))
-    model = Block(features, bias)
+    x = h.random(rng, (batch, 9, 9, channels)).astype(dtype or jnp.float32)
+    model = Block(features, bias, dtype)
     v = model.init(jax.random.key(0), x)
     stats = jax.tree.map(lambda a: jnp.asarray(rng.uniform(0.5, 1.5, a.shape), a.dtype),
                          v["batch_stats"])  # BatchNorm no identity
@@ -168,13 +174,62 @@ def test_derivatives_and_batching_through_a_fused_chain():
     h.assert_close(batched, jax.vmap(model.apply, (None, 0))(v, xs), jnp.float32)
 
 
-def test_a_bfloat16_chain_is_not_fused_and_says_why():
-    rng = np.random.default_rng(4)
-    x, w = (h.random(rng, s).astype(jnp.bfloat16) for s in ((1, 6, 6, 3), (3, 3, 3, 4)))
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@jax.numpy_dtype_promotion("standard")  # flax's BatchNorm mixes the dtype and float32
+def test_a_mixed_precision_blocks_chains_are_fused_converts_and_all(dtype):
+    """flax's mixed precision (``dtype``, float32 parameters): each BatchNorm computes in
+    float32 and rounds back, and the widening pass keeps its float32 value for the residual's
+    add. Each convolution's chain is one fused primitive, converts and all; the residual is
+    read in the convolution's dtype (the input block's, widened by the program; the projection
+    chain's result, which its convert back reads too). The values are the float32 model's
+    within the dtype's tolerance, as the unaccelerated 16-bit model's are."""
+    model, v, x = _block(channels=8, dtype=dtype)
+    fn = model.apply
+    assert _prims(jaxconv.accelerate(fn), v, x).count("jaxconv_fused_forward") == 2
+    labels = sorted(d.label for d in jaxconv.explain(fn, v, x).decisions
+                    if d.matched == "fused chain")
+    name = np.dtype(dtype).name
+    bn = "post-ops float32 sub(c) mul_rsqrt(c, 1e-05) mul(c) add(c)"
+    assert labels == [f"{bn} add(t) {name} float32 relu {name} (where oneDNN runs the forward)",
+                      f"{bn} {name} float32 clip(0, 6) {name} (where oneDNN runs the forward)"]
+    wide = Block(8).apply(v, x.astype(jnp.float32))
+    got = jax.jit(jaxconv.accelerate(fn))(v, x)
+    assert got.dtype == np.dtype(dtype)
+    h.assert_close(fn(v, x).astype(jnp.float32), wide, dtype)  # the tolerance holds as written
+    h.assert_close(got.astype(jnp.float32), wide, dtype)
 
-    def fn(x, w):
-        return jax.nn.relu(lax.conv_general_dilated(x, w, (1, 1), "SAME",
-                                                    dimension_numbers=_DN))
-    assert "jaxconv_fused_forward" not in _prims(jaxconv.accelerate(fn), x, w)
-    h.assert_close(jax.jit(jaxconv.accelerate(fn))(x, w).astype(jnp.float32),
-                   fn(x, w).astype(jnp.float32), jnp.bfloat16)
+
+@needs_onednn
+def test_a_bfloat16_projection_chain_whose_result_is_read_twice_ends_rounded():
+    """A chain whose float32 result (a BatchNorm's, as the widening pass keeps it) a convert
+    back to bfloat16 reads beside float32 readers is fused: the call returns the rounded
+    bfloat16 value, the convert reads it, and the float32 readers read it widened. Without
+    such a convert (the residual add alone reads the float32 value) the chain stays as
+    written, and says why."""
+    rng = np.random.default_rng(6)
+    x, w, u = (h.random(rng, s).astype(jnp.bfloat16)
+               for s in ((1, 6, 6, 8), (1, 1, 8, 8), (3, 3, 8, 8)))
+    mean = h.random(rng, (1, 1, 1, 8))
+
+    def fn(x, w, u, rounded):
+        y = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=_DN)
+        z = y.astype(jnp.float32) - mean
+        out = z + x.astype(jnp.float32)
+        if rounded:
+            z16 = z.astype(jnp.bfloat16)
+            out = out + lax.conv_general_dilated(z16, u, (1, 1), "SAME",
+                                                 dimension_numbers=_DN).astype(jnp.float32)
+        return out
+
+    for rounded in (True, False):
+        f = lambda *a, rounded=rounded: fn(*a, rounded)  # noqa: E731
+        decisions = jaxconv.explain(f, x, w, u).decisions
+        chains = [d.label for d in decisions if d.matched == "fused chain"]
+        reasons = [key for d in decisions for _, key in d.reasons]
+        if rounded:
+            assert any(s.startswith("post-ops float32 sub(c) bfloat16") for s in chains), chains
+            assert any(d.label == "the 16-bit value it widens" for d in decisions)
+        else:
+            assert not any("sub(c)" in s for s in chains) and "fused dtype" in reasons, chains
+        got = jax.jit(jaxconv.accelerate(f))(x, w, u)
+        h.assert_close(got, f(x, w, u), jnp.bfloat16)

@@ -44,7 +44,8 @@ REASONS: dict[str, str] = {
     "no fused chain": "not the end of an element-wise chain of a convolution's result that "
                       "nothing else reads",
     "no forward": "the chain of a convolution that is no forward jaxconv computes",
-    "fused dtype": "the chain of a convolution that is not float32",
+    "fused dtype": "the chain of a convolution that is not float32, bfloat16 or float16, or "
+                   "that ends in (or adds a tensor of) another dtype than the convolution's",
     "fused layout": "the chain of a convolution whose result is not in its input's layout",
     "chain goes on": "its result is the value the next equation of the chain continues",
     "no narrowing": "not a float32 -> bfloat16 cast that only convolutions and products read",
@@ -83,6 +84,9 @@ class Scope:
     equation: Callable[[Any, list[Any]], Any]
     #: per-rewrite state kept over the jaxpr's equations, by the rewrite's name
     state: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: float32 variables whose values are 16-bit values widened (a fused chain's result), with
+    #: those values: a convert back to their dtype reads them (the narrowing rewrite)
+    narrow: dict[Any, Any] = dataclasses.field(default_factory=dict)
 
 
 class Rewrite(abc.ABC):

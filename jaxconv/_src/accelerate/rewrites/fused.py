@@ -2,8 +2,8 @@
 primitive (``lowering/fused.py``: oneDNN's post-ops, where oneDNN runs the forward).
 
 A chain starts at a ``conv_general_dilated`` equation that is a forward convolution (the
-convolution rewrite's forward kernel: no input dilation, no batch groups, float32, its result in
-its input's layout, pads of at least 0) and goes on through equations each of which is the
+convolution rewrite's forward kernel: no input dilation, no batch groups, float32, bfloat16 or
+float16 in and out, its result in its input's layout, pads of at least 0) and goes on through equations each of which is the
 only reader of the value so far (nothing else needs an intermediate value: a training step's
 derivatives do, so its chains stay as written) and computes one or more post-ops
 (``fused.PostOp``) of it:
@@ -13,6 +13,10 @@ derivatives do, so its chains stay as written) and computes one or more post-ops
   bias; BatchNorm's mean, scale and offset in inference mode, as flax writes them), or an
   array of the value's shape and dtype (a residual); ``max`` with the literal 0 is ReLU;
 * ``clamp`` between two literals, ``tanh``, ``logistic``;
+* ``convert_element_type`` between float32 and the convolution's 16-bit dtype (a mixed-precision
+  chain, as the widening pass writes it: ``accelerate/widening.py``); the chain ends in the
+  convolution's dtype, and a residual read in float32 is the widening of one in that dtype,
+  read as it was;
 * a ``mul`` by BatchNorm's normalizer, ``rsqrt(var + eps)`` (times its scale), computed from
   channel vectors that nothing else reads (flax's inference BatchNorm): ``mul_rsqrt`` of the
   variance with ``eps`` (then ``mul`` of the scale), so that the handler computes the
@@ -50,6 +54,8 @@ _COMMUTE = frozenset({"add", "mul", "max", "min"})
 #: the nested jaxprs a chain equation may be (their body a chain of literals)
 _NESTED = {"custom_jvp_call": "call_jaxpr", "jit": "jaxpr", "pjit": "jaxpr"}
 
+#: the dtypes of the convolutions that start a chain
+_DTYPES = tuple(np.dtype(d) for d in fused.CONVERTS)
 #: one post-op of a chain equation and its operand (None, a Literal or a variable)
 Step = tuple[PostOp, Any]
 
@@ -67,8 +73,16 @@ def _steps(eqn: Any, v: Any, y: Any, channel_axis: int, literals_only: bool = Fa
            ) -> list[Step] | None:
     """``eqn`` as post-ops of the value ``v`` (abstract value ``y``), or None."""
     name = eqn.primitive.name
-    if len(eqn.outvars) != 1 or eqn.outvars[0].aval.shape != y.shape or (
-            eqn.outvars[0].aval.dtype != y.dtype):
+    if len(eqn.outvars) != 1 or eqn.outvars[0].aval.shape != y.shape:
+        return None
+    if name == "convert_element_type":
+        to = np.dtype(eqn.params["new_dtype"])
+        if (list(eqn.invars) != [v] or to.name not in fused.CONVERTS
+                or np.dtype(y.dtype).name not in fused.CONVERTS
+                or eqn.params.get("sharding") is not None):
+            return None
+        return [(PostOp("convert", to.name), None)] if to != y.dtype else []
+    if eqn.outvars[0].aval.dtype != y.dtype:
         return None
     if name in _NESTED:
         body = eqn.params.get(_NESTED[name])
@@ -77,7 +91,7 @@ def _steps(eqn: Any, v: Any, y: Any, channel_axis: int, literals_only: bool = Fa
             return None
         steps, value = [], body.invars[0]
         for inner in body.eqns:
-            got = _steps(inner, value, y, channel_axis, literals_only=True)
+            got = _steps(inner, value, value.aval, channel_axis, literals_only=True)
             if got is None:
                 return None
             steps += got
@@ -132,11 +146,11 @@ def _forward(eqn: Any) -> str | None:
     out = eqn.outvars[0].aval
     if kernel_of(params, lhs, rhs, out.shape) is not Kernel.FORWARD:
         return "no forward"
-    if not all(a.dtype == np.float32 for a in (lhs, rhs, out)):
+    if lhs.dtype not in _DTYPES or not lhs.dtype == rhs.dtype == out.dtype:
         return "fused dtype"
     if (any(d != 1 for d in params["lhs_dilation"]) or params["batch_group_count"] != 1
             or any(lo < 0 or hi < 0 for lo, hi in params["padding"])
-            or params["preferred_element_type"] not in (None, np.float32)):
+            or params["preferred_element_type"] not in (None, out.dtype)):
         return "no forward"
     lhs_spec, _, out_spec = params["dimension_numbers"]
     n = lhs.ndim - 2
@@ -153,26 +167,29 @@ class FusedConvolution(Rewrite):
     docstring)."""
 
     name = "fused chain"
-    primitives = frozenset({*_BINARY, "clamp", "tanh", "logistic", *_NESTED})
+    primitives = frozenset({*_BINARY, "clamp", "tanh", "logistic", "convert_element_type",
+                            *_NESTED})
 
     def match(self, eqn: Any, scope: Scope) -> Match | str:
-        found = _chain(eqn, scope.analysis)
-        if isinstance(found, str):
+        found = _chain(eqn, scope.analysis, scope.narrow)
+        if found == "no fused chain":
             return found
-        conv, steps = found
         (out,) = eqn.outvars
         readers = scope.analysis.reading.get(out, [])
         if len(readers) == 1 and out not in scope.analysis.results:
             carried = _carried(readers[0], scope.analysis)
             if carried is not None and carried[0] is out:  # its chain, through ours
                 return "chain goes on"
+        if isinstance(found, str):
+            return found
+        conv, steps, dtype = found
         reads = (*conv.invars, *(side for _, side in steps if side is not None))
         label = "post-ops " + " ".join(_describe(op) for op, _ in steps)
-        return Match(self, eqn, tuple(reads), (conv, tuple(op for op, _ in steps)),
+        return Match(self, eqn, tuple(reads), (conv, tuple(op for op, _ in steps), dtype),
                      f"{label} (where oneDNN runs the forward)")
 
     def emit(self, match: Match, values: Sequence[Any], scope: Scope) -> list[Any]:
-        conv, post = match.detail
+        conv, post, dtype = match.detail
         x, w, *sides = values
         params = conv.params
         xs, ws, p = lax_conv.forward_operands(
@@ -180,11 +197,14 @@ class FusedConvolution(Rewrite):
             [tuple(q) for q in params["padding"]], params["rhs_dilation"],
             params["feature_group_count"])
         channels = Kernel.FORWARD.out_shape(p)[p.data.channel_axis]
-        operands, it = [], iter(sides)
+        operands, it = [], iter(zip(match.reads[2:], sides))
         for op in post:
             if not op.binary:
                 continue
-            side = jnp.asarray(next(it))
+            var, side = next(it)
+            if op.kind == "tensor" and side.dtype != x.dtype:  # a chain's widened result
+                side = scope.narrow[var]
+            side = jnp.asarray(side)
             if op.kind == "channel":
                 side = jnp.broadcast_to(side.astype(jnp.float32).reshape(-1), (channels,))
             operands.append(side)
@@ -192,7 +212,11 @@ class FusedConvolution(Rewrite):
             "accelerate", params["precision"], params["preferred_element_type"])
         y = fused.forward(xs, ws, operands, p=p, post=post, precision=precision,
                           preferred_element_type=out_dtype, method=scope.lowering)
-        return [y]
+        if y.dtype == dtype:
+            return [y]
+        (end,) = match.eqn.outvars
+        scope.narrow[end] = y  # a convert back reads it (the narrowing rewrite)
+        return [y.astype(dtype)]
 
 
 def _operand_order(eqn: Any) -> list[Any]:
@@ -257,9 +281,12 @@ def _normalizer(step: Step, y: Any, channel_axis: int, analysis: Any) -> list[St
     return steps + ([(PostOp("channel", "mul"), scale)] if scale is not None else [])
 
 
-def _chain(eqn: Any, analysis: Any) -> tuple[Any, list[Step]] | str:
-    """The convolution and the post-ops of the chain that ends at ``eqn``, or why none."""
+def _chain(eqn: Any, analysis: Any, narrow: dict[Any, Any]
+           ) -> tuple[Any, list[Step], np.dtype] | str:
+    """The convolution, the post-ops and the result's dtype of the chain that ends at ``eqn``
+    (:func:`_typed`), or why none."""
     steps: list[Step] = []
+    end = eqn.outvars[0]
     while True:
         found = _carried(eqn, analysis)
         if found is None:  # the chain does not reach a convolution
@@ -268,8 +295,49 @@ def _chain(eqn: Any, analysis: Any) -> tuple[Any, list[Step]] | str:
         steps = got + steps
         if producer.primitive.name == "conv_general_dilated":
             why = _forward(producer)
-            return why if why is not None else (producer, steps)
+            return why if why is not None else _typed(producer, steps, end, analysis, narrow)
         eqn = producer
+
+
+def _typed(conv: Any, steps: list[Step], end: Any, analysis: Any, narrow: dict[Any, Any]
+           ) -> tuple[Any, list[Step], np.dtype] | str:
+    """The chain of ``conv`` as the fused call computes it, in the convolution's dtype, and
+    the dtype of ``end``, its last value, which the call's result is converted to; or why not.
+
+    A tensor operand read in float32 where the program widened it from the convolution's
+    dtype, or where it is an earlier fused chain's 16-bit result widened (``narrow``), is read
+    in that dtype (exact). The call's post-ops end where the chain last
+    is in the convolution's dtype; converts after that are the result's. A 16-bit chain whose
+    arithmetic goes on in float32 past that point ends rounded to its dtype where a reader of
+    ``end`` rounds it so (flax's BatchNorm result, which the widening pass keeps in float32 for
+    its element-wise readers: they read the rounded value, as the program reads it); else it
+    is refused (module docstring)."""
+    dtype = np.dtype(conv.outvars[0].aval.dtype)
+    at, out, last = dtype, [], 0
+    for op, side in steps:
+        if op.kind == "convert":
+            at = np.dtype(op.alg)
+        elif op.kind == "tensor" and side.aval.dtype != dtype and not (
+                side in narrow and narrow[side].dtype == dtype):
+            widening = analysis.producer.get(side)
+            if (widening is None or widening.primitive.name != "convert_element_type"
+                    or isinstance(widening.invars[0], Literal)
+                    or widening.invars[0].aval.dtype != dtype):
+                return "fused dtype"
+            side = widening.invars[0]
+        out.append((op, side))
+        if at == dtype:
+            last = len(out)
+    if any(op.kind != "convert" for op, _ in out[last:]):
+        rounded = any(r.primitive.name == "convert_element_type"
+                      and np.dtype(r.params["new_dtype"]) == dtype
+                      for r in analysis.reading.get(end, []))
+        if not rounded:
+            return "fused dtype"
+        out, last = [*out, (PostOp("convert", dtype.name), None)], len(out) + 1
+    if not any(op.kind != "convert" for op, _ in out[:last]):
+        return "no fused chain"
+    return conv, out[:last], np.dtype(end.aval.dtype)
 
 
 def _channel_axis(y: Any, producer: Any, analysis: Any) -> int:
@@ -288,9 +356,11 @@ def _channel_axis(y: Any, producer: Any, analysis: Any) -> int:
 
 def _describe(op: PostOp) -> str:
     """``relu``, ``clip(0, 6)``, ``mul(c)`` (by a channel vector), ``add(t)`` (a tensor),
-    ``mul_rsqrt(c, 1e-05)`` (its epsilon)."""
+    ``mul_rsqrt(c, 1e-05)`` (its epsilon), ``float32`` (a convert)."""
     if op.alg == "mul_rsqrt":
         return f"mul_rsqrt(c, {op.alpha:g})"
+    if op.kind == "convert":
+        return op.alg
     if op.kind == "eltwise":
         return f"clip({op.alpha:g}, {op.beta:g})" if op.alg == "clip" else op.alg
     return f"{op.alg}({'c' if op.kind == 'channel' else 't'})"

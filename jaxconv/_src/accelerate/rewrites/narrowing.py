@@ -14,7 +14,9 @@ XLA's, bit for bit (``tests/accelerate/rewrites/test_narrowing.py``).
 
 It takes a ``convert_element_type`` from float32 to bfloat16 whose readers are all
 convolutions or matrix products (what jaxconv's kernels read); a cast an element-wise
-consumer reads stays XLA's, fused into that consumer's loop. Measured on XLA:CPU only; other
+consumer reads stays XLA's, fused into that consumer's loop. A convert of a value that is a
+16-bit value widened (a fused chain's result that float32 readers read too:
+``rewrites/fused.py``, ``Scope.narrow``) back to its dtype, whatever reads it, is that value. Measured on XLA:CPU only; other
 backends run the same program (the same values), not timed.
 """
 
@@ -56,13 +58,17 @@ def _cast_jvp(primals: tuple[Array], tangents: tuple[Array]) -> tuple[Array, Arr
 
 class NarrowingConvert(Rewrite):
     """A float32 -> bfloat16 cast that only convolutions and products read, as
-    :func:`round_to_bfloat16` (module docstring)."""
+    :func:`round_to_bfloat16`; a convert back of a widened 16-bit value, as that value
+    (module docstring)."""
 
     name = "narrowing convert"
     primitives = frozenset({"convert_element_type"})
 
     def match(self, eqn: Any, scope: Scope) -> Match | str:
         (x,), (out,) = eqn.invars, eqn.outvars
+        if (not isinstance(x, Literal) and x in scope.narrow
+                and np.dtype(eqn.params["new_dtype"]) == scope.narrow[x].dtype):
+            return Match(self, eqn, (x,), "widened", label="the 16-bit value it widens")
         if (isinstance(x, Literal) or np.dtype(x.aval.dtype) != np.float32
                 or np.dtype(eqn.params["new_dtype"]) != np.dtype(jnp.bfloat16)
                 or eqn.params.get("sharding") is not None):
@@ -74,4 +80,6 @@ class NarrowingConvert(Rewrite):
         return Match(self, eqn, (x,), label="rounded by integer operations")
 
     def emit(self, match: Match, values: Sequence[Any], scope: Scope) -> list[Any]:
+        if match.detail == "widened":
+            return [scope.narrow[match.reads[0]]]
         return [round_to_bfloat16(values[0])]
