@@ -140,6 +140,18 @@ def test_the_fused_call_computes_the_chain_after_the_convolution(chain, case, ba
     h.assert_close(got, _oracle(x, w, operands, p, post), jnp.float32)
 
 
+# one example, NHWC, each with at least two work units (native/onednn/decisions.h): the handler
+# splits y's rows into chunks on XLA's pool, each reading its rows of x (and of the residual)
+# with its own pads; (case, dilations)
+ROW_PROBLEMS = [
+    (("NXC", "XIO", 1, 16, 32, (64, 40), (3, 3), (1, 1), (1, 1), (1, 1)), (1, 1)),
+    (("NXC", "XIO", 1, 16, 32, (97, 40), (3, 3), (2, 2), (1, 1), (0, 1)), (1, 1)),
+    (("NXC", "XIO", 1, 16, 32, (61, 40), (3, 3), (1, 1), (4, 1), (2, 3)), (2, 1)),
+    (("NXC", "XIO", 4, 32, 32, (150, 120), (5, 3), (3, 1), (0, 1), (4, 1)), (1, 1)),
+    (("NXC", "XIO", 1, 32, 128, (131, 30), (1, 1), (2, 1), (0, 0), (0, 0)), (1, 1)),
+]
+
+
 def _mixed(dtype: str) -> list[PostOp]:
     """A mixed-precision chain as flax writes it after a convolution of ``dtype``: BatchNorm in
     float32, a residual, rounded back, ReLU6."""
@@ -150,22 +162,28 @@ def _mixed(dtype: str) -> list[PostOp]:
 
 
 @needs_onednn
-@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("residual", ["16-bit", "float32"])
+@pytest.mark.parametrize("case, batch", [(PROBLEMS[0], 1), (PROBLEMS[0], 3), (ROW_PROBLEMS[0][0], 1)],
+                         ids=["small-1", "small-3", "rows-1"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("method", ["onednn", "onednn_f32"])
-def test_a_16_bit_chain_is_one_call_computed_in_float32_and_rounded_once(method, dtype, batch):
+def test_a_16_bit_chain_is_one_call_computed_in_float32_and_rounded_once(
+        method, dtype, case, batch, residual):
     """A chain after a bfloat16 or float16 convolution, converts and all, is one call, on
     oneDNN's 16-bit kernel or on its float32 one widened: the post-ops run in float32 on the
     float32 sums and the result is rounded once, so it is the chain in float64 on the same
     operands within the dtype's tolerance, and no less accurate than the program as written
     (``fused.reference``: XLA rounds the convolution's result and the chain's, mean errors
-    compared)."""
+    compared). The residual, added where the chain is float32, is read in the convolution's
+    dtype or in float32 (the handler's wide tensor), one call whole, in chunks of the batch or
+    of one example's rows, each reading its part of it."""
     if method == "onednn" and dtype not in library.status().dtypes:
         pytest.skip(f"oneDNN does not compute {dtype} on this CPU")
-    rng, x, w, p = _problem(PROBLEMS[0], batch)
+    rng, x, w, p = _problem(case, batch)
     post = _mixed(dtype)
     x, w = x.astype(dtype), w.astype(dtype)
-    operands = [o.astype(dtype) if o.ndim > 1 else o for o in _operands(rng, post, p)]
+    operands = [o.astype(dtype if residual == "16-bit" else jnp.float32) if o.ndim > 1 else o
+                for o in _operands(rng, post, p)]
     fn = jax.jit(lambda x, w, *o: fused.forward(x, w, o, p=p, post=post, method=method))
     program = fn.lower(x, w, *operands).as_text()
     assert library.TARGETS["fused"] in program and library.TARGETS["forward"] not in program
@@ -260,18 +278,6 @@ def test_chunks_of_the_batch_read_their_rows_of_the_residual():
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one CPU: XLA's pool has one thread, the call runs whole")
     assert mine and all(c["x"][0] < 4 and c["threading"] == "single" for c in mine), mine
-
-
-# one example, NHWC, each with at least two work units (native/onednn/decisions.h): the handler
-# splits y's rows into chunks on XLA's pool, each reading its rows of x (and of the residual)
-# with its own pads; (case, dilations)
-ROW_PROBLEMS = [
-    (("NXC", "XIO", 1, 16, 32, (64, 40), (3, 3), (1, 1), (1, 1), (1, 1)), (1, 1)),
-    (("NXC", "XIO", 1, 16, 32, (97, 40), (3, 3), (2, 2), (1, 1), (0, 1)), (1, 1)),
-    (("NXC", "XIO", 1, 16, 32, (61, 40), (3, 3), (1, 1), (4, 1), (2, 3)), (2, 1)),
-    (("NXC", "XIO", 4, 32, 32, (150, 120), (5, 3), (3, 1), (0, 1), (4, 1)), (1, 1)),
-    (("NXC", "XIO", 1, 32, 128, (131, 30), (1, 1), (2, 1), (0, 0), (0, 0)), (1, 1)),
-]
 
 
 @needs_onednn

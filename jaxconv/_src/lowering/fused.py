@@ -11,7 +11,8 @@ in registers, before it is stored (its post-ops): no second pass. So the chain i
   (ReLU6), tanh, logistic);
 * a binary operation of the value so far and an operand, in that order (``add``, ``sub``,
   ``mul``, ``div``, ``max``, ``min``): a float32 vector of the output channels (``channel``), or a
-  tensor of y's shape and dtype (``tensor``: a residual);
+  tensor of y's shape (``tensor``: a residual) in x's dtype or, where the chain is float32 at
+  that point, in float32;
 * ``mul_rsqrt`` (``channel`` only): the value times ``rsqrt(c + alpha)``, for a channel vector
   ``c``: BatchNorm's normalizer from its running variance and epsilon, so that the program's
   per-call arithmetic on BatchNorm's vectors runs inside the call, not as XLA operations of its
@@ -52,14 +53,14 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from jaxconv._src import primitive
+from jaxconv._src import primitive, rounding
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Array, DType, Kernel, Precision
 from jaxconv._src.lowering import chooser, onednn
 
 #: the kinds of post-op, and their algorithms (the handler's codes are their positions:
 #: native/onednn/problem.h); ``convert`` is the program's alone (no post-op of oneDNN's)
-KINDS = (*onednn.POST_KINDS, "convert")
+KINDS = (*onednn.POST_KINDS[:3], "convert")
 ELTWISE, BINARY = onednn.POST_ELTWISE, onednn.POST_BINARY
 #: the dtypes a ``convert`` post-op goes to
 CONVERTS = ("float32", "bfloat16", "float16")
@@ -169,7 +170,7 @@ def _onednn_program(x: Array, w: Array, *operands: Array, p: ConvProblem,
         return onednn.fused_forward(x, w, operands, p, kept)
     wide = [v.astype(np.float32) for v in (x, w, *operands)]
     out = x.dtype if preferred_element_type is None else preferred_element_type
-    return onednn.fused_forward(wide[0], wide[1], wide[2:], p, kept).astype(out)
+    return rounding.narrowed(onednn.fused_forward(wide[0], wide[1], wide[2:], p, kept), out)
 
 
 _ONEDNN_RULE = mlir.lower_fun(_onednn_program, multiple_results=False)
@@ -210,7 +211,8 @@ def forward(x: Array, w: Array, operands: Sequence[Array], *, p: ConvProblem,
       x: the input, in ``p``'s data layout.
       w: the filter, in ``p``'s filter layout.
       operands: one per binary post-op, in order: a vector of the output channels (float32)
-        for a ``channel`` post-op, an array of y's shape and x's dtype for a ``tensor`` one.
+        for a ``channel`` post-op, an array of y's shape for a ``tensor`` one, in x's dtype
+        or the chain's dtype at that post-op (float32 after a ``convert`` to it).
       p: the forward problem.
       post: the chain; its ``convert`` post-ops end it in y's dtype.
       precision, preferred_element_type, method: as for jaxconv's forward kernel.
@@ -235,15 +237,20 @@ def forward(x: Array, w: Array, operands: Sequence[Array], *, p: ConvProblem,
     if len(binary) != len(operands):
         raise ValueError(f"fused: operands must be one per binary post-op ({len(binary)}), "
                          f"got {len(operands)}")
-    checked = []
-    for op, v in zip(binary, operands):
-        v = jnp.asarray(v)
+    checked, at, sides = [], np.dtype(x.dtype), iter(operands)
+    for op in post:
+        if op.kind == "convert":
+            at = np.dtype(op.alg)
+        if not op.binary:
+            continue
+        v = jnp.asarray(next(sides))
         if op.kind == "channel" and (v.shape != (channels,) or v.dtype != np.float32):
             raise ValueError(f"fused: a channel operand must be float32[{channels}], got "
                              f"{v.dtype}{list(v.shape)}")
-        if op.kind == "tensor" and (v.shape != y_shape or v.dtype != x.dtype):
-            raise ValueError(f"fused: a tensor operand must be {x.dtype}{list(y_shape)}, got "
-                             f"{v.dtype}{list(v.shape)}")
+        if op.kind == "tensor" and (v.shape != y_shape or v.dtype not in (x.dtype, at)):
+            there = f" (or {at}, the chain's dtype there)" if at != x.dtype else ""
+            raise ValueError(f"fused: a tensor operand must be {x.dtype}{list(y_shape)}{there}, "
+                             f"got {v.dtype}{list(v.shape)}")
         checked.append(v)
     out: Array = fused_p.bind(  # type: ignore[no-untyped-call]
         x, w, *checked, p=p, post=post, precision=precision,

@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxconv._src import rounding
 from jaxconv._src.geometry import ConvProblem, conv_output_size
 from jaxconv._src.kernel import Array, DType, Kernel, Precision
 from jaxconv._src.lowering import common
@@ -199,7 +200,8 @@ def _kernel(kernel: Kernel) -> object:
         target = library.TARGETS["fused" if post else kernel.value]
         call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(kernel.out_shape(p), a.dtype))  # type: ignore[no-untyped-call]
         out: Array = call(
-            a, b, *operands, op=p.op, groups=np.int64(p.groups), **_post_attrs(post),
+            a, b, *operands, op=p.op, groups=np.int64(p.groups),
+            **_post_attrs(post, operands, a.dtype),
             data_axes=np.array(p.data.spec, np.int64),
             filter_axes=np.array(p.filter_layout.spec(swap=p.filter_swap), np.int64),
             strides=np.array(p.strides, np.int64), dilations=np.array(p.dilations, np.int64),
@@ -212,18 +214,28 @@ def _kernel(kernel: Kernel) -> object:
 
 
 #: a fused forward's post-op kinds and algorithms (``fused.PostOp``), each the handler's code
-#: by its position (``native/onednn/problem.h``)
-POST_KINDS = ("eltwise", "channel", "tensor")
+#: by its position (``native/onednn/problem.h``); a float32 ``tensor`` beside a 16-bit y is
+#: the handler's ``wide_tensor``
+POST_KINDS = ("eltwise", "channel", "tensor", "wide_tensor")
 POST_ELTWISE = ("relu", "clip", "tanh", "logistic")
 POST_BINARY = ("add", "sub", "mul", "div", "max", "min", "mul_rsqrt")
 
 
-def _post_attrs(post: tuple[Any, ...]) -> dict[str, np.ndarray]:
-    """A fused forward's post-ops as the handler's attributes (none for a plain kernel)."""
+def _post_attrs(post: tuple[Any, ...], operands: Sequence[Array], dtype: Any
+                ) -> dict[str, np.ndarray]:
+    """A fused forward's post-ops as the handler's attributes (none for a plain kernel): a
+    float32 tensor operand beside a 16-bit ``dtype`` is a ``wide_tensor``."""
     if not post:
         return {}
+    sides = iter(operands)
+    kinds = []
+    for op in post:
+        side = next(sides) if op.binary else None
+        wide = (op.kind == "tensor" and side is not None and side.dtype == np.float32
+                and np.dtype(dtype) != np.float32)
+        kinds.append(POST_KINDS.index("wide_tensor" if wide else op.kind))
     return dict(
-        post_kinds=np.array([POST_KINDS.index(op.kind) for op in post], np.int64),
+        post_kinds=np.array(kinds, np.int64),
         post_algs=np.array([(POST_ELTWISE if op.kind == "eltwise" else POST_BINARY).index(op.alg)
                             for op in post], np.int64),
         post_alphas=np.array([op.alpha for op in post], np.float32),
@@ -271,7 +283,8 @@ def widened_applies(kernel: Kernel | None, p: ConvProblem, dtype: DType | None =
 
 # A 16-bit convolution widened: both operands to float32 (exactly: every bfloat16 and float16
 # value is a float32), oneDNN's float32 kernel, the result rounded once to the operands'
-# dtype (or kept in float32: preferred_element_type). The products are exact in float32 and
+# dtype (bfloat16 by integer operations, rounding.py) or kept in float32
+# (preferred_element_type). The products are exact in float32 and
 # summed in float32, as oneDNN's 16-bit kernels sum them, so the two differ by the order of
 # the sums only. It is a challenger ``auto`` times against oneDNN's 16-bit kernel
 # (``chooser.candidates``): on a CPU without AMX oneDNN's float32 kernels can be the faster
@@ -284,7 +297,7 @@ def _widened(kernel: Kernel) -> object:
         out = preferred_element_type if preferred_element_type is not None else a.dtype
         wide = jnp.float32
         got: Array = leaf(a.astype(wide), b.astype(wide), p, precision, None)  # type: ignore[operator]
-        return got.astype(out)
+        return rounding.narrowed(got, out)
     return compute
 
 

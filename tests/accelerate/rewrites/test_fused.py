@@ -186,6 +186,17 @@ def test_a_mixed_precision_blocks_chains_are_fused_converts_and_all(dtype):
     model, v, x = _block(channels=8, dtype=dtype)
     fn = model.apply
     assert _prims(jaxconv.accelerate(fn), v, x).count("jaxconv_fused_forward") == 2
+    # a projection shortcut: its BatchNorm's float32 result, which only the add reads, is
+    # read in float32 by the last chain; its own chain, which nothing rounds, stays
+    projected, vp, xp = _block(channels=4, dtype=dtype)
+    assert _prims(jaxconv.accelerate(projected.apply), vp, xp).count(
+        "jaxconv_fused_forward") == 2
+    reasons = [key for d in jaxconv.explain(projected.apply, vp, xp).decisions
+               for _, key in d.reasons]
+    assert "fused dtype" in reasons
+    wide = Block(8).apply(vp, xp.astype(jnp.float32))
+    h.assert_close(jax.jit(jaxconv.accelerate(projected.apply))(vp, xp).astype(jnp.float32),
+                   wide, dtype)
     labels = sorted(d.label for d in jaxconv.explain(fn, v, x).decisions
                     if d.matched == "fused chain")
     name = np.dtype(dtype).name

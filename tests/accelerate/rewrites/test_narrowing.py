@@ -12,7 +12,7 @@ import numpy as np
 from jax import lax
 
 import jaxconv
-from jaxconv._src.accelerate.rewrites.narrowing import round_to_bfloat16
+from jaxconv._src.rounding import round_to_bfloat16
 from tests.support import helpers as h
 
 _DN = ("NHWC", "HWIO", "NHWC")

@@ -45,7 +45,8 @@ REASONS: dict[str, str] = {
                       "nothing else reads",
     "no forward": "the chain of a convolution that is no forward jaxconv computes",
     "fused dtype": "the chain of a convolution that is not float32, bfloat16 or float16, or "
-                   "that ends in (or adds a tensor of) another dtype than the convolution's",
+                   "that goes on in float32 past its last value in the convolution's dtype "
+                   "with no reader converting its result back",
     "fused layout": "the chain of a convolution whose result is not in its input's layout",
     "chain goes on": "its result is the value the next equation of the chain continues",
     "no narrowing": "not a float32 -> bfloat16 cast that only convolutions and products read",

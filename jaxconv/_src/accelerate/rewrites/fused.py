@@ -15,8 +15,8 @@ derivatives do, so its chains stay as written) and computes one or more post-ops
 * ``clamp`` between two literals, ``tanh``, ``logistic``;
 * ``convert_element_type`` between float32 and the convolution's 16-bit dtype (a mixed-precision
   chain, as the widening pass writes it: ``accelerate/widening.py``); the chain ends in the
-  convolution's dtype, and a residual read in float32 is the widening of one in that dtype,
-  read as it was;
+  convolution's dtype (or in float32 rounded from it: :func:`_typed`), and a residual read in
+  float32 is read in the convolution's dtype where it is one widened;
 * a ``mul`` by BatchNorm's normalizer, ``rsqrt(var + eps)`` (times its scale), computed from
   channel vectors that nothing else reads (flax's inference BatchNorm): ``mul_rsqrt`` of the
   variance with ``eps`` (then ``mul`` of the scale), so that the handler computes the
@@ -202,8 +202,8 @@ class FusedConvolution(Rewrite):
             if not op.binary:
                 continue
             var, side = next(it)
-            if op.kind == "tensor" and side.dtype != x.dtype:  # a chain's widened result
-                side = scope.narrow[var]
+            if op.kind == "tensor" and side.dtype != x.dtype and var in scope.narrow:
+                side = scope.narrow[var]  # a chain's 16-bit result, which the program widened
             side = jnp.asarray(side)
             if op.kind == "channel":
                 side = jnp.broadcast_to(side.astype(jnp.float32).reshape(-1), (channels,))
@@ -306,7 +306,7 @@ def _typed(conv: Any, steps: list[Step], end: Any, analysis: Any, narrow: dict[A
 
     A tensor operand read in float32 where the program widened it from the convolution's
     dtype, or where it is an earlier fused chain's 16-bit result widened (``narrow``), is read
-    in that dtype (exact). The call's post-ops end where the chain last
+    in that dtype (exact, and half the bytes); any other is read in float32. The call's post-ops end where the chain last
     is in the convolution's dtype; converts after that are the result's. A 16-bit chain whose
     arithmetic goes on in float32 past that point ends rounded to its dtype where a reader of
     ``end`` rounds it so (flax's BatchNorm result, which the widening pass keeps in float32 for
@@ -320,11 +320,10 @@ def _typed(conv: Any, steps: list[Step], end: Any, analysis: Any, narrow: dict[A
         elif op.kind == "tensor" and side.aval.dtype != dtype and not (
                 side in narrow and narrow[side].dtype == dtype):
             widening = analysis.producer.get(side)
-            if (widening is None or widening.primitive.name != "convert_element_type"
-                    or isinstance(widening.invars[0], Literal)
-                    or widening.invars[0].aval.dtype != dtype):
-                return "fused dtype"
-            side = widening.invars[0]
+            if (widening is not None and widening.primitive.name == "convert_element_type"
+                    and not isinstance(widening.invars[0], Literal)
+                    and widening.invars[0].aval.dtype == dtype):
+                side = widening.invars[0]
         out.append((op, side))
         if at == dtype:
             last = len(out)

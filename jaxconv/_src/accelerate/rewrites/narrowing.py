@@ -1,23 +1,19 @@
 """The narrowing rewrite: a float32 value rounded to bfloat16 for jaxconv's kernels, by integer
-operations.
+operations (``rounding.py``).
 
 A mixed-precision program casts its float32 parameters to bfloat16 at every call (flax's
 ``dtype=jnp.bfloat16`` with float32 ``param_dtype``) and the convolutions and products read the
 bfloat16 copies. Under ``accelerate`` those readers are jaxconv's kernels (custom calls, into
 which XLA fuses nothing), so each cast is a loop of its own, and XLA:CPU's ``convert`` to
-bfloat16 is slow: 800K values took 0.23 ms, where the same rounding written as integer
-operations took 0.07 ms (3.2M: 0.44 against 0.20; 2-core Zen 4 VM). The rounding, to nearest
-with ties to even, on the bits of a float32 ``u``: ``(u + 0x7FFF + ((u >> 16) & 1)) >> 16``, the
-upper half of the rounded value (an overflow to the exponent's all-ones is infinity, as IEEE
-rounding gives); a NaN keeps its sign and upper bits, quieted (``| 0x40``). The values are
-XLA's, bit for bit (``tests/accelerate/rewrites/test_narrowing.py``).
+bfloat16 is slow; the rounding by integer operations (``rounding.py``, with the figures) gives
+XLA's values bit for bit in a third to a half of the time.
 
 It takes a ``convert_element_type`` from float32 to bfloat16 whose readers are all
 convolutions or matrix products (what jaxconv's kernels read); a cast an element-wise
 consumer reads stays XLA's, fused into that consumer's loop. A convert of a value that is a
 16-bit value widened (a fused chain's result that float32 readers read too:
-``rewrites/fused.py``, ``Scope.narrow``) back to its dtype, whatever reads it, is that value. Measured on XLA:CPU only; other
-backends run the same program (the same values), not timed.
+``rewrites/fused.py``, ``Scope.narrow``) back to its dtype, whatever reads it, is that value.
+Measured on XLA:CPU only; other backends run the same program (the same values), not timed.
 """
 
 from __future__ import annotations
@@ -25,35 +21,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 from jax.extend.core import Literal
 
 from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope
-from jaxconv._src.kernel import Array
+from jaxconv._src.rounding import round_to_bfloat16
 
 #: the equations that read a cast's result where the cast is rounded by integer operations
 KERNEL_READERS = frozenset({"conv_general_dilated", "dot_general"})
-
-
-@jax.custom_jvp
-def round_to_bfloat16(x: Array) -> Array:
-    """``x.astype(jnp.bfloat16)`` for a float32 ``x``, by integer operations (module
-    docstring); its derivatives are the cast's (``grad`` of an accelerated function reads
-    them)."""
-    u = lax.bitcast_convert_type(x, jnp.uint32)
-    rounded = (u + jnp.uint32(0x7FFF) + ((u >> 16) & jnp.uint32(1))) >> 16
-    nan = (u >> 16) | jnp.uint32(0x40)
-    bits = lax.select(x != x, nan, rounded).astype(jnp.uint16)
-    return lax.bitcast_convert_type(bits, jnp.bfloat16)
-
-
-@round_to_bfloat16.defjvp
-def _cast_jvp(primals: tuple[Array], tangents: tuple[Array]) -> tuple[Array, Array]:
-    (x,), (t,) = primals, tangents
-    return round_to_bfloat16(x), t.astype(jnp.bfloat16)
 
 
 class NarrowingConvert(Rewrite):

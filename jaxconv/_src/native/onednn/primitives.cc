@@ -47,7 +47,8 @@ dnnl::reorder Reorder(const memory::desc& from, const memory::desc& to) {
 }
 
 // A fused forward's post-ops (problem.h) as oneDNN's, each binary one's operand descriptor kept
-// in `e`: a channel vector as (1, C, 1...) float32, a tensor as y in the caller's layout.
+// in `e`: a channel vector as (1, C, 1...) float32, a tensor as y in the caller's layout (in
+// float32 for a kWideTensor).
 dnnl::post_ops PostOps(const Problem& p, Entry& e) {
   static const dnnl::algorithm eltwise[] = {
       dnnl::algorithm::eltwise_relu, dnnl::algorithm::eltwise_clip,
@@ -65,7 +66,9 @@ dnnl::post_ops PostOps(const Problem& p, Entry& e) {
       po.append_eltwise(eltwise[op.alg], op.alpha, op.beta);
       continue;
     }
-    memory::desc md = e.user_y;
+    memory::desc md = op.kind == PostKind::kWideTensor
+                          ? DataMd(p.y_dims, p.data_axes, memory::data_type::f32)
+                          : e.user_y;
     if (op.kind == PostKind::kChannel) {
       memory::dims dims(p.y_dims.size(), 1);
       dims[1] = p.y_dims[p.data_axes[1]];

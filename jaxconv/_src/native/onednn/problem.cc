@@ -25,6 +25,10 @@ Problem::Key Problem::MakeKey() const {
 
 bool Binary(const PostOp& op) { return op.kind != PostKind::kEltwise; }
 
+bool Tensor(const PostOp& op) {
+  return op.kind == PostKind::kTensor || op.kind == PostKind::kWideTensor;
+}
+
 size_t KeyHash::operator()(const Problem::Key& key) const {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
   for (int64_t v : key) h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;

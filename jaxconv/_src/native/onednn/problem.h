@@ -13,7 +13,8 @@
 // follows the convolution in the caller's program, computed on each output in oneDNN's
 // registers before it is stored (docs/onednn.md, "Fused chains"). Each binary post-op reads
 // the next of the call's further operands: a float32 vector of the output channels, or a
-// tensor of y's shape, layout and dtype (a residual).
+// tensor of y's shape and layout (a residual) in y's dtype or, beside a 16-bit y, in float32
+// (a mixed-precision program's residual kept in float32).
 //
 // The rest of the handler reads this struct only. docs/onednn.md, "oneDNN itself as a
 // lowering", says what the handler does with it.
@@ -33,8 +34,9 @@ enum class Kernel { kForward = 0, kData = 1, kWeight = 2 };
 
 // A post-op: an element-wise function of the output (kEltwise: its algorithm's codes below,
 // alpha and beta its parameters), or a binary one with the next operand (kChannel: one value
-// per output channel; kTensor: one per output element).
-enum class PostKind { kEltwise = 0, kChannel = 1, kTensor = 2 };
+// per output channel; kTensor: one per output element, in y's dtype; kWideTensor: the same in
+// float32).
+enum class PostKind { kEltwise = 0, kChannel = 1, kTensor = 2, kWideTensor = 3 };
 // kEltwise algorithms: relu, clip to [alpha, beta], tanh, logistic
 enum class EltwiseAlg { kRelu = 0, kClip = 1, kTanh = 2, kLogistic = 3 };
 // binary algorithms: output op operand; kMulRsqrt (channel only): output * rsqrt(operand +
@@ -74,7 +76,9 @@ double Elements(const std::vector<int64_t>& dims);
 size_t ElementSize(memory::data_type t);
 // Multiply-adds: y's elements times the taps and input channels each one sums.
 double Macs(const Problem& p);
-// Whether a binary post-op reads a tensor of y's shape (each chunk of the batch its own rows).
+// Whether a post-op reads an operand (a binary one).
 bool Binary(const PostOp& op);
+// Whether a post-op reads a tensor of y's shape (each chunk of the batch its own rows).
+bool Tensor(const PostOp& op);
 
 }  // namespace jaxconv_onednn

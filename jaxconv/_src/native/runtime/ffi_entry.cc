@@ -151,7 +151,8 @@ JAXCONV_ONEDNN_HANDLER(Data, Kernel::kData)
 JAXCONV_ONEDNN_HANDLER(Weight, Kernel::kWeight)
 
 // A forward with its post-ops (problem.h): x, the filter, then one operand per binary post-op
-// (a float32 vector of y's channels, or a tensor of y's shape and dtype), in order.
+// (a float32 vector of y's channels, or a tensor of y's shape, in y's dtype or float32), in
+// order.
 ffi::Error FusedImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::RemainingArgs rest,
                      ffi::Result<ffi::AnyBuffer> out, std::string_view op,
                      ffi::Span<const int64_t> data_axes, ffi::Span<const int64_t> filter_axes,
@@ -172,7 +173,7 @@ ffi::Error FusedImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::RemainingArgs rest
   std::vector<PostOp> post(n);
   std::vector<void*> sides;
   for (size_t i = 0; i < n; ++i) {
-    if (post_kinds[i] < 0 || post_kinds[i] > 2)
+    if (post_kinds[i] < 0 || post_kinds[i] > 3)
       return ffi::Error::InvalidArgument(prefix + "unknown post-op kind");
     post[i] = PostOp{static_cast<PostKind>(post_kinds[i]), post_algs[i], post_alphas[i],
                      post_betas[i]};
@@ -182,13 +183,16 @@ ffi::Error FusedImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::RemainingArgs rest
     auto side = rest.get<ffi::AnyBuffer>(sides.size());
     if (!side.has_value()) return side.error();
     const bool channel = post[i].kind == PostKind::kChannel;
+    const bool wide = post[i].kind == PostKind::kWideTensor;
     const bool ok = channel ? side->element_type() == ffi::DataType::F32 &&
                                   static_cast<int64_t>(side->element_count()) == channels
-                            : side->element_type() == out->element_type() &&
+                            : side->element_type() == (wide ? ffi::DataType::F32
+                                                             : out->element_type()) &&
                                   ToVector(side->dimensions()) == ToVector(y_dims);
     if (!ok)
       return ffi::Error::InvalidArgument(
           prefix + (channel ? "a channel post-op operand must be float32 with y's channels"
+                    : wide  ? "a wide tensor post-op operand must be float32 of y's shape"
                             : "a tensor post-op operand must have y's shape and dtype"));
     sides.push_back(side->untyped_data());
   }

@@ -73,8 +73,10 @@ void RunChunk(Job& job, int64_t i) {
   std::vector<void*> sides = job.sides;  // a tensor operand: the chunk's part, as y's
   for (size_t k = 0, s = 0; k < q.post_ops.size(); ++k) {
     if (!Binary(q.post_ops[k])) continue;
-    if (q.post_ops[k].kind == PostKind::kTensor)
-      sides[s] = static_cast<char*>(sides[s]) + span.y_begin * ys;
+    if (Tensor(q.post_ops[k])) {  // a float32 one's steps are wider than y's
+      const size_t step = q.post_ops[k].kind == PostKind::kWideTensor ? ys / bytes * 4 : ys;
+      sides[s] = static_cast<char*>(sides[s]) + span.y_begin * step;
+    }
     ++s;
   }
   try {  // a forward or data gradient: each chunk reads the whole filter
