@@ -33,8 +33,8 @@ accumulated sums and rounds once, to the result's dtype: a 16-bit chain's conver
 post-ops there, and its values are at least as accurate as the program's, which rounds the
 convolution's result and each ``convert`` back (the rule of ``accelerate/widening.py``);
 everywhere else (XLA's own convolution or Winograd chosen, another platform, a program split
-across devices, an export) it is :func:`reference`, the program as before. Derivatives and batching are
-:func:`reference`'s (``jax.jvp`` and ``jax.vmap`` of it: jaxconv's kernels), so a fused chain
+across devices, an export) it is :func:`reference`, the program as before. Derivatives and
+batching are :func:`reference`'s (``jax.jvp`` and ``jax.vmap`` of it: jaxconv's kernels), so a fused chain
 composes with ``grad`` and ``vmap`` as the unfused one does. ``accelerate`` binds it where it
 sees such a chain (``accelerate/rewrites/fused.py``); docs/onednn.md, "Fused chains".
 """
@@ -60,7 +60,7 @@ from jaxconv._src.lowering import chooser, onednn
 
 #: the kinds of post-op, and their algorithms (the handler's codes are their positions:
 #: native/onednn/problem.h); ``convert`` is the program's alone (no post-op of oneDNN's)
-KINDS = (*onednn.POST_KINDS[:3], "convert")
+KINDS = (*(k for k in onednn.POST_KINDS if k != "wide_tensor"), "convert")
 ELTWISE, BINARY = onednn.POST_ELTWISE, onednn.POST_BINARY
 #: the dtypes a ``convert`` post-op goes to
 CONVERTS = ("float32", "bfloat16", "float16")
@@ -90,6 +90,16 @@ class PostOp:
     def binary(self) -> bool:
         """Whether it reads an operand."""
         return self.kind in ("channel", "tensor")
+
+
+def dtypes(post: Sequence[PostOp], start: Any) -> list[np.dtype]:
+    """The chain's dtype after each post-op of ``post``, from ``start`` (y's dtype): a
+    ``convert`` changes it, every other post-op keeps it."""
+    out, at = [], np.dtype(start)
+    for op in post:
+        at = np.dtype(op.alg) if op.kind == "convert" else at
+        out.append(at)
+    return out
 
 
 def apply_post_ops(y: Array, post: Sequence[PostOp], operands: Sequence[Array],
@@ -226,8 +236,8 @@ def forward(x: Array, w: Array, operands: Sequence[Array], *, p: ConvProblem,
     """
     post = tuple(post)
     dtype = np.dtype(x.dtype if preferred_element_type is None else preferred_element_type)
-    ends = functools.reduce(lambda d, op: np.dtype(op.alg) if op.kind == "convert" else d,
-                            post, dtype)
+    along = dtypes(post, dtype)
+    ends = along[-1] if along else dtype
     if ends != dtype:
         raise ValueError(f"fused: post must end in y's dtype {dtype}, got a chain that ends "
                          f"in {ends}")
@@ -237,10 +247,8 @@ def forward(x: Array, w: Array, operands: Sequence[Array], *, p: ConvProblem,
     if len(binary) != len(operands):
         raise ValueError(f"fused: operands must be one per binary post-op ({len(binary)}), "
                          f"got {len(operands)}")
-    checked, at, sides = [], np.dtype(x.dtype), iter(operands)
-    for op in post:
-        if op.kind == "convert":
-            at = np.dtype(op.alg)
+    checked, sides = [], iter(operands)
+    for op, at in zip(post, along):
         if not op.binary:
             continue
         v = jnp.asarray(next(sides))

@@ -3,8 +3,8 @@ primitive (``lowering/fused.py``: oneDNN's post-ops, where oneDNN runs the forwa
 
 A chain starts at a ``conv_general_dilated`` equation that is a forward convolution (the
 convolution rewrite's forward kernel: no input dilation, no batch groups, float32, bfloat16 or
-float16 in and out, its result in its input's layout, pads of at least 0) and goes on through equations each of which is the
-only reader of the value so far (nothing else needs an intermediate value: a training step's
+float16 in and out, its result in its input's layout, pads of at least 0) and goes on through
+equations each of which is the only reader of the value so far (nothing else needs an intermediate value: a training step's
 derivatives do, so its chains stay as written) and computes one or more post-ops
 (``fused.PostOp``) of it:
 
@@ -306,18 +306,17 @@ def _typed(conv: Any, steps: list[Step], end: Any, analysis: Any, narrow: dict[A
 
     A tensor operand read in float32 where the program widened it from the convolution's
     dtype, or where it is an earlier fused chain's 16-bit result widened (``narrow``), is read
-    in that dtype (exact, and half the bytes); any other is read in float32. The call's post-ops end where the chain last
-    is in the convolution's dtype; converts after that are the result's. A 16-bit chain whose
+    in that dtype (exact, and half the bytes); any other is read in float32. The call's
+    post-ops end where the chain last is in the convolution's dtype; converts after that are
+    the result's. A 16-bit chain whose
     arithmetic goes on in float32 past that point ends rounded to its dtype where a reader of
     ``end`` rounds it so (flax's BatchNorm result, which the widening pass keeps in float32 for
     its element-wise readers: they read the rounded value, as the program reads it); else it
     is refused (module docstring)."""
     dtype = np.dtype(conv.outvars[0].aval.dtype)
-    at, out, last = dtype, [], 0
-    for op, side in steps:
-        if op.kind == "convert":
-            at = np.dtype(op.alg)
-        elif op.kind == "tensor" and side.aval.dtype != dtype and not (
+    out, last = [], 0
+    for (op, side), at in zip(steps, fused.dtypes([op for op, _ in steps], dtype)):
+        if op.kind == "tensor" and side.aval.dtype != dtype and not (
                 side in narrow and narrow[side].dtype == dtype):
             widening = analysis.producer.get(side)
             if (widening is not None and widening.primitive.name == "convert_element_type"

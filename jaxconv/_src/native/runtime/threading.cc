@@ -74,7 +74,7 @@ void RunChunk(Job& job, int64_t i) {
   for (size_t k = 0, s = 0; k < q.post_ops.size(); ++k) {
     if (!Binary(q.post_ops[k])) continue;
     if (Tensor(q.post_ops[k])) {  // a float32 one's steps are wider than y's
-      const size_t step = q.post_ops[k].kind == PostKind::kWideTensor ? ys / bytes * 4 : ys;
+      const size_t step = q.post_ops[k].kind == PostKind::kWideTensor ? ys / bytes * sizeof(float) : ys;
       sides[s] = static_cast<char*>(sides[s]) + span.y_begin * step;
     }
     ++s;
