@@ -113,7 +113,7 @@ def rule(bind: Any, args: tuple[Array, Array], dims: tuple[int | None, int | Non
         pet = params["preferred_element_type"]  # None: the operands' dtype
         return jnp.zeros((0, *kernel.out_shape(p)), a.dtype if pet is None else pet), 0
     f = plan(kernel, p, da is not None, db is not None, size)
-    if method != "auto" and lowering.why_not(method, kernel, f.p) is not None:
+    if method not in lowering.CHOOSING and lowering.why_not(method, kernel, f.p) is not None:
         # a forced method the fold would take out of its reach ("shifted" with x alone
         # batched): broadcast the other operand and fold both into the groups
         a, da = (a, da) if da is not None else (jnp.broadcast_to(a, (size, *a.shape)), 0)

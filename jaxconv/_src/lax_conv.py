@@ -175,20 +175,28 @@ def forward_operands(x: Any, w: Any, dn: lax.ConvDimensionNumbers, strides: Sequ
     """The operands of a forward convolution of ``dimension_numbers`` ``dn`` (pads at least 0)
     in jaxconv's layouts, and its problem: data (N, *X, C) with filter (*X, I, O), or
     (N, C, *X) with (O, I, *X) where both already are (no transpose)."""
-    lhs_spec, rhs_spec, _ = dn
-    n = x.ndim - 2
-    if tuple(lhs_spec) == tuple(range(n + 2)) and tuple(rhs_spec) == tuple(range(n + 2)):
-        data_format, filter_format, xs, ws = "NCX", "OIX", x, w
+    lhs_spec, _, _ = dn
+    ws, filter_format = forward_filter(w, dn)
+    if filter_format == "OIX":
+        data_format, xs = "NCX", x
     else:
-        data_format, filter_format = "NXC", "XIO"
+        data_format = "NXC"
         xs = _transposed(x, (lhs_spec[0], *lhs_spec[2:], lhs_spec[1]))
-        ws = _transposed(w, (*rhs_spec[2:], rhs_spec[1], rhs_spec[0]))
     p = geometry.convolution_problem(
         _OP, _NAMES, x_shape=tuple(xs.shape), y_shape=None, w_shape=tuple(ws.shape),
         strides=tuple(strides), pads_begin=[lo for lo, _ in pads],
         pads_end=[hi for _, hi in pads], dilations=tuple(rhs_dilation), auto_pad="explicit",
         groups=groups, data_format=data_format, filter_format=filter_format)
     return xs, ws, p
+
+
+def forward_filter(w: Any, dn: lax.ConvDimensionNumbers) -> tuple[Any, str]:
+    """The filter of :func:`forward_operands` (a host array stays one) and its format."""
+    lhs_spec, rhs_spec, _ = dn
+    n = w.ndim - 2
+    if tuple(lhs_spec) == tuple(range(n + 2)) and tuple(rhs_spec) == tuple(range(n + 2)):
+        return w, "OIX"
+    return _transposed(w, (*rhs_spec[2:], rhs_spec[1], rhs_spec[0])), "XIO"
 
 
 def _transposed(a: Any, perm: Sequence[int]) -> Any:

@@ -19,6 +19,7 @@
 
 from jaxconv._src.lowering.chooser import (
     BACKENDS,
+    CHOOSING,
     PLATFORMS,
     keep_freed_memory,
     lax_computes,
@@ -43,6 +44,7 @@ from jaxconv._src.lowering.registry import (
 
 __all__ = [
     "BACKENDS",
+    "CHOOSING",
     "METHODS",
     "PLATFORMS",
     "Method",

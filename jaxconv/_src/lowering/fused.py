@@ -35,7 +35,10 @@ convolution's result and each ``convert`` back (the rule of ``accelerate/widenin
 everywhere else (XLA's own convolution or Winograd chosen, another platform, a program split
 across devices, an export) it is :func:`reference`, the program as before. Derivatives and
 batching are :func:`reference`'s (``jax.jvp`` and ``jax.vmap`` of it: jaxconv's kernels), so a fused chain
-composes with ``grad`` and ``vmap`` as the unfused one does. ``accelerate`` binds it where it
+composes with ``grad`` and ``vmap`` as the unfused one does. A filter that is a constant of the
+program may come packed (:func:`pack`: moved once into the primitive's layout), an operand
+after the chain's that the oneDNN call reads in place of ``W`` and everything else leaves
+unread (docs/onednn.md, "Packed filters"). ``accelerate`` binds it where it
 sees such a chain (``accelerate/rewrites/fused.py``); docs/onednn.md, "Fused chains".
 """
 
@@ -133,19 +136,24 @@ def _eltwise(op: PostOp, y: Array) -> Array:
 
 fused_p = Primitive("jaxconv_fused_forward")
 
-_PARAMS = ("p", "post", "precision", "preferred_element_type", "method")
+_PARAMS = ("p", "post", "precision", "preferred_element_type", "method", "packed")
 
 
 def reference(x: Array, w: Array, *operands: Array, p: ConvProblem, post: tuple[PostOp, ...],
-              precision: Precision, preferred_element_type: DType, method: str) -> Array:
-    """The fused primitive's value: jaxconv's forward kernel, then the chain in lax."""
+              precision: Precision, preferred_element_type: DType, method: str,
+              packed: str = "") -> Array:
+    """The fused primitive's value: jaxconv's forward kernel, then the chain in lax (a packed
+    filter, the last operand where ``packed`` names its method, unread: :func:`pack`)."""
+    if packed:
+        operands = operands[:-1]
     y = primitive.forward(x, w, p=p, precision=precision,
                           preferred_element_type=preferred_element_type, method=method)
     return apply_post_ops(y, post, operands, p.data.channel_axis)
 
 
 def _abstract_eval(x: Any, w: Any, *operands: Any, p: ConvProblem, post: tuple[PostOp, ...],
-                   precision: Precision, preferred_element_type: DType, method: str) -> Any:
+                   precision: Precision, preferred_element_type: DType, method: str,
+                   packed: str) -> Any:
     dtype = np.dtype(preferred_element_type if preferred_element_type is not None else x.dtype)
     return primitive.result_aval(fused_p.name, Kernel.FORWARD.out_shape(p), dtype, x, w)
 
@@ -171,16 +179,22 @@ def onednn_method(p: ConvProblem, dtype: Any, precision: Precision,
 
 def _onednn_program(x: Array, w: Array, *operands: Array, p: ConvProblem,
                     post: tuple[PostOp, ...], precision: Precision,
-                    preferred_element_type: DType, method: str, widen: bool) -> Array:
+                    preferred_element_type: DType, method: str, packed: str, widen: bool,
+                    read_packed: bool) -> Array:
     # oneDNN computes the post-ops in float32 and rounds once: the converts are no post-ops
     # (module docstring); widened (onednn_f32), the operands go to float32 and the result
-    # comes back to the convolution's dtype, as for its plain forward (lowering/onednn.py)
+    # comes back to the convolution's dtype, as for its plain forward (lowering/onednn.py);
+    # a filter packed for the method that runs is the call's filter as it is (pack)
     kept = tuple(op for op in post if op.kind != "convert")
+    if packed:
+        w = operands[-1] if read_packed else w
+        operands = operands[:-1]
     if not widen or x.dtype == np.float32:
         return onednn.fused_forward(x, w, operands, p, kept)
-    wide = [v.astype(np.float32) for v in (x, w, *operands)]
+    wide = [v.astype(np.float32) for v in (x, *operands)]
+    wide_w = w if read_packed else w.astype(np.float32)
     out = x.dtype if preferred_element_type is None else preferred_element_type
-    return rounding.narrowed(onednn.fused_forward(wide[0], wide[1], wide[2:], p, kept), out)
+    return rounding.narrowed(onednn.fused_forward(wide[0], wide_w, wide[1:], p, kept), out)
 
 
 _ONEDNN_RULE = mlir.lower_fun(_onednn_program, multiple_results=False)
@@ -194,7 +208,8 @@ def _cpu_rule(ctx: mlir.LoweringRuleContext, *args: Any, **params: Any) -> Any:
                          params["precision"], params["preferred_element_type"], params["method"])
     if ours is None:
         return _REFERENCE_RULE(ctx, *args, **params)
-    return _ONEDNN_RULE(ctx, *args, widen=ours == "onednn_f32", **params)
+    return _ONEDNN_RULE(ctx, *args, widen=ours == "onednn_f32",
+                        read_packed=params["packed"] == ours, **params)
 
 
 @functools.partial(jax.jit, static_argnames=_PARAMS)
@@ -211,9 +226,21 @@ mlir.register_lowering(fused_p, _REFERENCE_RULE)
 mlir.register_lowering(fused_p, _cpu_rule, platform="cpu")
 
 
+def pack(w: Any, p: ConvProblem, method: str) -> tuple[np.ndarray | None, str]:
+    """The filter ``w`` of the forward of ``p``, a constant of the program (a host array in
+    ``p``'s filter layout), packed once for the oneDNN ``method`` that runs the forward
+    (``onednn_method``; float32 for ``"onednn_f32"``): the bytes the fused call reads in place
+    of a filter it would move into its primitive's layout at every call, and ""; or None and
+    why not (docs/onednn.md, "Packed filters")."""
+    host = np.asarray(w)
+    return onednn.pack_forward_filter(
+        host.astype(np.float32) if method == "onednn_f32" else host, p)
+
+
 def forward(x: Array, w: Array, operands: Sequence[Array], *, p: ConvProblem,
             post: Sequence[PostOp], precision: Precision = None,
-            preferred_element_type: DType = None, method: str = "auto") -> Array:
+            preferred_element_type: DType = None, method: str = "auto",
+            packed: tuple[Any, str] | None = None) -> Array:
     """``conv(x, W)`` of ``p`` followed by ``post`` (each binary post-op reading the next of
     ``operands``), as one oneDNN primitive where oneDNN runs the forward (module docstring).
 
@@ -226,6 +253,9 @@ def forward(x: Array, w: Array, operands: Sequence[Array], *, p: ConvProblem,
       p: the forward problem.
       post: the chain; its ``convert`` post-ops end it in y's dtype.
       precision, preferred_element_type, method: as for jaxconv's forward kernel.
+      packed: ``w`` packed by :func:`pack` and the method it was packed for; the call reads
+        it where that method runs the forward, and ``w`` everywhere else (derivatives, vmap,
+        other platforms).
 
     Returns:
       The chain's value, y's shape and dtype.
@@ -260,7 +290,12 @@ def forward(x: Array, w: Array, operands: Sequence[Array], *, p: ConvProblem,
             raise ValueError(f"fused: a tensor operand must be {x.dtype}{list(y_shape)}{there}, "
                              f"got {v.dtype}{list(v.shape)}")
         checked.append(v)
+    filt, packed_for = packed if packed is not None else (np.zeros(0, np.uint8), "")
+    if packed_for not in ("", "onednn", "onednn_f32") or (
+            np.dtype(filt.dtype) != np.uint8 or np.ndim(filt) != 1):
+        raise ValueError(f"fused: packed must be pack's uint8 bytes and 'onednn' or "
+                         f"'onednn_f32', got {filt.dtype} for {packed_for!r}")
     out: Array = fused_p.bind(  # type: ignore[no-untyped-call]
-        x, w, *checked, p=p, post=post, precision=precision,
-        preferred_element_type=preferred_element_type, method=method)
+        x, w, *checked, *([filt] if packed_for else []), p=p, post=post, precision=precision,
+        preferred_element_type=preferred_element_type, method=method, packed=packed_for)
     return out

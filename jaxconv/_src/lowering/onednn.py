@@ -252,6 +252,19 @@ def fused_forward(x: Array, w: Array, operands: Sequence[Array], p: ConvProblem,
 
 _FORWARD = _kernel(Kernel.FORWARD)
 
+
+def pack_forward_filter(w: Any, p: ConvProblem) -> tuple[np.ndarray | None, str]:
+    """The filter ``w`` of the forward of ``p`` (a host array in ``p``'s filter layout) packed
+    for the forward's call (``native/onednn/packed.h``), which takes it in place of ``w``: the
+    bytes and "", or None and why not. The call's problem is the forward kernel's (x cropped
+    where a pad is negative)."""
+    q, _ = _cropped(p, fitted=False)
+    return library.pack_filter(
+        np.asarray(w), x_shape=q.x_shape, y_shape=Kernel.FORWARD.out_shape(q),
+        data_axes=tuple(q.data.spec), filter_axes=tuple(q.filter_layout.spec(swap=q.filter_swap)),
+        strides=tuple(q.strides), dilations=tuple(q.dilations), pads_begin=tuple(q.pads_begin),
+        pads_end=tuple(q.pads_end), groups=q.groups)
+
 ONEDNN = Method(
     "onednn", "oneDNN's own primitive through XLA's FFI (CPU, with the ``onednn`` extra)",
     {k: _kernel(k) for k in Kernel},  # type: ignore[misc]

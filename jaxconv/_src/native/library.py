@@ -244,9 +244,11 @@ def cache_stats() -> dict[str, int]:
     (``reference_trials``: only where nothing else implements a problem), and the calls that
     moved the filter into oneDNN's blocked layout by jaxconv's own transpose
     (``filter_transposes``) and the weight gradients copied out of it by jaxconv's own copy
-    (``filter_copies``); zeros when not loaded."""
+    (``filter_copies``), and the calls that read a packed filter as it is (``packed_reads``)
+    or reordered it into their primitive's layout (``packed_reorders``: :func:`pack_filter`);
+    zeros when not loaded."""
     names = ("entries", "capacity", "hits", "misses", "reference_skipped", "reference_trials",
-             "filter_transposes", "filter_copies")
+             "filter_transposes", "filter_copies", "packed_reads", "packed_reorders")
     if not status().available:
         return dict.fromkeys(names, 0)
     out = (ctypes.c_int64 * len(names))()
@@ -340,6 +342,57 @@ def set_cache_capacity(entries: int) -> None:
     """Bounds the primitive cache (least recently used entries go first)."""
     if status().available:
         _HANDLES[-1].jaxconv_onednn_set_cache_capacity(ctypes.c_int64(entries))
+
+
+#: the dtypes a filter is packed in, as ``jaxconv_onednn_pack_filter`` numbers them
+_PACK_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def pack_filter(w: Any, *, x_shape: tuple[int, ...], y_shape: tuple[int, ...],
+                data_axes: tuple[int, ...], filter_axes: tuple[int, ...],
+                strides: tuple[int, ...], dilations: tuple[int, ...],
+                pads_begin: tuple[int, ...], pads_end: tuple[int, ...], groups: int
+                ) -> tuple[Any, str]:
+    """The forward's filter ``w`` (a host array in the caller's layout) packed for the forward
+    of the problem the handler's attributes name (``native/onednn/packed.h``): a uint8 array
+    (its header, then the filter in its primitive's layout) and "", or None and why not."""
+    import numpy as np  # noqa: PLC0415 - only where a filter is packed
+
+    if not status().available:
+        return None, "jaxconv's handler is not loaded"
+    w = np.ascontiguousarray(w)
+    if w.dtype.name not in _PACK_DTYPES:
+        return None, f"packs {', '.join(_PACK_DTYPES)} filters, got {w.dtype}"
+    fn = _HANDLES[-1].jaxconv_onednn_pack_filter
+    i64 = ctypes.POINTER(ctypes.c_int64)
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, *[i64] * 9, ctypes.c_int64, ctypes.c_void_p,
+                   ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64]
+    fn.restype = ctypes.c_int64
+    rank = w.ndim
+    lists = [(ctypes.c_int64 * max(1, len(v)))(*v) for v in (
+        x_shape, y_shape, w.shape, data_axes, filter_axes, strides, dilations, pads_begin,
+        pads_end)]
+    error = ctypes.create_string_buffer(512)
+
+    def call(out: Any, size: int) -> int:
+        return int(fn(_PACK_DTYPES.index(w.dtype.name), rank, *lists, groups,
+                      w.ctypes.data, out, size, error, len(error)))
+    need = call(None, 0)
+    if need < 0:
+        return None, error.value.decode(errors="replace")
+    out = np.empty(need, np.uint8)
+    if call(out.ctypes.data, need) != need:
+        return None, error.value.decode(errors="replace")
+    return out, ""
+
+
+def see_pool_threads(threads: int) -> None:
+    """The size of XLA's pool the next :func:`pack_filter` assumes, until a call sees the
+    pool's own (for the tests: a filter packed for other threads than its calls run on)."""
+    if status().available:
+        fn = _HANDLES[-1].jaxconv_onednn_see_pool_threads
+        fn.argtypes = [ctypes.c_int64]
+        fn(threads)
 
 
 def fma_peak_gflops(threads: int, seconds: float = 0.5) -> tuple[float, int] | None:

@@ -6,6 +6,7 @@ unaccelerated function (lax's values and JAX's own derivatives).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -244,3 +245,34 @@ def test_a_bfloat16_projection_chain_whose_result_is_read_twice_ends_rounded():
             assert not any("sub(c)" in s for s in chains) and "fused dtype" in reasons, chains
         got = jax.jit(jaxconv.accelerate(f))(x, w, u)
         h.assert_close(got, f(x, w, u), jnp.bfloat16)
+
+
+@needs_onednn
+def test_a_served_models_constant_filters_are_packed_once():
+    """A model served with its variables closed over: each filter of a chain oneDNN runs is a
+    constant of the program, packed once when it is traced (``native/onednn/packed.h``), its
+    bytes a constant of the program that each call reads as they are; ``explain`` says so,
+    the values are the model's, and ``grad`` and ``vmap`` over the input still compose. With
+    the variables as arguments nothing is packed."""
+    model, v, x = _block()
+    served = functools.partial(model.apply, v)
+    serve = jaxconv.accelerate(served, lowering="direct")
+    told = jaxconv.explain(served, x)
+    labels = [d.label for d in told.decisions if d.matched == "fused chain"]
+    assert len(labels) == 3 and all("packed once" in s for s in labels), labels
+    on_onednn = sum(r.count for r in jaxconv.explain(serve, x).rows if r.lowering == "onednn")
+    program = jax.jit(serve).lower(x).compile().as_text()
+    assert _calls(program, library.TARGETS["fused"]) == on_onednn >= 2  # the 3x3 forwards
+    before = library.cache_stats()["packed_reads"]
+    got = jax.jit(serve)(x)
+    assert library.cache_stats()["packed_reads"] >= before + on_onednn
+    h.assert_close(got, model.apply(v, x), jnp.float32)
+    assert not any("packed" in d.label for d in jaxconv.explain(model.apply, v, x).decisions)
+
+    def loss(x):
+        return jnp.sum(jnp.sin(serve(x)))
+    h.assert_close(jax.jit(jax.grad(loss))(x),
+                   jax.grad(lambda x: jnp.sum(jnp.sin(model.apply(v, x))))(x), jnp.float32)
+    xs = jnp.stack([x, -x])
+    h.assert_close(jax.jit(jax.vmap(serve))(xs), jax.vmap(functools.partial(model.apply, v))(xs),
+                   jnp.float32)

@@ -104,7 +104,7 @@ AffineRun LeadingAffine(const Problem& p) {
     ++run.length;
     run.multiplies |= alg == BinaryAlg::kMul || alg == BinaryAlg::kMulRsqrt;
   }
-  run.folds = run.multiplies && p.dtype == memory::data_type::f32 &&
+  run.folds = run.multiplies && p.dtype == memory::data_type::f32 && p.packed < 0 &&
               Elements(p.w_dims) <= Elements(p.y_dims);
   return run;
 }

@@ -85,7 +85,7 @@ bool KeepSpinning(int64_t finished, int64_t chunks, std::chrono::nanoseconds wai
 // output channel (affine.h): its length; whether it multiplies; and whether the multiply folds
 // into the filter: a float32 filter with no more elements than y (scaling it is a pass over
 // the filter each call, the post-op one over y's values in registers; MobileNetV2's 1x1s fold,
-// ResNet's 3x3 512 -> 512 at 7x7 keeps the post-op).
+// ResNet's 3x3 512 -> 512 at 7x7 keeps the post-op); a packed filter (packed.h) never folds.
 struct AffineRun {
   size_t length = 0;
   bool multiplies = false, folds = false;

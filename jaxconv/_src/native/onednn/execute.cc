@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "filter_move.h"
+#include "packed.h"
 #include "taps.h"
 
 namespace jaxconv_onednn {
@@ -62,7 +63,7 @@ void SpreadCopy(const Entry& e, size_t a, const uint8_t* grid, uint8_t* dx) {
 }  // namespace
 
 void Execute(const Entry& e, Kernel k, void* x, void* y, void* w,
-             const std::vector<void*>& sides) {
+             const std::vector<void*>& sides, const memory::desc* packed) {
   if (e.taps) {
     ExecuteTaps(e, x, y, w);
     return;
@@ -96,8 +97,22 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w,
   uint8_t* grid = spread ? bg.Get(e.user_x.get_size()) : nullptr;
   const dnnl_memory_t mx = bind(m->ux, m->mx, spread ? grid : x, rx, e.prim_x, bx, !data);
   const dnnl_memory_t my = bind(m->uy, m->my, y, ry, e.prim_y, by, !forward);
-  const dnnl_memory_t mw = bind(m->uw, m->mw, w, rw, e.prim_w, bw, k != Kernel::kWeight,
-                                &e.w_transpose);
+  dnnl_memory_t mw;
+  if (packed == nullptr) {
+    mw = bind(m->uw, m->mw, w, rw, e.prim_w, bw, k != Kernel::kWeight, &e.w_transpose);
+  } else if (*packed == e.prim_w) {  // the packed filter is the primitive's: read as it is
+    ++packed_reads;
+    m->mw.set_data_handle(w);
+    mw = m->mw.get();
+  } else {  // another layout: to the caller's, then on as an unpacked filter (packed.h)
+    ++packed_reorders;
+    thread_local Buffer bu;
+    void* plain = bu.Get(e.user_w.get_size());
+    memory from(*packed, Engine(), w), to(e.user_w, Engine(), plain);
+    Exec(dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), *packed, Engine(), e.user_w)),
+         s, {{DNNL_ARG_FROM, from.get()}, {DNNL_ARG_TO, to.get()}});
+    mw = bind(m->uw, m->mw, plain, rw, e.prim_w, bw, true, &e.w_transpose);
+  }
   m->scratch.set_data_handle(bs.Get(e.scratch.get_size() + 1));
   const dnnl_memory_t scratch = m->scratch.get();
   // the output, reordered back into the caller's buffer where it was computed in a copy

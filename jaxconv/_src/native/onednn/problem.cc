@@ -20,6 +20,7 @@ Problem::Key Problem::MakeKey() const {
     std::memcpy(&b, &op.beta, sizeof(b));
     key.insert(key.end(), {static_cast<int64_t>(op.kind), op.alg, a, b});
   }
+  if (packed >= 0) key.push_back(packed);
   return key;
 }
 

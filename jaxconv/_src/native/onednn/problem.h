@@ -57,9 +57,13 @@ struct Problem {
   std::vector<int64_t> data_axes, filter_axes, strides, dilations, pads_begin, pads_end;
   int threads = 0;  // 1: created for one thread (a chunk on XLA's pool); 0: OpenMP's own
   std::vector<PostOp> post_ops;  // a fused forward's (none: a plain kernel)
+  // A forward's filter packed ahead of its calls (packed.h): -1, the caller's filter layout;
+  // else the Activations its primitive is created on, the filter already in its layout
+  int packed = -1;
 
   // The cache's key: every field, each list after its length (a vector of integers: a
-  // string built per call cost a fifth of a small call's time in the handler).
+  // string built per call cost a fifth of a small call's time in the handler); `packed`
+  // last, where it is set.
   using Key = std::vector<int64_t>;
   Key MakeKey() const;
 };

@@ -138,6 +138,9 @@ std::shared_ptr<Entry> ByRule(const Problem& p) {
 }  // namespace
 
 std::shared_ptr<Entry> Choose(const Problem& p) {
+  if (p.packed >= 0)  // its layouts chosen when the filter was packed (packed.h)
+    return RecordChoice(p, "packed", {Create(p, static_cast<Activations>(p.packed))}, {}, {},
+                        {}, 0);
   if (std::shared_ptr<Entry> e = Recalled(p)) return e;
   if (!TrialOn())
     if (std::shared_ptr<Entry> e = ByRule(p)) return e;

@@ -29,7 +29,8 @@ namespace jaxconv_onednn {
 // The entry kept for `p`, its `choice` recorded for choices(): the kernel, the buffers'
 // shapes, strides, dilations, groups and threading ("single": created for one thread;
 // "openmp": oneDNN's team), the source of the choice ("trial": timed now; "cache": an earlier
-// process's verdict; "rule": the trial off; "alone": one candidate, or one too large to time),
+// process's verdict; "rule": the trial off; "alone": one candidate, or one too large to time;
+// "packed": a packed filter's problem, on the layouts chosen when it was packed: packed.h),
 // the problem's key (KeyText), then per candidate its activation layouts, impl, best trial
 // time in ms and its noise ("-" where not timed), the kept one first.
 std::shared_ptr<Entry> Choose(const Problem& p);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "execute.h"
 #include "matmul.h"
 #include "openmp.h"
+#include "packed.h"
 #include "problem.h"
 #include "team.h"
 #include "threading.h"
@@ -76,7 +78,9 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
                std::vector<PostOp> post = {}) {
   const std::string prefix = std::string(op) + ": oneDNN lowering: ";
   const memory::data_type dtype = DataType(a.element_type());
-  if (dtype == memory::data_type::undef || b.element_type() != a.element_type() ||
+  // a forward's filter packed ahead of its calls: uint8, its header first (packed.h)
+  const bool packed = k == Kernel::kForward && b.element_type() == ffi::DataType::U8;
+  if (dtype == memory::data_type::undef || (b.element_type() != a.element_type() && !packed) ||
       out->element_type() != a.element_type())
     return ffi::Error::InvalidArgument(prefix + "operands and result must share one dtype "
                                        "of f32, bf16, f16");
@@ -102,6 +106,11 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
   p.pads_begin = ToVector(pads_begin);
   p.pads_end = ToVector(pads_end);
   p.post_ops = std::move(post);
+  int64_t packed_chunks = 0;
+  if (packed) {
+    const std::string bad = ReadPacked(p, w, b.size_bytes(), &packed_chunks);
+    if (!bad.empty()) return ffi::Error::InvalidArgument(prefix + bad);
+  }
   const size_t rank = p.x_dims.size();
   if (rank < 3 || rank > 5 || p.y_dims.size() != rank || p.w_dims.size() != rank ||
       p.data_axes.size() != rank || p.filter_axes.size() != rank ||
@@ -118,17 +127,25 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
     std::vector<void*> operands = sides;
     ComposeAffine(p, w, operands);
     if (MergesPixels(p)) MergePixels(p);  // its pixels one axis: rows split evenly
+    memory::desc layout;  // a packed filter's (packed.h)
+    if (packed) {
+      layout = PackedEntry(p, static_cast<Activations>(p.packed), packed_chunks)->prim_w;
+      if (layout.get_size() + sizeof(PackedHeader) != b.size_bytes())
+        throw std::invalid_argument("the packed filter's size differs from its layout's");
+    }
+    const memory::desc* in = packed ? &layout : nullptr;
     // threads 1: one device's shard of a program split across several devices of this
     // process, each running its own call at the same time: whole, on the calling thread
+    SeePoolThreads(pool.num_threads());
     const int64_t chunks = threads == 1 ? 1 : Chunks(p, pool.num_threads(), Omp().ok());
     if (chunks == 1) {  // whole, on the calling thread: no job to share with the pool
-      RunSingleThreaded(p, x, y, w, operands);
+      RunSingleThreaded(p, x, y, w, operands, in);
     } else if (chunks > 1) {
       std::lock_guard<std::mutex> one_at_a_time(RunMutex());
-      RunOnPool(p, chunks, pool, x, y, w, operands);
+      RunOnPool(p, chunks, pool, x, y, w, operands, in);
     } else {  // on the team (its first call's trial too)
       std::lock_guard<std::mutex> one_at_a_time(RunMutex());
-      OnTeamThread([&] { Execute(*TheCache().Get(p), k, x, y, w, operands); });
+      OnTeamThread([&] { Execute(*TheCache().Get(p), k, x, y, w, operands, in); });
     }
     TrimAffine();
   });
@@ -150,9 +167,9 @@ JAXCONV_ONEDNN_HANDLER(Forward, Kernel::kForward)
 JAXCONV_ONEDNN_HANDLER(Data, Kernel::kData)
 JAXCONV_ONEDNN_HANDLER(Weight, Kernel::kWeight)
 
-// A forward with its post-ops (problem.h): x, the filter, then one operand per binary post-op
-// (a float32 vector of y's channels, or a tensor of y's shape, in y's dtype or float32), in
-// order.
+// A forward with its post-ops (problem.h): x, the filter (or the filter packed: uint8, its
+// header first, packed.h), then one operand per binary post-op (a float32 vector of y's
+// channels, or a tensor of y's shape, in y's dtype or float32), in order.
 ffi::Error FusedImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::RemainingArgs rest,
                      ffi::Result<ffi::AnyBuffer> out, std::string_view op,
                      ffi::Span<const int64_t> data_axes, ffi::Span<const int64_t> filter_axes,

@@ -8,6 +8,8 @@
 #include <condition_variable>
 #include <exception>
 #include <memory>
+#include <thread>
+#include <algorithm>
 
 #include "cache.h"
 #include "decisions.h"
@@ -21,12 +23,13 @@ std::mutex& RunMutex() {
   return *mu;
 }
 
-void RunSingleThreaded(Problem& q, void* x, void* y, void* w, const std::vector<void*>& sides) {
+void RunSingleThreaded(Problem& q, void* x, void* y, void* w, const std::vector<void*>& sides,
+                       const memory::desc* packed) {
   q.threads = 1;
   const int saved = Omp().get_max_threads();
   Omp().set_num_threads(1);
   try {
-    Execute(*TheCache().Get(q), q.kernel, x, y, w, sides);
+    Execute(*TheCache().Get(q), q.kernel, x, y, w, sides, packed);
   } catch (...) {
     Omp().set_num_threads(saved);
     throw;
@@ -35,12 +38,24 @@ void RunSingleThreaded(Problem& q, void* x, void* y, void* w, const std::vector<
 }
 
 namespace {
+std::atomic<int64_t> pool_threads{0};
+}  // namespace
+
+int64_t PoolThreads() {
+  const int64_t seen = pool_threads.load();
+  return seen > 0 ? seen : std::max<int64_t>(1, std::thread::hardware_concurrency());
+}
+
+void SeePoolThreads(int64_t threads) { pool_threads.store(threads); }
+
+namespace {
 
 struct Job {  // shared by the caller and its tasks
   Problem p;
   int64_t chunks;
   char *x, *y, *w;
   std::vector<void*> sides;
+  const memory::desc* packed;
   std::atomic<int64_t> next{0};
   std::mutex mu;
   std::condition_variable cv;
@@ -48,28 +63,40 @@ struct Job {  // shared by the caller and its tasks
   std::exception_ptr error;
 };
 
-// Chunk i: its examples (or rows) of x and y (and of a tensor post-op operand).
-void RunChunk(Job& job, int64_t i) {
-  Problem q = job.p;
-  const size_t bytes = ElementSize(q.dtype);
+}  // namespace
+
+Problem ChunkProblem(const Problem& p, int64_t i, int64_t chunks, RowSpan* span) {
+  Problem q = p;
   const bool rows = SplitsRows(q);
-  // the split axis (the batch, or rows), and one step along it in x and in y, in bytes
+  // the split axis (the batch, or rows)
   const int64_t axis = rows ? 1 : 0;
   const int64_t n = rows && q.kernel == Kernel::kData ? q.x_dims[1] : q.y_dims[axis];
-  const int64_t begin = i * n / job.chunks, end = (i + 1) * n / job.chunks;
+  const int64_t begin = i * n / chunks, end = (i + 1) * n / chunks;
+  *span = RowSpan{begin, end, begin, end, 0, 0};  // a chunk of the batch
+  if (rows) {  // the chunk's rows of x and of y, padded as it says (decisions.h)
+    *span = RowChunk(q, begin, end);
+    q.pads_begin[0] = span->pad_begin;
+    q.pads_end[0] = span->pad_end;
+  }
+  q.x_dims[axis] = span->x_end - span->x_begin;
+  q.y_dims[axis] = span->y_end - span->y_begin;
+  return q;
+}
+
+namespace {
+
+// Chunk i: its examples (or rows) of x and y (and of a tensor post-op operand).
+void RunChunk(Job& job, int64_t i) {
+  RowSpan span;
+  Problem q = ChunkProblem(job.p, i, job.chunks, &span);
+  const size_t bytes = ElementSize(q.dtype);
+  // one step along the split axis in x and in y, in bytes
+  const int64_t axis = SplitsRows(job.p) ? 1 : 0;
   size_t xs = bytes, ys = bytes;
   for (size_t a = axis + 1; a < q.x_dims.size(); ++a) {
     xs *= q.x_dims[a];
     ys *= q.y_dims[a];
   }
-  RowSpan span{begin, end, begin, end, 0, 0};  // a chunk of the batch
-  if (rows) {  // the chunk's rows of x and of y, padded as it says (decisions.h)
-    span = RowChunk(q, begin, end);
-    q.pads_begin[0] = span.pad_begin;
-    q.pads_end[0] = span.pad_end;
-  }
-  q.x_dims[axis] = span.x_end - span.x_begin;
-  q.y_dims[axis] = span.y_end - span.y_begin;
   std::vector<void*> sides = job.sides;  // a tensor operand: the chunk's part, as y's
   for (size_t k = 0, s = 0; k < q.post_ops.size(); ++k) {
     if (!Binary(q.post_ops[k])) continue;
@@ -80,7 +107,8 @@ void RunChunk(Job& job, int64_t i) {
     ++s;
   }
   try {  // a forward or data gradient: each chunk reads the whole filter
-    RunSingleThreaded(q, job.x + span.x_begin * xs, job.y + span.y_begin * ys, job.w, sides);
+    RunSingleThreaded(q, job.x + span.x_begin * xs, job.y + span.y_begin * ys, job.w, sides,
+                      job.packed);
   } catch (...) {
     std::lock_guard<std::mutex> lock(job.mu);
     if (!job.error) job.error = std::current_exception();
@@ -99,7 +127,7 @@ void ClaimChunks(const std::shared_ptr<Job>& job) {
 }  // namespace
 
 void RunOnPool(const Problem& p, int64_t chunks, xla::ffi::ThreadPool& pool, void* x, void* y,
-               void* w, const std::vector<void*>& sides) {
+               void* w, const std::vector<void*>& sides, const memory::desc* packed) {
   auto job = std::make_shared<Job>();
   job->p = p;
   job->chunks = chunks;
@@ -107,6 +135,7 @@ void RunOnPool(const Problem& p, int64_t chunks, xla::ffi::ThreadPool& pool, voi
   job->y = static_cast<char*>(y);
   job->w = static_cast<char*>(w);
   job->sides = sides;
+  job->packed = packed;
   for (int64_t t = 1; t < chunks; ++t) pool.Schedule([job] { ClaimChunks(job); });
   ClaimChunks(job);
   const auto t0 = std::chrono::steady_clock::now();

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <vector>
 
+#include "decisions.h"
 #include "problem.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -24,14 +25,25 @@ namespace jaxconv_onednn {
 
 std::mutex& RunMutex();
 
+// The threads of XLA's pool, as the last call saw them (before any: this machine's cores,
+// the size XLA gives its pool by default): what a filter packed ahead of its calls assumes
+// (packed.h).
+int64_t PoolThreads();
+void SeePoolThreads(int64_t threads);
+
 // Runs `q` whole and single-threaded on the calling thread (q.threads set to 1); `sides`: a
-// fused forward's post-op operands (execute.h).
+// fused forward's post-op operands, `packed`: its packed filter's layout (execute.h).
 void RunSingleThreaded(Problem& q, void* x, void* y, void* w,
-                       const std::vector<void*>& sides = {});
+                       const std::vector<void*>& sides = {},
+                       const memory::desc* packed = nullptr);
+
+// Chunk `i` of `chunks` of `p`'s batch (or rows): its problem, and its span of x and y.
+Problem ChunkProblem(const Problem& p, int64_t i, int64_t chunks, RowSpan* span);
 
 // Runs `p` as `chunks` chunks of its batch (or of rows: decisions.h, SplitsRows) on XLA's
 // `pool` and the calling thread (a tensor post-op operand split with y).
 void RunOnPool(const Problem& p, int64_t chunks, xla::ffi::ThreadPool& pool, void* x, void* y,
-               void* w, const std::vector<void*>& sides = {});
+               void* w, const std::vector<void*>& sides = {},
+               const memory::desc* packed = nullptr);
 
 }  // namespace jaxconv_onednn

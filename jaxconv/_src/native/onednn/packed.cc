@@ -1,0 +1,148 @@
+// Packed filters (packed.h), and the C function that packs one (jaxconv/_src/native/library.py).
+#include "packed.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <vector>
+
+#include "cache.h"
+#include "decisions.h"
+#include "execute.h"
+#include "openmp.h"
+#include "team.h"
+#include "threading.h"
+
+namespace jaxconv_onednn {
+
+std::atomic<int64_t> packed_reads{0}, packed_reorders{0};
+
+std::shared_ptr<Entry> PackedEntry(const Problem& p, Activations where, int64_t chunks) {
+  RowSpan span;
+  Problem q = chunks > 1 ? ChunkProblem(p, 0, chunks, &span) : p;
+  q.post_ops.clear();
+  q.threads = chunks == 0 ? 0 : 1;
+  q.packed = static_cast<int>(where);
+  if (q.threads == 0) return TheCache().Get(q);
+  // created single-threaded, as RunSingleThreaded creates a chunk's
+  const int saved = Omp().ok() ? Omp().get_max_threads() : 1;
+  if (Omp().ok()) Omp().set_num_threads(1);
+  std::shared_ptr<Entry> e;
+  try {
+    e = TheCache().Get(q);
+  } catch (...) {
+    if (Omp().ok()) Omp().set_num_threads(saved);
+    throw;
+  }
+  if (Omp().ok()) Omp().set_num_threads(saved);
+  return e;
+}
+
+std::string ReadPacked(Problem& p, void*& w, size_t bytes, int64_t* chunks) {
+  PackedHeader h;
+  if (bytes < sizeof(h)) return "a packed filter must start with its 64-byte header";
+  std::memcpy(&h, w, sizeof(h));
+  if (std::memcmp(h.magic, kPackedMagic, sizeof(h.magic)) != 0)
+    return "a uint8 filter must be one jaxconv packed (its header's magic differs)";
+  if (h.dtype != static_cast<int32_t>(p.dtype))
+    return "the packed filter's dtype differs from x's";
+  if (h.rank != static_cast<int32_t>(p.x_dims.size()))
+    return "the packed filter's rank differs from x's";
+  if (h.where < static_cast<int32_t>(Activations::kCaller) ||
+      h.where > static_cast<int32_t>(Activations::kBlocked))
+    return "the packed filter names unknown activation layouts";
+  if (h.chunks < 0) return "the packed filter names a negative number of chunks";
+  p.w_dims.assign(h.dims, h.dims + h.rank);
+  p.packed = h.where;
+  *chunks = h.chunks;
+  w = static_cast<char*>(w) + sizeof(h);
+  return "";
+}
+
+}  // namespace jaxconv_onednn
+
+using namespace jaxconv_onednn;  // NOLINT: the C functions below only
+
+// The pool size the next packs assume (PoolThreads), until a call sees XLA's: for the tests.
+extern "C" void jaxconv_onednn_see_pool_threads(int64_t threads) { SeePoolThreads(threads); }
+
+// Packs filter `w` (`rank` axes of `w_dims`, in the caller's layout) for the forward of the
+// problem given as a handler's attributes (problem.h; dtype 0 float32, 1 bfloat16, 2 float16)
+// into `out`: its header, then the filter in PackedLayout's layout. With `out` null it only
+// returns the bytes needed. Returns those bytes, or -1 with the reason in `error`.
+extern "C" int64_t jaxconv_onednn_pack_filter(
+    int dtype, int rank, const int64_t* x_dims, const int64_t* y_dims, const int64_t* w_dims,
+    const int64_t* data_axes, const int64_t* filter_axes, const int64_t* strides,
+    const int64_t* dilations, const int64_t* pads_begin, const int64_t* pads_end, int64_t groups,
+    const void* w, void* out, int64_t out_bytes, char* error, int64_t error_bytes) {
+  auto fail = [&](const std::string& why) {
+    if (error_bytes > 0) {
+      const size_t n = std::min<size_t>(why.size(), static_cast<size_t>(error_bytes) - 1);
+      std::memcpy(error, why.data(), n);
+      error[n] = '\0';
+    }
+    return int64_t{-1};
+  };
+  static const memory::data_type kTypes[] = {memory::data_type::f32, memory::data_type::bf16,
+                                             memory::data_type::f16};
+  if (dtype < 0 || dtype > 2 || rank < 3 || rank > 5 || groups < 1)
+    return fail("unknown dtype, a rank outside 3..5 or groups below 1");
+  Problem p;
+  p.kernel = Kernel::kForward;
+  p.dtype = kTypes[dtype];
+  p.groups = groups;
+  p.x_dims.assign(x_dims, x_dims + rank);
+  p.y_dims.assign(y_dims, y_dims + rank);
+  p.w_dims.assign(w_dims, w_dims + rank);
+  p.data_axes.assign(data_axes, data_axes + rank);
+  p.filter_axes.assign(filter_axes, filter_axes + rank);
+  p.strides.assign(strides, strides + rank - 2);
+  p.dilations.assign(dilations, dilations + rank - 2);
+  p.pads_begin.assign(pads_begin, pads_begin + rank - 2);
+  p.pads_end.assign(pads_end, pads_end + rank - 2);
+  int64_t written = -1;
+  std::string why;
+  try {
+    // as a call's handler builds its problem (ffi_entry.cc), and on the team as it runs there:
+    // the trial of the plain forward picks the activations' layouts
+    if (MergesPixels(p)) MergePixels(p);
+    std::lock_guard<std::mutex> one_at_a_time(RunMutex());
+    OnTeamThread([&] {
+      Activations where = TheCache().Get(p)->where;
+      if (where == Activations::kCallerFilter) where = Activations::kCaller;
+      const int64_t chunks = Chunks(p, PoolThreads(), Omp().ok());
+      const std::shared_ptr<Entry> packed = PackedEntry(p, where, chunks);
+      const memory::desc layout = packed->prim_w;
+      const int64_t need = static_cast<int64_t>(sizeof(PackedHeader) + layout.get_size());
+      if (out == nullptr) {
+        written = need;
+        return;
+      }
+      if (out_bytes != need) {
+        why = "the output holds " + std::to_string(out_bytes) + " bytes, the packed filter " +
+              std::to_string(need);
+        return;
+      }
+      PackedHeader h{};
+      std::memcpy(h.magic, kPackedMagic, sizeof(h.magic));
+      h.where = static_cast<int32_t>(where);
+      h.dtype = static_cast<int32_t>(p.dtype);
+      h.rank = rank;
+      h.chunks = static_cast<int32_t>(chunks);
+      std::copy(w_dims, w_dims + rank, h.dims);
+      std::memcpy(out, &h, sizeof(h));
+      const memory::desc user = packed->user_w;
+      memory from(user, Engine(), const_cast<void*>(w));
+      memory to(layout, Engine(), static_cast<char*>(out) + sizeof(h));
+      dnnl::stream& s = Stream();
+      Exec(dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), user, Engine(), layout)), s,
+           {{DNNL_ARG_FROM, from.get()}, {DNNL_ARG_TO, to.get()}});
+      s.wait();
+      written = need;
+    });
+  } catch (const std::exception& ex) {
+    return fail(ex.what());
+  }
+  return written < 0 ? fail(why) : written;
+}
