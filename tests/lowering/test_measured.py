@@ -358,3 +358,57 @@ def test_onednn_f32_challenges_bfloat16_onednn_on_float32_operands(measuring, mo
         bound = (np.abs(want32) * 2.0 ** -7
                  + jaxconv.testing.tolerance(jnp.float32) * np.max(np.abs(want32)))
         assert np.all(gap <= bound)
+
+
+@pytest.mark.skipif(not library.status().available, reason="needs jaxconv's oneDNN handler")
+def test_a_constant_filters_contest_times_onednn_on_it_packed(measuring, monkeypatch):
+    """A served chain's forward (its filter a constant of the program) has a contest of its
+    own, in which oneDNN's candidates are timed on the filter packed (``chooser._contest``:
+    ``prepare`` packs the drawn filter once, the calls read the bytes); its verdict runs the
+    program, the variables-as-arguments program keeping the other one."""
+    seen = []
+
+    def fake(c, seconds):
+        seen.append((c.packed, tuple(c.prepare)))
+        fast = "onednn" if c.packed else "conv"
+        return _samples({m: 1.0 if m == fast else 2.0 for m in c.calls})
+
+    monkeypatch.setattr(measured, "_sample_times", fake)
+    # XLA's convolution the rule, oneDNN its challenger
+    monkeypatch.setattr(chooser, "cpu_table_method", lambda *a, **k: "conv")
+    monkeypatch.setattr(chooser, "candidates", lambda *a, **k: ("conv", "onednn"))
+    rng = np.random.default_rng(0)
+    x, w = h.random(rng, (1, 6, 6, 8)), h.random(rng, (3, 3, 8, 16))
+
+    def chain(x, w):
+        return jax.nn.relu(lax.conv_general_dilated(x, w, (2, 2), "SAME", dimension_numbers=DN))
+    served = jax.jit(jaxconv.accelerate(lambda x: chain(x, w))).lower(x).compile().as_text()
+    args = jax.jit(jaxconv.accelerate(chain)).lower(x, w).compile().as_text()
+    assert (True, ("onednn",)) in seen and (False, ()) in seen, seen
+    assert "jaxconv_onednn_fused" in served and "jaxconv_onednn" not in args
+    assert any("filter packed" in d.problem for d in measured.decisions())
+    h.assert_close(jax.jit(jaxconv.accelerate(lambda x: chain(x, w)))(x), chain(x, w),
+                   jnp.float32)
+
+
+@pytest.mark.skipif(not library.status().available, reason="needs jaxconv's oneDNN handler")
+def test_a_packed_candidate_is_timed_on_the_bytes_its_call_reads(measuring):
+    """The real timing of a packed contest: each call of oneDNN's candidate gets the packed
+    bytes (uint8), the other candidates the filter."""
+    p = geometry.convolution_problem(
+        "t", geometry.Names(x="x", y="y", w_shape="w", w_format="f", layout_arguments=False),
+        x_shape=(1, 6, 6, 8), y_shape=None, w_shape=(1, 1, 8, 16), strides=(1, 1),
+        pads_begin=(0, 0), pads_end=(0, 0), dilations=(1, 1), auto_pad="explicit", groups=1,
+        data_format="NXC", filter_format="XIO")
+    contest = chooser._contest(Kernel.FORWARD, p, "onednn", np.float32, None, None,
+                               packed=True)
+    got = {}
+    calls = dict(contest.calls)
+    for m, call in calls.items():
+        def spy(a, b, m=m, call=call):
+            got[m] = np.dtype(b.dtype)
+            return call(a, b)
+        contest.calls[m] = spy
+    measured._sample_times(contest, 0.0)
+    assert got.get("onednn") == np.uint8
+    assert all(dt == np.float32 for m, dt in got.items() if m != "onednn"), got

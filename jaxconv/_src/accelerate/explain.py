@@ -20,9 +20,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.interpreters import partial_eval as pe
 
 from jaxconv._src import host_faults, host_memory, lowering
 from jaxconv._src.accelerate import rewrites, transform
+from jaxconv._src.kernel import Kernel
+from jaxconv._src.lowering import fused
 
 #: arguments from this size on (bytes) are "a large state" whose donation matters
 LARGE_STATE_BYTES = 1 << 24
@@ -117,6 +120,16 @@ class Explanation:
         return "<pre>" + html.escape(str(self)) + "</pre>"
 
 
+def _live(jaxpr: Any) -> Any:
+    """``jaxpr`` without the equations whose results nothing reads, which XLA drops (an
+    accelerated chain's convolution, which its fused call computes)."""
+    try:
+        live, _ = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)
+    except Exception:  # noqa: BLE001 - a primitive without a rule: the program as traced
+        return jaxpr
+    return live
+
+
 def _walk(jaxpr: Any) -> list[Any]:
     """Every equation, nested ones included."""
     eqns = []
@@ -133,9 +146,22 @@ def _fmt(*avals: Any) -> str:
 
 def _conv_row(eqn: Any, backend: str, decision: rewrites.Decision | None,
               chain: str = "") -> Row:
-    lhs, rhs = (v.aval for v in eqn.invars)
+    lhs, rhs = (v.aval for v in eqn.invars[:2])
     out = eqn.outvars[0].aval
     shapes = f"{_fmt(lhs, rhs)} -> {list(out.shape)}"
+    if eqn.primitive.name == fused.fused_p.name:  # a fused chain's convolution
+        params = eqn.params
+        planned = lowering.plan(Kernel.FORWARD, params["p"], method=params["method"],
+                                backend=backend, dtype=lhs.dtype, precision=params["precision"],
+                                preferred_element_type=params["preferred_element_type"],
+                                packed=params["constant"])
+        packed = "; its filter packed" if params["packed"] == planned.method else ""
+        plain = {**params, "post": (), "packed": ""}  # measured alone: the convolution
+
+        def alone(x: Any, w: Any) -> Any:
+            return fused.fused_p.bind(x, w, **plain)  # type: ignore[no-untyped-call]
+        return Row("convolution", str(Kernel.FORWARD), "jaxconv", shapes, planned.method,
+                   chosen=planned.why + packed, _bind=alone, _avals=(lhs, rhs))
     if eqn.primitive.name == "jaxconv_conv":
         kernel, p = eqn.params["kernel"], eqn.params["p"]
         planned = lowering.plan(kernel, p, method=eqn.params["method"], backend=backend,
@@ -190,9 +216,9 @@ def _rows(jaxpr: Any, backend: str, record: transform.Record) -> list[Row]:
         if decision.matched == "fused chain":
             chains.setdefault(_signature(decision.detail[0]), decision.label)
     rows: dict[tuple[Any, ...], Row] = {}
-    for eqn in _walk(jaxpr):
+    for eqn in _walk(_live(jaxpr)):
         name = eqn.primitive.name
-        if name in ("jaxconv_conv", "conv_general_dilated"):
+        if name in ("jaxconv_conv", "conv_general_dilated", fused.fused_p.name):
             row = _conv_row(eqn, backend, decided.get(_signature(eqn)),
                             chains.get(_signature(eqn), ""))
         elif name in _POOLS:

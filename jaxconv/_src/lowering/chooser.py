@@ -200,10 +200,18 @@ def rule(kernel: Kernel, p: ConvProblem, method: str, dtype: Any) -> str:
 
 
 def _contest(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Precision,
-             preferred_element_type: DType) -> measured.Contest:
+             preferred_element_type: DType, packed: bool = False) -> measured.Contest:
     """The rule's method for ``kernel`` of ``p`` and the candidates that may replace it, each a
-    function of the two operands (its plan, executed), for ``measured.pick``."""
+    function of the two operands (its plan, executed), for ``measured.pick``; ``packed``: a
+    forward whose filter is a constant of the program, which oneDNN's candidates time packed
+    (docs/onednn.md, "Packed filters")."""
     names = candidates(kernel, p, method, dtype, xla_applies=xla_own_applies(kernel, p))
+    packs = [m for m in names if m in ("onednn", "onednn_f32")] if (
+        packed and kernel is Kernel.FORWARD) else []
+
+    def pack(b: np.ndarray) -> Any:  # the bytes the call reads, or the filter where it is not
+        got, _ = onednn.pack_forward_filter(b, p)
+        return b if got is None else got
 
     def call(m: str) -> Callable[[Array, Array], Array]:
         # onednn_f32 is timed as oneDNN's float32 kernel on float32 operands: in a program the
@@ -214,6 +222,8 @@ def _contest(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision:
         widened = m == "onednn_f32"
 
         def run(a: Array, b: Array) -> Array:  # planned where it is traced (timed), not before
+            if b.dtype == np.uint8:  # a packed filter: the forward's call reads it
+                return onednn.fused_forward(a, b, (), p, ())
             forced = plan(kernel, p, method=m, backend="cpu",
                           dtype=np.float32 if widened else dtype, precision=precision,
                           preferred_element_type=None if widened else preferred_element_type)
@@ -224,20 +234,25 @@ def _contest(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision:
         kernel, p, method, np.dtype(dtype), precision, preferred_element_type,
         rule=rule(kernel, p, method, dtype), calls={m: call(m) for m in names},
         fewest=None if side is None else f"winograd_{side}x{side}",
-        operand_dtypes={"onednn_f32": np.dtype(np.float32)} if "onednn_f32" in names else {})
+        operand_dtypes={"onednn_f32": np.dtype(np.float32)} if "onednn_f32" in names else {},
+        packed=bool(packs), prepare=dict.fromkeys(packs, pack))
 
 
 def _one_device(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any, precision: Precision,
-                preferred_element_type: DType, direct: bool) -> tuple[str, str]:
+                preferred_element_type: DType, direct: bool, packed: bool = False
+                ) -> tuple[str, str]:
     """What ``lowering="auto"`` (``direct``: ``"direct"``) runs for ``kernel`` on one device of
     ``backend``, and why: the table's method (``"rule"``), on the CPU the winner of its
     candidates where ``measured.py`` timed them (``"measured: ..."``, ``"cache: ..."``: the
-    challenger's lead over the rule's method and the lead it needed)."""
+    challenger's lead over the rule's method and the lead it needed); ``packed``: the forward's
+    filter is a constant of the program (:func:`_contest`)."""
     if backend != "cpu":
         return choose(kernel, p, backend, onednn_ok=False), "rule"
     method = cpu_table_method(kernel, p, dtype, precision, preferred_element_type, direct=direct)
-    chosen = measured.pick(_contest(kernel, p, method, dtype, precision, preferred_element_type))
-    d = measured.decision(kernel, p, method, dtype, precision, preferred_element_type)
+    contest = _contest(kernel, p, method, dtype, precision, preferred_element_type, packed)
+    chosen = measured.pick(contest)
+    d = measured.decision(kernel, p, method, dtype, precision, preferred_element_type,
+                          contest.packed)
     return chosen, "rule" if d is None else f"{d.source}: {d.lead:+.0%} vs {d.need:.0%} needed"
 
 
@@ -254,13 +269,15 @@ def one_device_method(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any,
 
 def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dtype: Any,
          precision: Precision = None, preferred_element_type: DType = None,
-         partitioned: bool = False, portable: bool = False) -> Plan:
+         partitioned: bool = False, portable: bool = False, packed: bool = False) -> Plan:
     """The plan of ``kernel`` on ``p`` by ``method`` (``"auto"``: the backend's table;
     ``"direct"``: the same without Winograd).
 
     ``partitioned``: in a program XLA's SPMD partitioner splits across devices (a custom call
     then runs per device's blocks where its method can, else the backend's XLA formulation);
-    ``portable``: no custom call at all (an export).
+    ``portable``: no custom call at all (an export); ``packed``: a forward whose filter is a
+    constant of the program, so that oneDNN's candidates are timed on it packed
+    (docs/onednn.md, "Packed filters").
 
     Raises:
       ValueError: ``method`` is not a method of ``kernel`` (or ``"auto"`` without a backend).
@@ -273,7 +290,7 @@ def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dt
             raise ValueError(f"lowering: method {method!r} needs a backend to choose for")
         method, why = _auto(kernel, p, backend, dtype, precision, preferred_element_type,
                             partitioned=partitioned, portable=portable, onednn_ok=ok,
-                            direct=method == "direct")
+                            direct=method == "direct", packed=packed)
         bug = METHODS[method].why_not(kernel, p) if method in METHODS else None
         if bug is not None:  # a table bug (tests/lowering/test_registry.py), never a user's
             raise RuntimeError(f"jaxconv: the {backend} table picked {bug}")
@@ -324,10 +341,11 @@ def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dt
 
 def _auto(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any, precision: Precision,
           preferred_element_type: DType, *, partitioned: bool, portable: bool, onednn_ok: bool,
-          direct: bool) -> tuple[str, str]:
+          direct: bool, packed: bool = False) -> tuple[str, str]:
     """The method ``"auto"`` (``direct``: ``"direct"``) runs for ``kernel`` of ``p``, and why."""
     if not (partitioned or portable):
-        return _one_device(kernel, p, backend, dtype, precision, preferred_element_type, direct)
+        return _one_device(kernel, p, backend, dtype, precision, preferred_element_type, direct,
+                           packed)
     method = choose(kernel, p, backend, onednn_ok=False)
     if partitioned and not portable:
         one_device = choose(kernel, p, backend, onednn_ok=onednn_ok)

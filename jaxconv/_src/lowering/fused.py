@@ -136,12 +136,12 @@ def _eltwise(op: PostOp, y: Array) -> Array:
 
 fused_p = Primitive("jaxconv_fused_forward")
 
-_PARAMS = ("p", "post", "precision", "preferred_element_type", "method", "packed")
+_PARAMS = ("p", "post", "precision", "preferred_element_type", "method", "packed", "constant")
 
 
 def reference(x: Array, w: Array, *operands: Array, p: ConvProblem, post: tuple[PostOp, ...],
               precision: Precision, preferred_element_type: DType, method: str,
-              packed: str = "") -> Array:
+              packed: str = "", constant: bool = False) -> Array:
     """The fused primitive's value: jaxconv's forward kernel, then the chain in lax (a packed
     filter, the last operand where ``packed`` names its method, unread: :func:`pack`)."""
     if packed:
@@ -153,7 +153,7 @@ def reference(x: Array, w: Array, *operands: Array, p: ConvProblem, post: tuple[
 
 def _abstract_eval(x: Any, w: Any, *operands: Any, p: ConvProblem, post: tuple[PostOp, ...],
                    precision: Precision, preferred_element_type: DType, method: str,
-                   packed: str) -> Any:
+                   packed: str, constant: bool) -> Any:
     dtype = np.dtype(preferred_element_type if preferred_element_type is not None else x.dtype)
     return primitive.result_aval(fused_p.name, Kernel.FORWARD.out_shape(p), dtype, x, w)
 
@@ -167,20 +167,29 @@ def _batch(args: Sequence[Any], dims: Sequence[Any], **params: Any) -> tuple[Any
     return jax.vmap(functools.partial(reference, **params), in_axes=tuple(dims))(*args), 0
 
 
+def cpu_method(p: ConvProblem, dtype: Any, precision: Precision, preferred_element_type: DType,
+               method: str, constant: bool = False) -> str:
+    """The method that runs the forward of ``p`` in a program on one CPU device: the chooser's
+    plan, timed where it times, with oneDNN's filter packed where it is a constant of the
+    program (``constant``: docs/onednn.md, "Packed filters")."""
+    return chooser.plan(Kernel.FORWARD, p, method=method, backend="cpu", dtype=dtype,
+                        precision=precision, preferred_element_type=preferred_element_type,
+                        packed=constant).method
+
+
 def onednn_method(p: ConvProblem, dtype: Any, precision: Precision,
-                  preferred_element_type: DType, method: str) -> str | None:
-    """The oneDNN method that runs the forward of ``p`` in a program on one CPU device (the
-    chooser's plan, timed where it times): ``"onednn"`` or ``"onednn_f32"``, where the chain
-    fuses; None where another method runs it."""
-    plan = chooser.plan(Kernel.FORWARD, p, method=method, backend="cpu", dtype=dtype,
-                        precision=precision, preferred_element_type=preferred_element_type)
-    return plan.method if plan.method in ("onednn", "onednn_f32") else None
+                  preferred_element_type: DType, method: str, constant: bool = False
+                  ) -> str | None:
+    """The oneDNN method that runs the forward of ``p`` (:func:`cpu_method`): ``"onednn"`` or
+    ``"onednn_f32"``, where the chain fuses; None where another method runs it."""
+    ours = cpu_method(p, dtype, precision, preferred_element_type, method, constant)
+    return ours if ours in ("onednn", "onednn_f32") else None
 
 
 def _onednn_program(x: Array, w: Array, *operands: Array, p: ConvProblem,
                     post: tuple[PostOp, ...], precision: Precision,
-                    preferred_element_type: DType, method: str, packed: str, widen: bool,
-                    read_packed: bool) -> Array:
+                    preferred_element_type: DType, method: str, packed: str, constant: bool,
+                    widen: bool, read_packed: bool) -> Array:
     # oneDNN computes the post-ops in float32 and rounds once: the converts are no post-ops
     # (module docstring); widened (onednn_f32), the operands go to float32 and the result
     # comes back to the convolution's dtype, as for its plain forward (lowering/onednn.py);
@@ -204,10 +213,12 @@ _REFERENCE_RULE = mlir.lower_fun(reference, multiple_results=False)
 def _cpu_rule(ctx: mlir.LoweringRuleContext, *args: Any, **params: Any) -> Any:
     if primitive.partitioned(ctx) or primitive.exported(ctx, params["method"]):
         return _REFERENCE_RULE(ctx, *args, **params)
-    ours = onednn_method(params["p"], ctx.avals_in[0].dtype,  # type: ignore[attr-defined]
-                         params["precision"], params["preferred_element_type"], params["method"])
-    if ours is None:
-        return _REFERENCE_RULE(ctx, *args, **params)
+    ours = cpu_method(params["p"], ctx.avals_in[0].dtype,  # type: ignore[attr-defined]
+                      params["precision"], params["preferred_element_type"], params["method"],
+                      params["constant"])
+    if ours not in ("onednn", "onednn_f32"):  # the method chosen with the filter constant
+        return _REFERENCE_RULE(ctx, *args, **{**params, "method": ours} if params["constant"]
+                               else params)
     return _ONEDNN_RULE(ctx, *args, widen=ours == "onednn_f32",
                         read_packed=params["packed"] == ours, **params)
 
@@ -240,7 +251,7 @@ def pack(w: Any, p: ConvProblem, method: str) -> tuple[np.ndarray | None, str]:
 def forward(x: Array, w: Array, operands: Sequence[Array], *, p: ConvProblem,
             post: Sequence[PostOp], precision: Precision = None,
             preferred_element_type: DType = None, method: str = "auto",
-            packed: tuple[Any, str] | None = None) -> Array:
+            packed: tuple[Any, str] | None = None, constant: bool = False) -> Array:
     """``conv(x, W)`` of ``p`` followed by ``post`` (each binary post-op reading the next of
     ``operands``), as one oneDNN primitive where oneDNN runs the forward (module docstring).
 
@@ -256,6 +267,8 @@ def forward(x: Array, w: Array, operands: Sequence[Array], *, p: ConvProblem,
       packed: ``w`` packed by :func:`pack` and the method it was packed for; the call reads
         it where that method runs the forward, and ``w`` everywhere else (derivatives, vmap,
         other platforms).
+      constant: ``w`` is a constant of the program (``packed`` implies it): the method is the
+        one chosen with oneDNN's candidates timed on the filter packed (:func:`cpu_method`).
 
     Returns:
       The chain's value, y's shape and dtype.
@@ -297,5 +310,6 @@ def forward(x: Array, w: Array, operands: Sequence[Array], *, p: ConvProblem,
                          f"'onednn_f32', got {filt.dtype} for {packed_for!r}")
     out: Array = fused_p.bind(  # type: ignore[no-untyped-call]
         x, w, *checked, *([filt] if packed_for else []), p=p, post=post, precision=precision,
-        preferred_element_type=preferred_element_type, method=method, packed=packed_for)
+        preferred_element_type=preferred_element_type, method=method, packed=packed_for,
+        constant=constant or bool(packed_for))
     return out

@@ -303,18 +303,21 @@ def decisions() -> list[Decision]:
 
 
 def decision(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Precision,
-             preferred_element_type: DType) -> Decision | None:
-    """The :class:`Decision` of ``kernel`` of ``p`` whose CPU table picked ``method``, where
-    one was made in this process, else None (nothing timed: the rule's method)."""
+             preferred_element_type: DType, packed: bool = False) -> Decision | None:
+    """The :class:`Decision` of ``kernel`` of ``p`` whose CPU table picked ``method`` (with a
+    constant filter, ``packed``), where one was made in this process, else None (nothing
+    timed: the rule's method)."""
     with _LOCK:
-        return _DECISIONS.get(_key(kernel, p, method, dtype, precision, preferred_element_type))
+        return _DECISIONS.get(_key(kernel, p, method, dtype, precision, preferred_element_type,
+                                   packed))
 
 
 def _key(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision: Precision,
-         preferred_element_type: DType) -> str:
+         preferred_element_type: DType, packed: bool = False) -> str:
     fields = {f: getattr(p, f) for f in p.__dataclass_fields__ if f != "op"}
     return repr((str(kernel), method, str(np.dtype(dtype)), str(precision),
-                 str(preferred_element_type), sorted(fields.items(), key=lambda kv: kv[0])))
+                 str(preferred_element_type), sorted(fields.items(), key=lambda kv: kv[0]),
+                 *(("packed filter",) if packed else ())))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,6 +342,12 @@ class Contest:
     #: the operands' dtype of the candidates timed on other operands than ``dtype``'s (a
     #: widened kernel, whose casts a program fuses into its neighbours: ``chooser._contest``)
     operand_dtypes: dict[str, np.dtype] = dataclasses.field(default_factory=dict)
+    #: a forward whose filter is a constant of the program: the candidates that pack it
+    #: (``prepare``: the second operand, a host array, as those candidates' calls take it,
+    #: prepared once before they are timed) time their calls on it packed; its verdict is
+    #: its own (docs/onednn.md, "Packed filters")
+    packed: bool = False
+    prepare: dict[str, Callable[[np.ndarray], Any]] = dataclasses.field(default_factory=dict)
 
 
 def pick(contest: Contest) -> str:
@@ -348,7 +357,8 @@ def pick(contest: Contest) -> str:
     c = contest
     if len(c.calls) < 2 or not enabled():
         return c.rule
-    key = _key(c.kernel, c.p, c.method, c.dtype, c.precision, c.preferred_element_type)
+    key = _key(c.kernel, c.p, c.method, c.dtype, c.precision, c.preferred_element_type,
+               c.packed)
     with _LOCK:
         if key not in _VERDICTS:
             record = _disk()["methods"].get(key)
@@ -362,7 +372,8 @@ def pick(contest: Contest) -> str:
                 source = "measured"
             _VERDICTS[key] = record["verdict"]
             _DECISIONS[key] = Decision(
-                str(c.kernel), _describe(c.p), str(c.dtype), record["rule"],
+                str(c.kernel), _describe(c.p) + (", filter packed" if c.packed else ""),
+                str(c.dtype), record["rule"],
                 record["verdict"], source, dict(record["times_ms"]), dict(record["noise"]),
                 float(record["lead"]), float(record["need"]))
             _LOG.info("%s", _DECISIONS[key].line())
@@ -442,6 +453,9 @@ def _sample_times(c: Contest, seconds: float) -> dict[str, list[float]]:
         by_dtype = {dt: tuple(jax.device_put(v.astype(dt), jax.devices("cpu")[0])
                               for v in drawn) for dt in set(dtypes.values())}
         operands = {m: by_dtype[dt] for m, dt in dtypes.items()}
+        for m, prepare in c.prepare.items():  # a packed filter: once, before the calls
+            a, b = operands[m]
+            operands[m] = (a, prepare(np.asarray(b)))
         calls = {}
         for m in methods:
             fn = jax.jit(c.calls[m])

@@ -213,15 +213,15 @@ class FusedConvolution(Rewrite):
             operands.append(side)
         precision, out_dtype = options.compute_options(
             "accelerate", params["precision"], params["preferred_element_type"])
-        packed = None
-        method = fused.onednn_method(p, xs.dtype, precision, out_dtype, scope.lowering)
-        if method is not None and _constant(w):  # packed once, not moved every call
+        packed, constant = None, _constant(w)
+        method = fused.onednn_method(p, xs.dtype, precision, out_dtype, scope.lowering, constant)
+        if method is not None and constant:  # packed once, not moved every call
             host, _ = lax_conv.forward_filter(np.asarray(w), params["dimension_numbers"])
             got, _ = fused.pack(host, p, method)  # None: the call moves it, as before
             packed = None if got is None else (got, method)
         y = fused.forward(xs, ws, operands, p=p, post=post, precision=precision,
                           preferred_element_type=out_dtype, method=scope.lowering,
-                          packed=packed)
+                          packed=packed, constant=constant)
         if y.dtype == dtype:
             return [y]
         (end,) = match.eqn.outvars
