@@ -3,11 +3,13 @@
 Per model, batch and dtype, one call of the model's forward in inference mode (BatchNorm with
 its running statistics), by each contender, interleaved in one process (a fresh random order
 each round, each contender's block after at least 20 ms of its untimed calls), each call timed
-alone (latency: the call, then its result ready); the JAX contenders' variables and input are
-device arrays, put once, as a server holds its weights:
+alone (latency: the call, then its result ready); the JAX contenders serve the model as a
+server holds it, its variables device arrays closed over (constants of the program, as every
+other contender's weights are part of its model) and the input a device array, put once:
 
-* ``lax``: ``jax.jit(model.apply)``, the flax model as written;
-* ``accelerate``: ``jax.jit(jaxconv.accelerate(model.apply))``;
+* ``lax``: ``jax.jit(functools.partial(model.apply, variables))``, the flax model as written;
+* ``accelerate``: ``jax.jit(jaxconv.accelerate(functools.partial(model.apply, variables)))``
+  (its constant filters packed once: docs/onednn.md, "Packed filters");
 * ``torch``: the ``torch.nn`` twin in ``eval()`` under ``torch.inference_mode()``, in the
   faster of its two memory formats (timed first);
 * ``openvino``: the torch twin converted by ``openvino.convert_model`` and compiled for the
@@ -211,19 +213,22 @@ def _contenders(name: str, x: np.ndarray, dtype: str, which: Sequence[str]
     jdtype = jnp.bfloat16 if dtype == "bfloat16" else None
     model = _flax_model(name, jdtype)
 
-    def apply(v: Any, x: jax.Array) -> jax.Array:
-        out: jax.Array = model.apply(v, x)  # type: ignore[assignment]
-        return out.astype(jnp.float32)
-    # the variables and input as device arrays, put once, as a server holds its weights (NumPy
-    # arguments are copied in on every call: MobileNetV2 at batch 1, 10.0 ms against 7.4)
+    # the variables as device arrays closed over, as a server holds its weights (lax's ResNet-50
+    # at batch 1 on the 2-core Xeon: 69.6 ms against 75.4 with them as arguments), and the
+    # input put once (NumPy arguments are copied in on every call: MobileNetV2 at batch 1, 10.0
+    # ms against 7.4)
     vj, xj = jax.tree.map(jnp.asarray, v), jnp.asarray(x)
+
+    def apply(x: jax.Array) -> jax.Array:
+        out: jax.Array = model.apply(vj, x)  # type: ignore[assignment]
+        return out.astype(jnp.float32)
     calls: dict[str, Callable[[], np.ndarray]] = {}
     if "lax" in which:
         f = jax.jit(apply)
-        calls["lax"] = lambda: np.asarray(f(vj, xj))
+        calls["lax"] = lambda: np.asarray(f(xj))
     if "accelerate" in which:
         g = jax.jit(jaxconv.accelerate(apply))
-        calls["accelerate"] = lambda: np.asarray(g(vj, xj))
+        calls["accelerate"] = lambda: np.asarray(g(xj))
     if "torch" not in which and "openvino" not in which:
         return calls, None
     import torch

@@ -85,3 +85,23 @@ def test_the_rounding_differentiates_as_the_cast():
     t = jnp.asarray(rng.standard_normal(7), jnp.float32)
     _, tangent = jax.jvp(round_to_bfloat16, (t,), (t,))
     assert np.array_equal(_bits(tangent), _bits(t.astype(jnp.bfloat16)))
+
+
+def test_a_constants_cast_is_rounded_once_when_traced():
+    """A served model's float32 variable closed over and cast to bfloat16 is rounded when the
+    program is traced: the program holds the bfloat16 constant, not a rounding per call (and a
+    fused chain's convolution reads it packed); the values are the per-call rounding's, bit for
+    bit."""
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.standard_normal((2, 7, 6, 5)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((3, 3, 5, 4)), jnp.float32)
+    served = jaxconv.accelerate(lambda x: jax.nn.relu(_layer(x, w)))
+    labels = [d.label for d in jaxconv.explain(lambda x: jax.nn.relu(_layer(x, w)), x).decisions
+              if d.matched == "narrowing convert"]
+    assert sorted(labels) == ["rounded by integer operations",
+                              "rounded by integer operations (a constant: once, when traced)"]
+    jaxpr = jax.make_jaxpr(served)(x)
+    rounded = [c for c in jaxpr.consts if getattr(c, "dtype", None) == jnp.bfloat16]
+    assert len(rounded) == 1 and np.array_equal(_bits(rounded[0]), _bits(w.astype(jnp.bfloat16)))
+    args = jaxconv.accelerate(lambda x, w: jax.nn.relu(_layer(x, w)))
+    assert np.array_equal(_bits(jax.jit(served)(x)), _bits(jax.jit(args)(x, w)))

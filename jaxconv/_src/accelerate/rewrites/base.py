@@ -15,6 +15,9 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+import jax
+import numpy as np
+
 from jaxconv._src.accelerate.analysis import Analysis
 from jaxconv._src.lowering import chooser
 
@@ -56,6 +59,12 @@ REASONS: dict[str, str] = {
 #: element-wise equation of a program, for the fused chain): ``jaxconv.explain`` counts them
 #: apart from the refusals
 STRUCTURAL = frozenset({"no fused chain", "chain goes on", "no narrowing"})
+
+
+def constant(value: Any) -> bool:
+    """Whether ``value`` is a constant of the program: an array, not a tracer (a model's
+    variables closed over by the function ``accelerate`` wraps)."""
+    return isinstance(value, (jax.Array, np.ndarray)) and not isinstance(value, jax.core.Tracer)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,13 +37,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Literal
 
 from jaxconv._src import lax_conv, options
-from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope
+from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope, constant
 from jaxconv._src.accelerate.rewrites.convolution import kernel_of
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import chooser, fused
@@ -186,7 +185,7 @@ class FusedConvolution(Rewrite):
         conv, steps, dtype = found
         reads = (*conv.invars, *(side for _, side in steps if side is not None))
         label = "post-ops " + " ".join(_describe(op) for op, _ in steps)
-        if _constant(scope.env.get(conv.invars[1])):
+        if constant(scope.env.get(conv.invars[1])):
             label += "; the filter, a constant, packed once"
         return Match(self, eqn, tuple(reads), (conv, tuple(op for op, _ in steps), dtype),
                      f"{label} (where oneDNN runs the forward)")
@@ -213,26 +212,20 @@ class FusedConvolution(Rewrite):
             operands.append(side)
         precision, out_dtype = options.compute_options(
             "accelerate", params["precision"], params["preferred_element_type"])
-        packed, constant = None, _constant(w)
-        method = fused.onednn_method(p, xs.dtype, precision, out_dtype, scope.lowering, constant)
-        if method is not None and constant:  # packed once, not moved every call
+        packed, fixed = None, constant(w)
+        method = fused.onednn_method(p, xs.dtype, precision, out_dtype, scope.lowering, fixed)
+        if method is not None and fixed:  # packed once, not moved every call
             host, _ = lax_conv.forward_filter(np.asarray(w), params["dimension_numbers"])
             got, _ = fused.pack(host, p, method)  # None: the call moves it, as before
             packed = None if got is None else (got, method)
         y = fused.forward(xs, ws, operands, p=p, post=post, precision=precision,
                           preferred_element_type=out_dtype, method=scope.lowering,
-                          packed=packed, constant=constant)
+                          packed=packed, constant=fixed)
         if y.dtype == dtype:
             return [y]
         (end,) = match.eqn.outvars
         scope.narrow[end] = y  # a convert back reads it (the narrowing rewrite)
         return [y.astype(dtype)]
-
-
-def _constant(value: Any) -> bool:
-    """Whether ``value`` is a constant of the program: an array, not a tracer (a model's
-    variables closed over by the function ``accelerate`` wraps)."""
-    return isinstance(value, (jax.Array, np.ndarray)) and not isinstance(value, jax.core.Tracer)
 
 
 def _operand_order(eqn: Any) -> list[Any]:

@@ -14,6 +14,9 @@ consumer reads stays XLA's, fused into that consumer's loop. A convert of a valu
 16-bit value widened (a fused chain's result that float32 readers read too:
 ``rewrites/fused.py``, ``Scope.narrow``) back to its dtype, whatever reads it, is that value.
 Measured on XLA:CPU only; other backends run the same program (the same values), not timed.
+A cast of a constant of the program (a served model's variable, closed over) is rounded once,
+when the program is traced: its readers read a bfloat16 constant, which a fused chain's
+convolution packs (docs/onednn.md, "Packed filters").
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Literal
 
-from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope
+from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope, constant
 from jaxconv._src.rounding import round_to_bfloat16
 
 #: the equations that read a cast's result where the cast is rounded by integer operations
@@ -53,9 +57,13 @@ class NarrowingConvert(Rewrite):
         if (not readers or out in scope.analysis.results
                 or any(r.primitive.name not in KERNEL_READERS for r in readers)):
             return "no narrowing"
-        return Match(self, eqn, (x,), label="rounded by integer operations")
+        once = " (a constant: once, when traced)" if constant(scope.env.get(x)) else ""
+        return Match(self, eqn, (x,), label="rounded by integer operations" + once)
 
     def emit(self, match: Match, values: Sequence[Any], scope: Scope) -> list[Any]:
         if match.detail == "widened":
             return [scope.narrow[match.reads[0]]]
+        if constant(values[0]):  # a served model's variable: its kernels read a constant
+            with jax.ensure_compile_time_eval():
+                return [round_to_bfloat16(values[0])]
         return [round_to_bfloat16(values[0])]
