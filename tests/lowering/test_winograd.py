@@ -423,7 +423,8 @@ def test_auto_times_each_tile_against_onednn_on_this_machine(measuring, monkeypa
     x, w = jnp.ones((2, 16, 16, 32)), jnp.ones((3, 3, 32, 32))
     text = jax.jit(lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1)).lower(
         x, w).as_text()
-    assert timed == [("winograd_4x4", "winograd_2x2", "onednn")]
+    # (XLA's own too, a small problem: it timed slower here)
+    assert timed == [("winograd_4x4", "winograd_2x2", "onednn", "conv")]
     tiles = {"winograd_4x4": "m = 4", "winograd_2x2": "m = 2"}
     assert ("jaxconv_winograd_forward" in text) == (faster in tiles)
     if faster in tiles:
@@ -435,7 +436,7 @@ def test_auto_times_each_tile_against_onednn_on_this_machine(measuring, monkeypa
         strides=1, pads_begin=1, pads_end=1, dilations=1, auto_pad="explicit", groups=1,
         data_format="NXC", filter_format="XIO")
     chooser.one_device_method(Kernel.FORWARD, wide, "cpu", np.dtype("float32"))
-    assert timed == [("winograd_2x2", "onednn")]
+    assert timed == [("winograd_2x2", "onednn", "conv")]
     # past the cap, Winograd without timing
     monkeypatch.setattr(chooser, "WINOGRAD_MEASURE_MAX_MACS", 10)
     monkeypatch.setattr(measuring, "_VERDICTS", {})
