@@ -335,16 +335,13 @@ trimmed, also past 2 GiB free (`tests/core/test_host_memory.py`).
 ## Serving on CPU
 
 The forward pass in inference mode (BatchNorm's running statistics) of the models above and
-DCGAN's generator (transposed convolutions), at batch 1 and 8:
-`jax.jit(functools.partial(model.apply, variables))` (lax), the same under `jaxconv.accelerate`,
-the torch twin under `torch.inference_mode()`, and OpenVINO running that twin (the CPU, the
-latency hint; float32: `INFERENCE_PRECISION_HINT=f32`). Each call timed alone, 5 rounds of 20
-calls, interleaved, each block after 20 ms of the contender's untimed calls; the JAX
-contenders' variables are device arrays closed over (constants of the program, as the other
-contenders' weights are part of their models; {{doc}}`onednn`, "Packed filters"). Above 1:
-accelerate faster. `jaxconv bench models --parts inference [--dtype bfloat16]`
-({{doc}}`training`, "Serve a model on CPU"). On the 2-core Zen 4 VM, measured before the
-variables were closed over, with `jax.jit(model.apply)` and the variables as an argument:
+DCGAN's generator, at batch 1 and 8: `jax.jit(functools.partial(model.apply, variables))`
+(lax), the same under `jaxconv.accelerate`, the torch twin under `torch.inference_mode()`, and
+OpenVINO running it (latency hint; float32: `INFERENCE_PRECISION_HINT=f32`); each call timed
+alone, 5 rounds of 20, interleaved, each block after 20 ms of untimed calls; the JAX variables
+closed over, as the others' weights are part of their models. Above 1: accelerate faster.
+`jaxconv bench models --parts inference [--dtype bfloat16]` ({{doc}}`training`, "Serve a model
+on CPU"). On the 2-core Zen 4 VM (the variables then an argument, not closed over):
 
 {_table("Serving on CPU")}
 

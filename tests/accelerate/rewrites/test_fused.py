@@ -276,3 +276,15 @@ def test_a_served_models_constant_filters_are_packed_once():
     xs = jnp.stack([x, -x])
     h.assert_close(jax.jit(jax.vmap(serve))(xs), jax.vmap(functools.partial(model.apply, v))(xs),
                    jnp.float32)
+
+
+def test_a_process_whose_programs_run_elsewhere_packs_nothing(monkeypatch):
+    """On a GPU or TPU the fused call is never oneDNN's: its constant filters stay unpacked."""
+    model, v, x = _block()
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    served = functools.partial(model.apply, v)
+    labels = [d.label for d in jaxconv.explain(served, x).decisions if d.matched == "fused chain"]
+    assert len(labels) == 3 and not any("packed" in s for s in labels), labels
+    eqns = jax.make_jaxpr(jaxconv.accelerate(served))(x).eqns
+    fused = [e for e in eqns if e.primitive.name == "jaxconv_fused_forward"]
+    assert fused and not any(e.params["packed"] or e.params["constant"] for e in fused)

@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Literal
@@ -185,7 +186,7 @@ class FusedConvolution(Rewrite):
         conv, steps, dtype = found
         reads = (*conv.invars, *(side for _, side in steps if side is not None))
         label = "post-ops " + " ".join(_describe(op) for op, _ in steps)
-        if constant(scope.env.get(conv.invars[1])):
+        if _packs(scope.env.get(conv.invars[1])):
             label += "; the filter, a constant, packed once"
         return Match(self, eqn, tuple(reads), (conv, tuple(op for op, _ in steps), dtype),
                      f"{label} (where oneDNN runs the forward)")
@@ -212,7 +213,7 @@ class FusedConvolution(Rewrite):
             operands.append(side)
         precision, out_dtype = options.compute_options(
             "accelerate", params["precision"], params["preferred_element_type"])
-        packed, fixed = None, constant(w)
+        packed, fixed = None, _packs(w)
         method = fused.onednn_method(p, xs.dtype, precision, out_dtype, scope.lowering, fixed)
         if method is not None and fixed:  # packed once, not moved every call
             host, _ = lax_conv.forward_filter(np.asarray(w), params["dimension_numbers"])
@@ -226,6 +227,13 @@ class FusedConvolution(Rewrite):
         (end,) = match.eqn.outvars
         scope.narrow[end] = y  # a convert back reads it (the narrowing rewrite)
         return [y.astype(dtype)]
+
+
+def _packs(w: Any) -> bool:
+    """Whether the filter ``w`` is packed where oneDNN runs its forward: a constant of the
+    program, in a process whose programs run on the CPU (elsewhere the fused call is never
+    oneDNN's, and its packing would be work and memory for nothing)."""
+    return constant(w) and jax.default_backend() == "cpu"
 
 
 def _operand_order(eqn: Any) -> list[Any]:
