@@ -202,15 +202,21 @@ def _kernel(kernel: Kernel) -> object:
         out: Array = call(
             a, b, *operands, op=p.op, groups=np.int64(p.groups),
             **_post_attrs(post, operands, a.dtype),
-            data_axes=np.array(p.data.spec, np.int64),
-            filter_axes=np.array(p.filter_layout.spec(swap=p.filter_swap), np.int64),
-            strides=np.array(p.strides, np.int64), dilations=np.array(p.dilations, np.int64),
-            pads_begin=np.array(p.pads_begin, np.int64), pads_end=np.array(p.pads_end, np.int64),
+            **{k: np.array(v, np.int64) for k, v in _problem_attrs(p).items()},
             threads=np.int64(threads))
         if kernel is Kernel.DATA:  # dx's cropped head and tail: zeros
             out = common.pad_spatial(out, axes, crop)
         return out
     return compute
+
+
+def _problem_attrs(p: ConvProblem) -> dict[str, tuple[int, ...]]:
+    """The handler's attributes of ``p`` as its call (and a pack of its filter) names them
+    (``native/onednn/problem.h``), groups aside."""
+    return dict(data_axes=tuple(p.data.spec),
+                filter_axes=tuple(p.filter_layout.spec(swap=p.filter_swap)),
+                strides=tuple(p.strides), dilations=tuple(p.dilations),
+                pads_begin=tuple(p.pads_begin), pads_end=tuple(p.pads_end))
 
 
 #: a fused forward's post-op kinds and algorithms (``fused.PostOp``), each the handler's code
@@ -259,11 +265,9 @@ def pack_forward_filter(w: Any, p: ConvProblem) -> tuple[np.ndarray | None, str]
     bytes and "", or None and why not. The call's problem is the forward kernel's (x cropped
     where a pad is negative)."""
     q, _ = _cropped(p, fitted=False)
-    return library.pack_filter(
-        np.asarray(w), x_shape=q.x_shape, y_shape=Kernel.FORWARD.out_shape(q),
-        data_axes=tuple(q.data.spec), filter_axes=tuple(q.filter_layout.spec(swap=q.filter_swap)),
-        strides=tuple(q.strides), dilations=tuple(q.dilations), pads_begin=tuple(q.pads_begin),
-        pads_end=tuple(q.pads_end), groups=q.groups)
+    return library.pack_filter(np.asarray(w), x_shape=q.x_shape,
+                               y_shape=Kernel.FORWARD.out_shape(q), groups=q.groups,
+                               **_problem_attrs(q))
 
 ONEDNN = Method(
     "onednn", "oneDNN's own primitive through XLA's FFI (CPU, with the ``onednn`` extra)",

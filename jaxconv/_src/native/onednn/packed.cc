@@ -25,17 +25,8 @@ std::shared_ptr<Entry> PackedEntry(const Problem& p, Activations where, int64_t 
   q.threads = chunks == 0 ? 0 : 1;
   q.packed = static_cast<int>(where);
   if (q.threads == 0) return TheCache().Get(q);
-  // created single-threaded, as RunSingleThreaded creates a chunk's
-  const int saved = Omp().ok() ? Omp().get_max_threads() : 1;
-  if (Omp().ok()) Omp().set_num_threads(1);
-  std::shared_ptr<Entry> e;
-  try {
-    e = TheCache().Get(q);
-  } catch (...) {
-    if (Omp().ok()) Omp().set_num_threads(saved);
-    throw;
-  }
-  if (Omp().ok()) Omp().set_num_threads(saved);
+  std::shared_ptr<Entry> e;  // created single-threaded, as RunSingleThreaded creates a chunk's
+  WithOneOmpThread([&] { e = TheCache().Get(q); });
   return e;
 }
 
@@ -69,7 +60,7 @@ extern "C" void jaxconv_onednn_see_pool_threads(int64_t threads) { SeePoolThread
 
 // Packs filter `w` (`rank` axes of `w_dims`, in the caller's layout) for the forward of the
 // problem given as a handler's attributes (problem.h; dtype 0 float32, 1 bfloat16, 2 float16)
-// into `out`: its header, then the filter in PackedLayout's layout. With `out` null it only
+// into `out`: its header, then the filter in its PackedEntry's layout. With `out` null it only
 // returns the bytes needed. Returns those bytes, or -1 with the reason in `error`.
 extern "C" int64_t jaxconv_onednn_pack_filter(
     int dtype, int rank, const int64_t* x_dims, const int64_t* y_dims, const int64_t* w_dims,

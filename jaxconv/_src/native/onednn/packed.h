@@ -7,7 +7,7 @@
 // 100 MB a call). A filter that is a constant of the program (a model served with its
 // variables closed over) is moved once, when the program is traced (jaxconv_onednn_pack_filter,
 // through ctypes: lowering/fused.py), into bytes the program holds as a constant: a 64-byte
-// Header, then the filter in the layout of the primitive that PackedLayout names. A forward
+// Header, then the filter in the layout of the primitive PackedEntry names. A forward
 // call whose filter operand is such bytes (uint8) reads them as they are.
 //
 // The layout is that of the primitive that runs the call: on the activations' layouts the

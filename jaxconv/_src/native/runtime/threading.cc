@@ -23,18 +23,26 @@ std::mutex& RunMutex() {
   return *mu;
 }
 
-void RunSingleThreaded(Problem& q, void* x, void* y, void* w, const std::vector<void*>& sides,
-                       const memory::desc* packed) {
-  q.threads = 1;
+void WithOneOmpThread(const std::function<void()>& work) {
+  if (!Omp().ok()) {
+    work();
+    return;
+  }
   const int saved = Omp().get_max_threads();
   Omp().set_num_threads(1);
   try {
-    Execute(*TheCache().Get(q), q.kernel, x, y, w, sides, packed);
+    work();
   } catch (...) {
     Omp().set_num_threads(saved);
     throw;
   }
   Omp().set_num_threads(saved);
+}
+
+void RunSingleThreaded(Problem& q, void* x, void* y, void* w, const std::vector<void*>& sides,
+                       const memory::desc* packed) {
+  q.threads = 1;
+  WithOneOmpThread([&] { Execute(*TheCache().Get(q), q.kernel, x, y, w, sides, packed); });
 }
 
 namespace {

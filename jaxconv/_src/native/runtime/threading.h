@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -30,6 +31,10 @@ std::mutex& RunMutex();
 // (packed.h).
 int64_t PoolThreads();
 void SeePoolThreads(int64_t threads);
+
+// Runs `work` with the calling thread's OpenMP thread count 1 (as it creates and runs a
+// single-threaded primitive), restored after.
+void WithOneOmpThread(const std::function<void()>& work);
 
 // Runs `q` whole and single-threaded on the calling thread (q.threads set to 1); `sides`: a
 // fused forward's post-op operands, `packed`: its packed filter's layout (execute.h).
