@@ -238,7 +238,7 @@ def _contest(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision:
         rule=rule(kernel, p, method, dtype), calls={m: call(m) for m in names},
         fewest=None if side is None else f"winograd_{side}x{side}",
         operand_dtypes={"onednn_f32": np.dtype(np.float32)} if "onednn_f32" in names else {},
-        packed=bool(packs), prepare=dict.fromkeys(packs, pack))
+        prepare=dict.fromkeys(packs, pack))
 
 
 def _one_device(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any, precision: Precision,

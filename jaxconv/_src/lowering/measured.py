@@ -343,11 +343,15 @@ class Contest:
     #: widened kernel, whose casts a program fuses into its neighbours: ``chooser._contest``)
     operand_dtypes: dict[str, np.dtype] = dataclasses.field(default_factory=dict)
     #: a forward whose filter is a constant of the program: the candidates that pack it
-    #: (``prepare``: the second operand, a host array, as those candidates' calls take it,
-    #: prepared once before they are timed) time their calls on it packed; its verdict is
-    #: its own (docs/onednn.md, "Packed filters")
-    packed: bool = False
+    #: (the second operand, a host array, as those candidates' calls take it, prepared once
+    #: before they are timed) time their calls on it packed; its verdict is its own
+    #: (:attr:`packed`; docs/onednn.md, "Packed filters")
     prepare: dict[str, Callable[[np.ndarray], Any]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def packed(self) -> bool:
+        """Whether candidates time the filter packed (a verdict of its own)."""
+        return bool(self.prepare)
 
 
 def pick(contest: Contest) -> str:
