@@ -293,7 +293,7 @@ def test_one_example_splits_its_rows_each_with_its_own_pads(case, dilations, cha
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one CPU: XLA's pool has one thread, the call runs whole")
     assert mine and all(c["x"][1] < x.shape[1] and c["threading"] == "single"
-                        for c in mine), mine
+                        for c in mine), [(c["x"], c["threading"], c["source"]) for c in mine]
 
 
 def _handed(key: str) -> list[tuple[int, int]]:

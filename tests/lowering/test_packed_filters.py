@@ -1,31 +1,44 @@
 """Packed filters (``native/onednn/packed.h``, ``lowering/fused.py``: ``pack``): a forward's
-constant filter moved once into its primitive's layout, which the fused call then reads as it
-is, against lax's convolution (``Precision.HIGHEST``) followed by the chain in NumPy's float64,
-and against the same call on the unpacked filter.
+or a data gradient's constant filter moved once into its primitive's layout, which the call
+then reads as it is, against lax's convolution (``Precision.HIGHEST``) followed by the chain in
+NumPy's float64 (a data gradient: ``jax.vjp`` of lax's convolution), and against the same call
+on the unpacked filter.
 
-The matrix crosses the data layouts, groups, strides and pads with chains with and without a
-multiply (BatchNorm's folds into an unpacked filter, never into a packed one) at batch 1 (one
-call, or rows split on XLA's pool) and 3 (chunks of the batch).
+The forward's matrix crosses the data layouts, groups, strides and pads with chains with and
+without a multiply (BatchNorm's folds into an unpacked filter, never into a packed one) at
+batch 1 (one call, or rows split on XLA's pool) and 3 (chunks of the batch); the data
+gradient's (a served transposed convolution) crosses them with the handler's own paths: output
+positions that read only padding, negative pads (crops of x), a strided 1x1 spread onto dx's
+grid, three spatial axes, and a large filter at a small size (tap products in the trial).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jax import lax
+
+from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import fused
 from jaxconv._src.native import library
-from tests.lowering.test_fused import CHAINS, PROBLEMS, ROW_PROBLEMS, _operands, _oracle, _problem
+from tests.lowering.test_fused import (
+    CHAINS, HIGHEST, PROBLEMS, _operands, _oracle, _problem)
 from tests.support import helpers as h
 from tests.support.onednn_matrix import needs_onednn
 
-CASES = [*PROBLEMS, ROW_PROBLEMS[0][0]]
-#: (chain, case): flax's BatchNorm not on the rows case, whose 144-term sums times
+#: a problem whose one example the handler splits into rows on XLA's pool (test_fused.py's
+#: ROW_PROBLEMS[0] with other channels: that test reads the primitive cache for its own shapes)
+ROWS = ("NXC", "XIO", 1, 24, 32, (64, 40), (3, 3), (1, 1), (1, 1), (1, 1))
+CASES = [*PROBLEMS, ROWS]
+#: (chain, case): flax's BatchNorm not on the rows case, whose 216-term sums times
 #: rsqrt(1e-3) ~ 32 exceed float32's bound against ReLU6's range for the unpacked call too
 MATRIX = [(chain, case) for chain in ("none", "bias residual relu", "flax bn relu6")
-          for case in CASES if not (chain == "flax bn relu6" and case is ROW_PROBLEMS[0][0])]
+          for case in CASES if not (chain == "flax bn relu6" and case is ROWS)]
 
 
 def _calls(x, w, operands, p, post, packed):
@@ -118,3 +131,114 @@ def test_derivatives_and_batching_read_the_filter_not_its_packing():
     batched = jax.vmap(lambda x: fused.forward(x, w, operands, p=p, post=post,
                                                method="onednn", packed=packed))(xs)
     h.assert_close(batched[1], _oracle(2 * x, w, operands, p, post), jnp.float32)
+
+
+#: data gradients' problems (the forward's, as PROBLEMS): DCGAN's 4 x 4 stride-2 layers, one
+#: with its filter larger than its activations (the trial may keep tap products: packed, the
+#: primitive races them), groups in NCX, a 1x1 with pads (outputs that read only padding), a
+#: strided 1x1 without pads (spread onto dx's grid), negative pads, three spatial axes
+DATA_PROBLEMS = [
+    ("NXC", "XIO", 1, 16, 8, (16, 16), (4, 4), (2, 2), (1, 1), (1, 1)),
+    ("NXC", "XIO", 1, 256, 512, (8, 8), (4, 4), (2, 2), (1, 1), (1, 1)),
+    ("NCX", "OIX", 2, 6, 8, (7, 6), (3, 2), (2, 1), (0, 1), (2, 0)),
+    ("NXC", "XIO", 1, 8, 16, (9, 8), (1, 1), (2, 2), (1, 1), (1, 0)),
+    ("NXC", "XIO", 1, 8, 16, (9, 8), (1, 1), (2, 2), (0, 0), (0, 0)),
+    ("NXC", "XIO", 1, 8, 8, (10, 9), (3, 3), (2, 2), (-1, 0), (1, -2)),  # _data_problem
+    ("NXC", "XIO", 1, 4, 8, (5, 6, 4), (3, 3, 3), (2, 1, 2), (1, 1, 0), (1, 0, 1)),
+]
+
+
+def _data_oracle(dy, w, p):
+    """dx: ``jax.vjp`` of lax's forward at HIGHEST (a negative pad a crop of x first, which
+    XLA:CPU computes wrong as a pad)."""
+    df = p.data
+    n = p.rank
+    spec = {"NXC": (0, n + 1, *range(1, n + 1)), "NCX": tuple(range(n + 2))}[df.format]
+    fspec = {"XIO": (n + 1, n, *range(n)), "OIX": tuple(range(n + 2))}[p.filter_layout.format]
+    dn = lax.ConvDimensionNumbers(spec, fspec, spec)
+    crop = [(max(0, -b), max(0, -e)) for b, e in zip(p.pads_begin, p.pads_end)]
+    pads = [(max(0, b), max(0, e)) for b, e in zip(p.pads_begin, p.pads_end)]
+
+    def forward(x):
+        index = [slice(None)] * x.ndim
+        for a, (lo, hi), size in zip(df.spatial_axes, crop, p.input_size):
+            index[a] = slice(lo, size - hi)
+        return lax.conv_general_dilated(x[tuple(index)], w, p.strides, pads,
+                                        rhs_dilation=p.dilations, dimension_numbers=dn,
+                                        feature_group_count=p.groups, precision=HIGHEST)
+    _, vjp = jax.vjp(forward, jnp.zeros(p.x_shape, jnp.float32))
+    return vjp(dy)[0]
+
+
+def _data_problem(case, batch):
+    """``_problem``, negative pads included (a ConvTranspose's output cropped: the public
+    attributes never are, ``geometry.conv_transpose_problem`` makes them)."""
+    pb, pe = case[8], case[9]
+    rng, x, w, p = _problem((*case[:8], tuple(max(0, v) for v in pb),
+                             tuple(max(0, v) for v in pe)), batch)
+    out = tuple((i + b + e - (k - 1) * d - 1) // s + 1 for i, b, e, k, d, s in zip(
+        p.input_size, pb, pe, p.kernel, p.dilations, p.strides))
+    return rng, w, dataclasses.replace(p, pads_begin=tuple(pb), pads_end=tuple(pe),
+                                       output_size=out)
+
+
+def _data_call(dy, w, p, packed):
+    return jax.jit(lambda dy, w: fused.data(dy, w, p=p, method="onednn", packed=packed))(dy, w)
+
+
+@needs_onednn
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("case", DATA_PROBLEMS, ids=lambda c: f"{c[0]}-g{c[2]}-{c[3]}to{c[4]}-"
+                         f"k{c[6][0]}s{c[7][0]}-{c[8][0]}{c[9][-1]}-r{len(c[5])}")
+def test_a_data_gradients_packed_filter_is_read_as_it_is(case, batch, dtype):
+    """A served transposed convolution: its data gradient's call reads the packed filter (or,
+    where its tap products outran the packed primitive, the pack says so and the call moves the
+    filter as before), with dx's values."""
+    rng, w, p = _data_problem(case, batch)
+    dy = h.random(rng, Kernel.FORWARD.out_shape(p)).astype(dtype)
+    w = w.astype(dtype)
+    bytes_, why = fused.pack(np.asarray(w), p, "onednn", Kernel.DATA)
+    packed = None
+    if bytes_ is None:  # the trial's tap products outran the primitive on the packed filter
+        assert "tap products" in why and case is DATA_PROBLEMS[1], why
+    else:
+        assert why == "" and bytes_.dtype == np.uint8 and bytes_.ndim == 1
+        packed = (bytes_, "onednn")
+    before = library.cache_stats()
+    got = _data_call(dy, w, p, packed)
+    after = library.cache_stats()
+    if packed is not None:
+        assert after["packed_reads"] > before["packed_reads"]
+        assert after["packed_reorders"] == before["packed_reorders"]
+    h.assert_close(got.astype(jnp.float32),
+                   _data_oracle(dy.astype(jnp.float32), w.astype(jnp.float32), p),
+                   jnp.dtype(dtype))
+
+
+@needs_onednn
+def test_a_filter_packed_for_one_kernel_is_an_error_of_the_other():
+    """The header names the kernel: a forward's packed bytes given to a data gradient of the
+    same problem (whose primitive wants another layout) are an error, not a result."""
+    rng, x, w, p = _problem(DATA_PROBLEMS[0], 1)
+    forward, _ = fused.pack(np.asarray(w), p, "onednn")
+    dy = h.random(rng, Kernel.FORWARD.out_shape(p))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="packed for a forward"):
+        _data_call(dy, w, p, (forward, "onednn")).block_until_ready()
+    data, _ = fused.pack(np.asarray(w), p, "onednn", Kernel.DATA)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="packed for a data gradient"):
+        _calls(x, w, [], p, [], (data, "onednn")).block_until_ready()
+
+
+@needs_onednn
+def test_a_packed_data_gradients_derivatives_and_batching_read_the_filter():
+    rng, _, w, p = _problem(DATA_PROBLEMS[0], 2)
+    dy = h.random(rng, Kernel.FORWARD.out_shape(p))
+    packed = (fused.pack(np.asarray(w), p, "onednn", Kernel.DATA)[0], "onednn")
+
+    def loss(dy, packed):
+        return jnp.sum(jnp.sin(fused.data(dy, w, p=p, method="onednn", packed=packed)))
+    h.assert_close(jax.grad(loss)(dy, packed), jax.grad(loss)(dy, None), jnp.float32)
+    batched = jax.vmap(lambda d: fused.data(d, w, p=p, method="onednn", packed=packed))(
+        jnp.stack([dy, 2 * dy]))
+    h.assert_close(batched[1], _data_oracle(2 * dy, w, p), jnp.float32)

@@ -24,7 +24,6 @@ from jax.interpreters import partial_eval as pe
 
 from jaxconv._src import host_faults, host_memory, lowering
 from jaxconv._src.accelerate import rewrites, transform
-from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import fused
 
 #: arguments from this size on (bytes) are "a large state" whose donation matters
@@ -149,9 +148,9 @@ def _conv_row(eqn: Any, backend: str, decision: rewrites.Decision | None,
     lhs, rhs = (v.aval for v in eqn.invars[:2])
     out = eqn.outvars[0].aval
     shapes = f"{_fmt(lhs, rhs)} -> {list(out.shape)}"
-    if eqn.primitive.name == fused.fused_p.name:  # a fused chain's convolution
+    if eqn.primitive.name == fused.fused_p.name:  # a fused chain's or a packed filter's kernel
         params = eqn.params
-        planned = lowering.plan(Kernel.FORWARD, params["p"], method=params["method"],
+        planned = lowering.plan(params["kernel"], params["p"], method=params["method"],
                                 backend=backend, dtype=lhs.dtype, precision=params["precision"],
                                 preferred_element_type=params["preferred_element_type"],
                                 packed=params["constant"])
@@ -160,7 +159,7 @@ def _conv_row(eqn: Any, backend: str, decision: rewrites.Decision | None,
 
         def alone(x: Any, w: Any) -> Any:
             return fused.fused_p.bind(x, w, **plain)  # type: ignore[no-untyped-call]
-        return Row("convolution", str(Kernel.FORWARD), "jaxconv", shapes, planned.method,
+        return Row("convolution", str(params["kernel"]), "jaxconv", shapes, planned.method,
                    chosen=planned.why + packed, _bind=alone, _avals=(lhs, rhs))
     if eqn.primitive.name == "jaxconv_conv":
         kernel, p = eqn.params["kernel"], eqn.params["p"]

@@ -206,14 +206,14 @@ def _contest(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision:
              preferred_element_type: DType, packed: bool = False) -> measured.Contest:
     """The rule's method for ``kernel`` of ``p`` and the candidates that may replace it, each a
     function of the two operands (its plan, executed), for ``measured.pick``; ``packed``: a
-    forward whose filter is a constant of the program, which oneDNN's candidates time packed
-    (docs/onednn.md, "Packed filters")."""
+    forward or a data gradient whose filter is a constant of the program, which oneDNN's
+    candidates time packed (docs/onednn.md, "Packed filters")."""
     names = candidates(kernel, p, method, dtype, xla_applies=xla_own_applies(kernel, p))
     packs = [m for m in names if m in ("onednn", "onednn_f32")] if (
-        packed and kernel is Kernel.FORWARD) else []
+        packed and kernel in (Kernel.FORWARD, Kernel.DATA)) else []
 
     def pack(b: np.ndarray) -> Any:  # the bytes the call reads, or the filter where it is not
-        got, _ = onednn.pack_forward_filter(b, p)
+        got, _ = onednn.pack_filter(kernel, b, p)
         return b if got is None else got
 
     def call(m: str) -> Callable[[Array, Array], Array]:
@@ -225,8 +225,9 @@ def _contest(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, precision:
         widened = m == "onednn_f32"
 
         def run(a: Array, b: Array) -> Array:  # planned where it is traced (timed), not before
-            if b.dtype == np.uint8:  # a packed filter: the forward's call reads it
-                return onednn.fused_forward(a, b, (), p, ())
+            if b.dtype == np.uint8:  # a packed filter: the kernel's call reads it
+                return (onednn.fused_forward(a, b, (), p, ()) if kernel is Kernel.FORWARD
+                        else onednn.packed_data(a, b, p))
             forced = plan(kernel, p, method=m, backend="cpu",
                           dtype=np.float32 if widened else dtype, precision=precision,
                           preferred_element_type=None if widened else preferred_element_type)
@@ -247,7 +248,7 @@ def _one_device(kernel: Kernel, p: ConvProblem, backend: str, dtype: Any, precis
     """What ``lowering="auto"`` (``direct``: ``"direct"``) runs for ``kernel`` on one device of
     ``backend``, and why: the table's method (``"rule"``), on the CPU the winner of its
     candidates where ``measured.py`` timed them (``"measured: ..."``, ``"cache: ..."``: the
-    challenger's lead over the rule's method and the lead it needed); ``packed``: the forward's
+    challenger's lead over the rule's method and the lead it needed); ``packed``: the kernel's
     filter is a constant of the program (:func:`_contest`)."""
     if backend != "cpu":
         return choose(kernel, p, backend, onednn_ok=False), "rule"
@@ -278,9 +279,9 @@ def plan(kernel: Kernel, p: ConvProblem, *, method: str, backend: str | None, dt
 
     ``partitioned``: in a program XLA's SPMD partitioner splits across devices (a custom call
     then runs per device's blocks where its method can, else the backend's XLA formulation);
-    ``portable``: no custom call at all (an export); ``packed``: a forward whose filter is a
-    constant of the program, so that oneDNN's candidates are timed on it packed
-    (docs/onednn.md, "Packed filters").
+    ``portable``: no custom call at all (an export); ``packed``: a forward or a data
+    gradient whose filter is a constant of the program, so that oneDNN's candidates are timed
+    on it packed (docs/onednn.md, "Packed filters").
 
     Raises:
       ValueError: ``method`` is not a method of ``kernel`` (or ``"auto"`` without a backend).
@@ -375,17 +376,19 @@ WRITTEN_FILTER_RATIO = 2
 def as_written(kernel: Kernel, p: ConvProblem, dtype: Any, precision: Precision,
                preferred_element_type: DType, *, shapes: tuple[tuple[int, ...], tuple[int, ...]],
                ours: Callable[[Array, Array], Array],
-               written: Callable[[Array, Array], Array], mirrored: bool = False) -> bool:
+               written: Callable[[Array, Array], Array], mirrored: bool = False,
+               packed: bool = False) -> bool:
     """Whether a convolution the program wrote with input dilation (a transposed convolution
     with its own filter, flax's ``ConvTranspose``) runs as written (``written``, XLA's) rather
     than as jaxconv's ``kernel`` of ``p`` (``ours``: its filter reversed and role-swapped in
     XLA first, or where ``mirrored``, its activations reversed and the filter read in place:
-    ``accelerate/rewrites/mirrored.py``; then the kernel's own choice): each a function of the
-    equation's two operands (of ``shapes``),
+    ``accelerate/rewrites/mirrored.py``; where ``packed``, the filter a constant of the
+    program reversed and packed once: docs/onednn.md, "Packed filters"; then the kernel's own
+    choice): each a function of the equation's two operands (of ``shapes``),
     timed in that context on one CPU device, once per problem and machine, where the program's
     backend is the CPU (``measured.pick``). The rule, untimed: as written where the filter
     holds more than :data:`WRITTEN_FILTER_RATIO` times the bytes of the two activations and
-    jaxconv's form is not mirrored (a
+    jaxconv's form is neither mirrored nor packed (a
     filter-heavy layer at a small batch spends more on moving its filter than on its products:
     DCGAN's 4 x 4 512 -> 256 at 4 x 4, an 8 MiB filter reversed by XLA, then reordered by
     oneDNN), else jaxconv's kernel. Mirrored, the filter is read in place: DCGAN's 512 -> 256
@@ -395,9 +398,9 @@ def as_written(kernel: Kernel, p: ConvProblem, dtype: Any, precision: Precision,
         return False
     filter_heavy = (math.prod(p.filter_shape)
                     > WRITTEN_FILTER_RATIO * (math.prod(p.x_shape) + math.prod(p.y_shape)))
-    rule = "lax" if filter_heavy and not mirrored else "jaxconv"
+    rule = "lax" if filter_heavy and not (mirrored or packed) else "jaxconv"
     # the rule and the form of ours in the cache's key: a verdict per rule and form
-    form = "mirrored, " if mirrored else ""
+    form = "packed, " if packed else "mirrored, " if mirrored else ""
     contest = measured.Contest(kernel, p, f"as written ({form}{rule})", np.dtype(dtype), precision,
                                preferred_element_type, rule=rule,
                                calls={"jaxconv": ours, "lax": written}, shapes=shapes)

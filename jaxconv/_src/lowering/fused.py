@@ -40,6 +40,11 @@ program may come packed (:func:`pack`: moved once into the primitive's layout), 
 after the chain's that the oneDNN call reads in place of ``W`` and everything else leaves
 unread (docs/onednn.md, "Packed filters"). ``accelerate`` binds it where it
 sees such a chain (``accelerate/rewrites/fused.py``); docs/onednn.md, "Fused chains".
+
+The same primitive computes a data gradient (``kernel``; :func:`data`) whose filter is a
+constant: a served transposed convolution, whose call reads its filter packed. Its chain is
+empty (oneDNN's data gradient has no post-ops), and it is oneDNN's call only where it reads the
+filter packed (``accelerate/rewrites/convolution.py`` binds it).
 """
 
 from __future__ import annotations
@@ -134,28 +139,34 @@ def _eltwise(op: PostOp, y: Array) -> Array:
     return lax.tanh(y) if op.alg == "tanh" else lax.logistic(y)
 
 
-fused_p = Primitive("jaxconv_fused_forward")
+fused_p = Primitive("jaxconv_fused")
 
-_PARAMS = ("p", "post", "precision", "preferred_element_type", "method", "packed", "constant")
+_PARAMS = ("p", "post", "precision", "preferred_element_type", "method", "packed", "constant",
+           "kernel")
+#: the kernels the fused primitive computes: a chain follows a forward alone
+KERNELS = (Kernel.FORWARD, Kernel.DATA)
 
 
 def reference(x: Array, w: Array, *operands: Array, p: ConvProblem, post: tuple[PostOp, ...],
               precision: Precision, preferred_element_type: DType, method: str,
-              packed: str = "", constant: bool = False) -> Array:
-    """The fused primitive's value: jaxconv's forward kernel, then the chain in lax (a packed
-    filter, the last operand where ``packed`` names its method, unread: :func:`pack`)."""
+              packed: str = "", constant: bool = False, kernel: Kernel = Kernel.FORWARD
+              ) -> Array:
+    """The fused primitive's value: jaxconv's ``kernel`` (its first operand x, or dy for the
+    data gradient), then the chain in lax (a packed filter, the last operand where ``packed``
+    names its method, unread: :func:`pack`)."""
     if packed:
         operands = operands[:-1]
-    y = primitive.forward(x, w, p=p, precision=precision,
-                          preferred_element_type=preferred_element_type, method=method)
+    fn = primitive.forward if kernel is Kernel.FORWARD else primitive.data_grad
+    y = fn(x, w, p=p, precision=precision, preferred_element_type=preferred_element_type,
+           method=method)
     return apply_post_ops(y, post, operands, p.data.channel_axis)
 
 
 def _abstract_eval(x: Any, w: Any, *operands: Any, p: ConvProblem, post: tuple[PostOp, ...],
                    precision: Precision, preferred_element_type: DType, method: str,
-                   packed: str, constant: bool) -> Any:
+                   packed: str, constant: bool, kernel: Kernel) -> Any:
     dtype = np.dtype(preferred_element_type if preferred_element_type is not None else x.dtype)
-    return primitive.result_aval(fused_p.name, Kernel.FORWARD.out_shape(p), dtype, x, w)
+    return primitive.result_aval(fused_p.name, kernel.out_shape(p), dtype, x, w)
 
 
 def _jvp(primals: Sequence[Any], tangents: Sequence[Any], **params: Any) -> tuple[Any, Any]:
@@ -168,42 +179,49 @@ def _batch(args: Sequence[Any], dims: Sequence[Any], **params: Any) -> tuple[Any
 
 
 def cpu_method(p: ConvProblem, dtype: Any, precision: Precision, preferred_element_type: DType,
-               method: str, constant: bool = False) -> str:
-    """The method that runs the forward of ``p`` in a program on one CPU device: the chooser's
+               method: str, constant: bool = False, kernel: Kernel = Kernel.FORWARD) -> str:
+    """The method that runs ``kernel`` of ``p`` in a program on one CPU device: the chooser's
     plan, timed where it times, with oneDNN's filter packed where it is a constant of the
     program (``constant``: docs/onednn.md, "Packed filters")."""
-    return chooser.plan(Kernel.FORWARD, p, method=method, backend="cpu", dtype=dtype,
+    return chooser.plan(kernel, p, method=method, backend="cpu", dtype=dtype,
                         precision=precision, preferred_element_type=preferred_element_type,
                         packed=constant).method
 
 
 def onednn_method(p: ConvProblem, dtype: Any, precision: Precision,
-                  preferred_element_type: DType, method: str, constant: bool = False
-                  ) -> str | None:
-    """The oneDNN method that runs the forward of ``p`` (:func:`cpu_method`): ``"onednn"`` or
-    ``"onednn_f32"``, where the chain fuses; None where another method runs it."""
-    ours = cpu_method(p, dtype, precision, preferred_element_type, method, constant)
+                  preferred_element_type: DType, method: str, constant: bool = False,
+                  kernel: Kernel = Kernel.FORWARD) -> str | None:
+    """The oneDNN method that runs ``kernel`` of ``p`` (:func:`cpu_method`): ``"onednn"`` or
+    ``"onednn_f32"``, where a forward's chain fuses and a filter packs; None where another
+    method runs it."""
+    ours = cpu_method(p, dtype, precision, preferred_element_type, method, constant, kernel)
     return ours if ours in ("onednn", "onednn_f32") else None
 
 
 def _onednn_program(x: Array, w: Array, *operands: Array, p: ConvProblem,
                     post: tuple[PostOp, ...], precision: Precision,
                     preferred_element_type: DType, method: str, packed: str, constant: bool,
-                    widen: bool, read_packed: bool) -> Array:
+                    kernel: Kernel, widen: bool, read_packed: bool) -> Array:
     # oneDNN computes the post-ops in float32 and rounds once: the converts are no post-ops
     # (module docstring); widened (onednn_f32), the operands go to float32 and the result
     # comes back to the convolution's dtype, as for its plain forward (lowering/onednn.py);
-    # a filter packed for the method that runs is the call's filter as it is (pack)
+    # a filter packed for the method that runs is the call's filter as it is (pack); a data
+    # gradient has no chain
     kept = tuple(op for op in post if op.kind != "convert")
     if packed:
         w = operands[-1] if read_packed else w
         operands = operands[:-1]
+
+    def call(a: Array, b: Array, sides: Sequence[Array]) -> Array:
+        if kernel is Kernel.DATA:  # its filter read packed (_cpu_rule)
+            return onednn.packed_data(a, b, p)
+        return onednn.fused_forward(a, b, sides, p, kept)
     if not widen or x.dtype == np.float32:
-        return onednn.fused_forward(x, w, operands, p, kept)
+        return call(x, w, operands)
     wide = [v.astype(np.float32) for v in (x, *operands)]
     wide_w = w if read_packed else w.astype(np.float32)
     out = x.dtype if preferred_element_type is None else preferred_element_type
-    return rounding.narrowed(onednn.fused_forward(wide[0], wide_w, wide[1:], p, kept), out)
+    return rounding.narrowed(call(wide[0], wide_w, wide[1:]), out)
 
 
 _ONEDNN_RULE = mlir.lower_fun(_onednn_program, multiple_results=False)
@@ -215,12 +233,16 @@ def _cpu_rule(ctx: mlir.LoweringRuleContext, *args: Any, **params: Any) -> Any:
         return _REFERENCE_RULE(ctx, *args, **params)
     ours = cpu_method(params["p"], ctx.avals_in[0].dtype,  # type: ignore[attr-defined]
                       params["precision"], params["preferred_element_type"], params["method"],
-                      params["constant"])
-    if ours not in ("onednn", "onednn_f32"):  # the method chosen with the filter constant
+                      params["constant"], params["kernel"])
+    read_packed = params["packed"] == ours
+    # the method chosen with the filter constant; a data gradient is the fused call's only
+    # where it reads its filter packed (it has no chain)
+    if ours not in ("onednn", "onednn_f32") or (
+            params["kernel"] is Kernel.DATA and not read_packed):
         return _REFERENCE_RULE(ctx, *args, **{**params, "method": ours} if params["constant"]
                                else params)
-    return _ONEDNN_RULE(ctx, *args, widen=ours == "onednn_f32",
-                        read_packed=params["packed"] == ours, **params)
+    return _ONEDNN_RULE(ctx, *args, widen=ours == "onednn_f32", read_packed=read_packed,
+                        **params)
 
 
 @functools.partial(jax.jit, static_argnames=_PARAMS)
@@ -237,15 +259,16 @@ mlir.register_lowering(fused_p, _REFERENCE_RULE)
 mlir.register_lowering(fused_p, _cpu_rule, platform="cpu")
 
 
-def pack(w: Any, p: ConvProblem, method: str) -> tuple[np.ndarray | None, str]:
-    """The filter ``w`` of the forward of ``p``, a constant of the program (a host array in
-    ``p``'s filter layout), packed once for the oneDNN ``method`` that runs the forward
-    (``onednn_method``; float32 for ``"onednn_f32"``): the bytes the fused call reads in place
-    of a filter it would move into its primitive's layout at every call, and ""; or None and
-    why not (docs/onednn.md, "Packed filters")."""
+def pack(w: Any, p: ConvProblem, method: str, kernel: Kernel = Kernel.FORWARD
+         ) -> tuple[np.ndarray | None, str]:
+    """The filter ``w`` of ``kernel`` (the forward or the data gradient) of ``p``, a constant
+    of the program (a host array in ``p``'s filter layout), packed once for the oneDNN
+    ``method`` that runs it (``onednn_method``; float32 for ``"onednn_f32"``): the bytes the
+    fused call reads in place of a filter it would move into its primitive's layout at every
+    call, and ""; or None and why not (docs/onednn.md, "Packed filters")."""
     host = np.asarray(w)
-    return onednn.pack_forward_filter(
-        host.astype(np.float32) if method == "onednn_f32" else host, p)
+    return onednn.pack_filter(kernel, host.astype(np.float32) if method == "onednn_f32" else host,
+                              p)
 
 
 def forward(x: Array, w: Array, operands: Sequence[Array], *, p: ConvProblem,
@@ -303,13 +326,43 @@ def forward(x: Array, w: Array, operands: Sequence[Array], *, p: ConvProblem,
             raise ValueError(f"fused: a tensor operand must be {x.dtype}{list(y_shape)}{there}, "
                              f"got {v.dtype}{list(v.shape)}")
         checked.append(v)
+    return _bind(Kernel.FORWARD, x, w, checked, p, post, precision, preferred_element_type,
+                 method, packed, constant)
+
+
+def data(dy: Array, w: Array, *, p: ConvProblem, precision: Precision = None,
+         preferred_element_type: DType = None, method: str = "auto",
+         packed: tuple[Any, str] | None = None, constant: bool = False) -> Array:
+    """The data gradient of ``p`` (a transposed convolution) whose filter ``w`` is a constant
+    of the program, read packed where oneDNN runs it (:func:`pack`; no chain: oneDNN's data
+    gradient has no post-ops).
+
+    Args:
+      dy: the forward's output, in ``p``'s data layout.
+      w: the filter, in ``p``'s filter layout.
+      precision, preferred_element_type, method: as for jaxconv's data-gradient kernel.
+      packed, constant: as for :func:`forward`, for the data gradient.
+
+    Returns:
+      dx, ``p``'s x shape, in dy's dtype (or ``preferred_element_type``).
+
+    Raises:
+      ValueError: ``packed`` is not :func:`pack`'s bytes and a oneDNN method.
+    """
+    return _bind(Kernel.DATA, dy, w, [], p, (), precision, preferred_element_type, method,
+                 packed, constant)
+
+
+def _bind(kernel: Kernel, a: Array, w: Array, operands: Sequence[Array], p: ConvProblem,
+          post: tuple[PostOp, ...], precision: Precision, preferred_element_type: DType,
+          method: str, packed: tuple[Any, str] | None, constant: bool) -> Array:
     filt, packed_for = packed if packed is not None else (np.zeros(0, np.uint8), "")
     if packed_for not in ("", "onednn", "onednn_f32") or (
             np.dtype(filt.dtype) != np.uint8 or np.ndim(filt) != 1):
         raise ValueError(f"fused: packed must be pack's uint8 bytes and 'onednn' or "
                          f"'onednn_f32', got {filt.dtype} for {packed_for!r}")
     out: Array = fused_p.bind(  # type: ignore[no-untyped-call]
-        x, w, *checked, *([filt] if packed_for else []), p=p, post=post, precision=precision,
+        a, w, *operands, *([filt] if packed_for else []), p=p, post=post, precision=precision,
         preferred_element_type=preferred_element_type, method=method, packed=packed_for,
-        constant=constant or bool(packed_for))
+        constant=constant or bool(packed_for), kernel=kernel)
     return out

@@ -342,10 +342,10 @@ class Contest:
     #: the operands' dtype of the candidates timed on other operands than ``dtype``'s (a
     #: widened kernel, whose casts a program fuses into its neighbours: ``chooser._contest``)
     operand_dtypes: dict[str, np.dtype] = dataclasses.field(default_factory=dict)
-    #: a forward whose filter is a constant of the program: the candidates that pack it
-    #: (the second operand, a host array, as those candidates' calls take it, prepared once
-    #: before they are timed) time their calls on it packed; its verdict is its own
-    #: (:attr:`packed`; docs/onednn.md, "Packed filters")
+    #: a forward or a data gradient whose filter is a constant of the program: the candidates
+    #: that pack it (the second operand, a host array, as those candidates' calls take it,
+    #: prepared once before they are timed) time their calls on it packed; its verdict is its
+    #: own (:attr:`packed`; docs/onednn.md, "Packed filters")
     prepare: dict[str, Callable[[np.ndarray], Any]] = dataclasses.field(default_factory=dict)
 
     @property

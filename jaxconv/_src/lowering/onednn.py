@@ -174,27 +174,28 @@ def _kernel(kernel: Kernel) -> object:
                 operands: Sequence[Array] = ()) -> Array:
         strided = kernel is Kernel.WEIGHT and _strided_1x1_in_onednn(p)
         grid = kernel is Kernel.WEIGHT and _grid_of_1x1(p) and not strided
-        # the weight gradient is fitted: oneDNN 3.2's 1x1 one miscomputed with unread elements
-        # on AVX2 (not the one above)
-        fitted, crop = _cropped(p, fitted=kernel is Kernel.WEIGHT and not strided)
         axes = p.data.spatial_axes
         dead = p.padding_only_outputs
-        if kernel is not Kernel.FORWARD and any(lo or hi for lo, hi in dead):
+        if kernel is Kernel.WEIGHT and any(lo or hi for lo, hi in dead):
             # dy at output positions whose windows read only padding reaches neither dx nor
             # dW: the gradient of the problem without them (measured: above _kernel)
             live = p.without_padding_only_outputs()
             if 0 in live.output_size:
                 return jnp.zeros(kernel.out_shape(p), a.dtype)
-            cut = [(-lo, -hi) for lo, hi in dead]
-            if kernel is Kernel.DATA:  # a is dy
-                a = common.pad_spatial(a, axes, cut)
-            else:  # b is dy
-                b = common.pad_spatial(b, axes, cut)
+            b = common.pad_spatial(b, axes, [(-lo, -hi) for lo, hi in dead])  # b is dy
             return compute(a, b, live, precision, preferred_element_type, threads)
-        if grid:  # a is x
+        if kernel is Kernel.DATA:
+            q, crop, cut = _data_call(p)
+            if q is None:  # no live output: dx is zeros
+                return jnp.zeros(kernel.out_shape(p), a.dtype)
+            a = common.pad_spatial(a, axes, cut)  # a is dy
+            p = q
+        elif grid:  # a is x
             a, p, crop = _grid(a, p), _unit(p), [(0, 0)] * p.rank
         else:
-            p = fitted
+            # the weight gradient is fitted: oneDNN 3.2's 1x1 one miscomputed with unread
+            # elements on AVX2 (not the one above)
+            p, crop = _cropped(p, fitted=kernel is Kernel.WEIGHT and not strided)
         if kernel is not Kernel.DATA:  # a is x
             a = common.pad_spatial(a, axes, [(-lo, -hi) for lo, hi in crop])
         target = library.TARGETS["fused" if post else kernel.value]
@@ -208,6 +209,21 @@ def _kernel(kernel: Kernel) -> object:
             out = common.pad_spatial(out, axes, crop)
         return out
     return compute
+
+
+def _data_call(p: ConvProblem) -> tuple[ConvProblem | None, list[tuple[int, int]],
+                                         list[tuple[int, int]]]:
+    """The data gradient of ``p`` as the handler's call computes it: its problem (None where
+    no output position is live), the elements of dx cropped from its start and end per axis
+    (zeros), and the pads that cut dy to the live outputs (above :func:`_kernel`)."""
+    dead = p.padding_only_outputs
+    cut = [(-lo, -hi) for lo, hi in dead]
+    if any(lo or hi for lo, hi in dead):
+        p = p.without_padding_only_outputs()
+        if 0 in p.output_size:
+            return None, [], cut
+    q, crop = _cropped(p, fitted=False)
+    return q, crop, cut
 
 
 def _problem_attrs(p: ConvProblem) -> dict[str, tuple[int, ...]]:
@@ -251,23 +267,40 @@ def _post_attrs(post: tuple[Any, ...], operands: Sequence[Array], dtype: Any
 def fused_forward(x: Array, w: Array, operands: Sequence[Array], p: ConvProblem,
                   post: tuple[Any, ...]) -> Array:
     """The forward of ``p`` with the chain ``post`` as oneDNN's post-ops, one call
-    (``lowering/fused.py``): the forward kernel's call, its operands after x and W."""
+    (``lowering/fused.py``): the forward kernel's call, its operands after x and W (which may
+    be packed: :func:`pack_filter`)."""
     out: Array = _FORWARD(x, w, p, None, None, 0, post, operands)  # type: ignore[operator]
     return out
 
 
-_FORWARD = _kernel(Kernel.FORWARD)
+def packed_data(dy: Array, w: Array, p: ConvProblem) -> Array:
+    """The data gradient of ``p`` whose filter ``w`` is packed (:func:`pack_filter`): the data
+    kernel's call, reading the bytes as they are (``lowering/fused.py``)."""
+    out: Array = _DATA(dy, w, p, None, None)  # type: ignore[operator]
+    return out
 
 
-def pack_forward_filter(w: Any, p: ConvProblem) -> tuple[np.ndarray | None, str]:
-    """The filter ``w`` of the forward of ``p`` (a host array in ``p``'s filter layout) packed
-    for the forward's call (``native/onednn/packed.h``), which takes it in place of ``w``: the
-    bytes and "", or None and why not. The call's problem is the forward kernel's (x cropped
-    where a pad is negative)."""
-    q, _ = _cropped(p, fitted=False)
-    return library.pack_filter(np.asarray(w), x_shape=q.x_shape,
+_FORWARD, _DATA = _kernel(Kernel.FORWARD), _kernel(Kernel.DATA)
+
+
+def pack_filter(kernel: Kernel, w: Any, p: ConvProblem) -> tuple[np.ndarray | None, str]:
+    """The filter ``w`` of ``kernel`` (the forward or the data gradient) of ``p`` (a host
+    array in ``p``'s filter layout) packed for that kernel's call (``native/onednn/packed.h``),
+    which takes it in place of ``w``: the bytes and "", or None and why not. The call's problem
+    is the one the kernel's call builds (x cropped where a pad is negative; a data gradient's
+    dy cut to its live outputs)."""
+    if kernel is Kernel.DATA:
+        q, _, _ = _data_call(p)
+        if q is None:
+            return None, "no output position of the data gradient is live"
+    elif kernel is Kernel.FORWARD:
+        q, _ = _cropped(p, fitted=False)
+    else:
+        return None, f"packs a forward's or a data gradient's filter, got the {kernel.label}"
+    return library.pack_filter(np.asarray(w), kernel=kernel.value, x_shape=q.x_shape,
                                y_shape=Kernel.FORWARD.out_shape(q), groups=q.groups,
                                **_problem_attrs(q))
+
 
 ONEDNN = Method(
     "onednn", "oneDNN's own primitive through XLA's FFI (CPU, with the ``onednn`` extra)",

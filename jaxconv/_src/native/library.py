@@ -344,17 +344,20 @@ def set_cache_capacity(entries: int) -> None:
         _HANDLES[-1].jaxconv_onednn_set_cache_capacity(ctypes.c_int64(entries))
 
 
-#: the dtypes a filter is packed in, as ``jaxconv_onednn_pack_filter`` numbers them
+#: the kernels and the dtypes a filter is packed for, as ``jaxconv_onednn_pack_filter``
+#: numbers them
+_PACK_KERNELS = ("forward", "data")
 _PACK_DTYPES = ("float32", "bfloat16", "float16")
 
 
-def pack_filter(w: Any, *, x_shape: tuple[int, ...], y_shape: tuple[int, ...],
+def pack_filter(w: Any, *, kernel: str, x_shape: tuple[int, ...], y_shape: tuple[int, ...],
                 data_axes: tuple[int, ...], filter_axes: tuple[int, ...],
                 strides: tuple[int, ...], dilations: tuple[int, ...],
                 pads_begin: tuple[int, ...], pads_end: tuple[int, ...], groups: int
                 ) -> tuple[Any, str]:
-    """The forward's filter ``w`` (a host array in the caller's layout) packed for the forward
-    of the problem the handler's attributes name (``native/onednn/packed.h``): a uint8 array
+    """The filter ``w`` (a host array in the caller's layout) packed for ``kernel``
+    (``"forward"`` or ``"data"``) of the problem the handler's attributes name
+    (``native/onednn/packed.h``; ``x_shape`` and ``y_shape`` the forward's): a uint8 array
     (its header, then the filter in its primitive's layout) and "", or None and why not."""
     import numpy as np  # noqa: PLC0415 - only where a filter is packed
 
@@ -365,8 +368,9 @@ def pack_filter(w: Any, *, x_shape: tuple[int, ...], y_shape: tuple[int, ...],
         return None, f"packs {', '.join(_PACK_DTYPES)} filters, got {w.dtype}"
     fn = _HANDLES[-1].jaxconv_onednn_pack_filter
     i64 = ctypes.POINTER(ctypes.c_int64)
-    fn.argtypes = [ctypes.c_int, ctypes.c_int, *[i64] * 9, ctypes.c_int64, ctypes.c_void_p,
-                   ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64]
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, *[i64] * 9, ctypes.c_int64,
+                   ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p,
+                   ctypes.c_int64]
     fn.restype = ctypes.c_int64
     rank = w.ndim
     lists = [(ctypes.c_int64 * max(1, len(v)))(*v) for v in (
@@ -375,8 +379,8 @@ def pack_filter(w: Any, *, x_shape: tuple[int, ...], y_shape: tuple[int, ...],
     error = ctypes.create_string_buffer(512)
 
     def call(out: Any, size: int) -> int:
-        return int(fn(_PACK_DTYPES.index(w.dtype.name), rank, *lists, groups,
-                      w.ctypes.data, out, size, error, len(error)))
+        return int(fn(_PACK_KERNELS.index(kernel), _PACK_DTYPES.index(w.dtype.name), rank,
+                      *lists, groups, w.ctypes.data, out, size, error, len(error)))
     need = call(None, 0)
     if need < 0:
         return None, error.value.decode(errors="replace")

@@ -66,7 +66,7 @@ def test_a_blocks_chains_are_fused_and_compute_the_blocks_values(bias, channels)
     fn = model.apply
     prims = _prims(jaxconv.accelerate(fn), v, x)
     convolutions = 3 if channels != 8 else 2
-    assert prims.count("jaxconv_fused_forward") == convolutions
+    assert prims.count("jaxconv_fused") == convolutions
     got = jax.jit(jaxconv.accelerate(fn))(v, x)
     h.assert_close(got, fn(v, x), jnp.float32)
     decisions = [d for d in jaxconv.explain(fn, v, x).decisions if d.matched == "fused chain"]
@@ -121,7 +121,7 @@ def test_a_value_read_elsewhere_ends_no_chain_there():
         return jnp.tanh(y), y * 2.0
 
     for fn, fused in ((upto, 1), (twice, 0)):
-        assert _prims(jaxconv.accelerate(fn), x, w).count("jaxconv_fused_forward") == fused
+        assert _prims(jaxconv.accelerate(fn), x, w).count("jaxconv_fused") == fused
         for a, c in zip(jax.jit(jaxconv.accelerate(fn))(x, w), fn(x, w)):
             h.assert_close(a, c, jnp.float32)
 
@@ -186,12 +186,12 @@ def test_a_mixed_precision_blocks_chains_are_fused_converts_and_all(dtype):
     within the dtype's tolerance, as the unaccelerated 16-bit model's are."""
     model, v, x = _block(channels=8, dtype=dtype)
     fn = model.apply
-    assert _prims(jaxconv.accelerate(fn), v, x).count("jaxconv_fused_forward") == 2
+    assert _prims(jaxconv.accelerate(fn), v, x).count("jaxconv_fused") == 2
     # a projection shortcut: its BatchNorm's float32 result, which only the add reads, is
     # read in float32 by the last chain; its own chain, which nothing rounds, stays
     projected, vp, xp = _block(channels=4, dtype=dtype)
     assert _prims(jaxconv.accelerate(projected.apply), vp, xp).count(
-        "jaxconv_fused_forward") == 2
+        "jaxconv_fused") == 2
     reasons = [key for d in jaxconv.explain(projected.apply, vp, xp).decisions
                for _, key in d.reasons]
     assert "fused dtype" in reasons
@@ -286,5 +286,5 @@ def test_a_process_whose_programs_run_elsewhere_packs_nothing(monkeypatch):
     labels = [d.label for d in jaxconv.explain(served, x).decisions if d.matched == "fused chain"]
     assert len(labels) == 3 and not any("packed" in s for s in labels), labels
     eqns = jax.make_jaxpr(jaxconv.accelerate(served))(x).eqns
-    fused = [e for e in eqns if e.primitive.name == "jaxconv_fused_forward"]
+    fused = [e for e in eqns if e.primitive.name == "jaxconv_fused"]
     assert fused and not any(e.params["packed"] or e.params["constant"] for e in fused)

@@ -1,5 +1,7 @@
 """A written transposed convolution computed mirrored (``accelerate/rewrites/mirrored.py``):
-its input and result reversed, its filter read in its own layout.
+its input and result reversed, its filter read in its own layout; served (its filter a
+constant of the program), never mirrored: its filter reversed and packed once
+(``accelerate/rewrites/convolution.py``).
 
 Oracle: lax's ``conv_general_dilated`` as written at HIGHEST (a dilated kernel spelled out with
 zeros: XLA:CPU may abort on a dilated transposed convolution, docs/semantics.md), and JAX's
@@ -16,7 +18,9 @@ from jax import lax
 
 import jaxconv
 from jaxconv._src.accelerate.rewrites import mirrored
+from jaxconv._src.native import library
 from tests.support import helpers as h
+from tests.support.onednn_matrix import needs_onednn
 
 HIGHEST = lax.Precision.HIGHEST
 
@@ -146,3 +150,40 @@ def test_a_bfloat16_mirror_is_within_bfloat16s_bound_of_float64(case):
     got = jax.jit(jaxconv.accelerate(f))(xb, kb)
     assert got.dtype == jnp.bfloat16
     h.assert_close(got, np.asarray(want), jnp.bfloat16)
+
+
+@needs_onednn
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_a_served_transposed_convolution_is_not_mirrored_its_filter_is_packed(case, dtype):
+    """Its filter closed over (a constant of the program): no reversal of the filter or of the
+    activations in the program, one data-gradient call per convolution that reads the filter
+    packed where oneDNN runs it (``explain`` says so), lax's values, and ``grad`` and ``vmap``
+    over the input as lax's."""
+    dn, x, k, lhs_dilation, padding, rhs_dilation = _case(case)
+    x, k = x.astype(dtype), k.astype(dtype)
+    f = _written(dn, lhs_dilation, padding, rhs_dilation)
+
+    def served(a):
+        return f(a, k)
+    serve = jaxconv.accelerate(served)
+    prims = [e.primitive.name for e in h.equations(serve, x)]
+    assert "rev" not in prims and "conv_general_dilated" not in prims, prims
+    (call,) = [e for e in h.equations(serve, x) if e.primitive.name == "jaxconv_fused"]
+    assert call.params["kernel"] == "data" and call.params["constant"]
+    told = jaxconv.explain(served, x)
+    assert any("packed once" in d.label for d in told.decisions), told
+    on_onednn = sum(r.count for r in jaxconv.explain(serve, x).rows
+                    if r.lowering.startswith("onednn"))
+    assert bool(call.params["packed"]) == (on_onednn == 1)
+    before = library.cache_stats()["packed_reads"]
+    got = jax.jit(serve)(x)
+    assert library.cache_stats()["packed_reads"] >= before + on_onednn
+    want = _oracle(dn, lhs_dilation, padding, rhs_dilation)
+    h.assert_close(got, want(x.astype(jnp.float32), k.astype(jnp.float32)), jnp.dtype(dtype))
+
+    def loss(fn):
+        return lambda a: jnp.sum(jnp.sin(fn(a).astype(jnp.float32)))
+    h.assert_close(jax.jit(jax.grad(loss(serve)))(x), jax.grad(loss(served))(x), jnp.dtype(dtype))
+    xs = jnp.stack([x, -x])
+    h.assert_close(jax.jit(jax.vmap(serve))(xs), jax.vmap(served)(xs), jnp.dtype(dtype))

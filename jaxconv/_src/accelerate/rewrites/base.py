@@ -67,6 +67,14 @@ def constant(value: Any) -> bool:
     return isinstance(value, (jax.Array, np.ndarray)) and not isinstance(value, jax.core.Tracer)
 
 
+def packs(w: Any) -> bool:
+    """Whether the filter ``w`` is packed where oneDNN runs its kernel (a forward's or a
+    transposed convolution's): a constant of the program, in a process whose programs run on
+    the CPU (elsewhere the call is never oneDNN's, and its packing would be work and memory for
+    nothing; docs/onednn.md, "Packed filters")."""
+    return constant(w) and jax.default_backend() == "cpu"
+
+
 @dataclasses.dataclass(frozen=True)
 class Match:
     """What a rewrite found in one equation."""

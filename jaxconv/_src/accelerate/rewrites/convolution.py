@@ -34,16 +34,23 @@ handler reads the filter as it is, where a forward kernel needs a transposed cop
 took 3.5 ms to copy a reversed 3 x 3 x 512 x 512 bfloat16 filter with its roles swapped, a
 third of the data gradient's time). Otherwise it runs as a forward convolution.
 
+A served model's transposed convolution (its filter a constant of the program: the variables
+closed over) is computed from its filter reversed and role-swapped once, when the program is
+traced, and packed once for oneDNN's call (``fused.data``; docs/onednn.md, "Packed filters"):
+no reversal of the filter or of the activations, and no move of the filter, per call.
+
 ``match`` reads which kernel an equation is, or why it has none (``base.REASONS``); ``emit``
 runs it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -52,9 +59,9 @@ from jax.sharding import AxisType
 
 from jaxconv._src import geometry, lax_conv, lowering, options, primitive
 from jaxconv._src.accelerate.rewrites import mirrored
-from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope
+from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope, packs
 from jaxconv._src.geometry import ConvProblem, Names
-from jaxconv._src.lowering import chooser
+from jaxconv._src.lowering import chooser, fused
 from jaxconv._src.kernel import Array, Kernel
 
 _OP = "accelerate"
@@ -239,19 +246,39 @@ def data_pattern(params: dict[str, Any], dy: Array, rhs: Array, out_shape: Seque
         return "pad range"
     layout, p = found
     in_channels, out_per_group = rhs.shape[rhs_spec[0]], rhs.shape[rhs_spec[1]]
-    # W[k, i, g O/G + o] = rev(rhs)[g I/G + i, o, k]: the roles swapped back per group
-    w = unreversed if unreversed is not None else lax.rev(rhs, tuple(rhs_spec[2:]))
-    w = _to(w, (*rhs_spec[2:], rhs_spec[0], rhs_spec[1]))
     n = len(kernel)
-    if groups > 1:
-        w = w.reshape(*kernel, groups, in_channels // groups, out_per_group)
-        w = w.transpose((*range(n), n + 1, n, n + 2)).reshape(*kernel, in_channels // groups,
-                                                               groups * out_per_group)
+    # a constant filter (a served model's) in the kernel's layout once, when traced
+    with jax.ensure_compile_time_eval() if packs(rhs) else contextlib.nullcontext():
+        # W[k, i, g O/G + o] = rev(rhs)[g I/G + i, o, k]: the roles swapped back per group
+        w = unreversed if unreversed is not None else lax.rev(rhs, tuple(rhs_spec[2:]))
+        w = _to(w, (*rhs_spec[2:], rhs_spec[0], rhs_spec[1]))
+        if groups > 1:
+            w = w.reshape(*kernel, groups, in_channels // groups, out_per_group)
+            w = w.transpose((*range(n), n + 1, n, n + 2)).reshape(
+                *kernel, in_channels // groups, groups * out_per_group)
     dys = _to(dy, _nxc_axes(lhs_spec, layout))
     precision, out_dtype = _options(params)
-    dx = primitive.data_grad(dys, w, p=p, precision=precision, preferred_element_type=out_dtype,
-                             method=lowering)
+    if packs(w):  # a served transposed convolution: its filter packed once (_packed)
+        dx = _packed(dys, w, p, precision, out_dtype, lowering)
+    else:
+        dx = primitive.data_grad(dys, w, p=p, precision=precision,
+                                 preferred_element_type=out_dtype, method=lowering)
     return _place(dx, _roles(layout, n), out_spec)
+
+
+def _packed(dy: Array, w: Array, p: ConvProblem, precision: Any, out_dtype: Any,
+            lowering: str) -> Array:
+    """The data gradient of ``p`` whose filter ``w`` is a constant (in ``p``'s filter layout,
+    computed when the program is traced): its filter packed once where oneDNN runs it, and the
+    method chosen with oneDNN's candidates timed on it packed (``fused.data``; docs/onednn.md,
+    "Packed filters")."""
+    method = fused.onednn_method(p, dy.dtype, precision, out_dtype, lowering, True, Kernel.DATA)
+    packed = None
+    if method is not None:
+        got, _ = fused.pack(np.asarray(w), p, method, Kernel.DATA)  # None: moved every call
+        packed = None if got is None else (got, method)
+    return fused.data(dy, w, p=p, precision=precision, preferred_element_type=out_dtype,
+                      method=lowering, packed=packed, constant=True)
 
 
 def weight_pattern(params: dict[str, Any], lhs: Array, dy: Array,
@@ -292,9 +319,10 @@ def forward_pattern(params: dict[str, Any], lhs: Array, rhs: Array,
 def _written_faster(eqn: Any, scope: Scope) -> bool:
     """Whether a transposed convolution the program wrote (input dilation, its own filter: not
     autodiff's reversed one) runs faster as written than as jaxconv's data-gradient kernel of
-    its filter reversed and role-swapped (which XLA copies first): the chooser times the two
-    in the program's context, once per problem and machine (``chooser.as_written``). One with
-    a dilated kernel stays jaxconv's: XLA:CPU may abort on it (docs/semantics.md)."""
+    its filter reversed and role-swapped (which XLA copies first; a constant filter: once, and
+    packed, so that ours is timed reading the program's filter packed): the chooser times the
+    two in the program's context, once per problem and machine (``chooser.as_written``). One
+    with a dilated kernel stays jaxconv's: XLA:CPU may abort on it (docs/semantics.md)."""
     params, shape = eqn.params, eqn.outvars[0].aval.shape
     if any(d > 1 for d in params["rhs_dilation"]):  # never to XLA: it may abort (hazard 1)
         return False
@@ -304,8 +332,11 @@ def _written_faster(eqn: Any, scope: Scope) -> bool:
         return False
     precision, out_dtype = _options(params)
 
+    fixed = scope.env.get(eqn.invars[1])
+    constant = packs(fixed)
+
     def ours(a: Array, b: Array) -> Array:
-        out = written_pattern(params, a, b, shape, scope.lowering)
+        out = written_pattern(params, a, fixed if constant else b, shape, scope.lowering)
         assert not isinstance(out, str), out
         return out
 
@@ -316,16 +347,17 @@ def _written_faster(eqn: Any, scope: Scope) -> bool:
     return chooser.as_written(Kernel.DATA, found[1], lhs.dtype, precision, out_dtype,
                               shapes=(tuple(lhs.shape), tuple(rhs.shape)), ours=ours,
                               written=written, mirrored=(not isinstance(mirror, str)
-                                                        and mirrored.mirrors(mirror)))
+                                                        and mirrored.mirrors(mirror)),
+                              packed=constant)
 
 
 def written_pattern(params: dict[str, Any], lhs: Array, rhs: Array, out_shape: Sequence[int],
                     lowering: str = "auto") -> Array | str:
     """A transposed convolution the program wrote (its own filter): mirrored where that reads
     the filter in place at less cost (``mirrored.py``), else :func:`data_pattern` of its
-    filter reversed."""
+    filter reversed (a constant filter always: it is reversed and packed once)."""
     p = mirrored.problem(params, lhs.shape, rhs.shape, out_shape)
-    if not isinstance(p, str) and mirrored.mirrors(p):
+    if not isinstance(p, str) and mirrored.mirrors(p) and not packs(rhs):
         return mirrored.data_pattern(params, lhs, rhs, p, lowering)
     return data_pattern(params, lhs, rhs, out_shape, None, lowering)
 
@@ -351,7 +383,9 @@ class Convolution(Rewrite):
         reads = (*eqn.invars, before) if before is not None and kind is Kernel.DATA else (
             tuple(eqn.invars))
         label = f"jaxconv's {kind.label} kernel"
-        if kind is Kernel.DATA and before is None:
+        if kind is Kernel.DATA and before is None and packs(scope.env.get(eqn.invars[1])):
+            label += "; the filter, a constant, packed once (where oneDNN runs it)"
+        elif kind is Kernel.DATA and before is None:
             p = mirrored.problem(eqn.params, lhs.shape, rhs.shape, eqn.outvars[0].aval.shape)
             if not isinstance(p, str) and mirrored.mirrors(p):
                 label += ", mirrored (its filter read in place)"

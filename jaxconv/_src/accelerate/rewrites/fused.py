@@ -43,7 +43,7 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr, Literal
 
 from jaxconv._src import lax_conv, options
-from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope, constant
+from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope, packs
 from jaxconv._src.accelerate.rewrites.convolution import kernel_of
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import chooser, fused
@@ -186,7 +186,7 @@ class FusedConvolution(Rewrite):
         conv, steps, dtype = found
         reads = (*conv.invars, *(side for _, side in steps if side is not None))
         label = "post-ops " + " ".join(_describe(op) for op, _ in steps)
-        if _packs(scope.env.get(conv.invars[1])):
+        if packs(scope.env.get(conv.invars[1])):
             label += "; the filter, a constant, packed once"
         return Match(self, eqn, tuple(reads), (conv, tuple(op for op, _ in steps), dtype),
                      f"{label} (where oneDNN runs the forward)")
@@ -213,7 +213,7 @@ class FusedConvolution(Rewrite):
             operands.append(side)
         precision, out_dtype = options.compute_options(
             "accelerate", params["precision"], params["preferred_element_type"])
-        packed, fixed = None, _packs(w)
+        packed, fixed = None, packs(w)
         method = fused.onednn_method(p, xs.dtype, precision, out_dtype, scope.lowering, fixed)
         if method is not None and fixed:  # packed once, not moved every call
             host, _ = lax_conv.forward_filter(np.asarray(w), params["dimension_numbers"])
@@ -227,13 +227,6 @@ class FusedConvolution(Rewrite):
         (end,) = match.eqn.outvars
         scope.narrow[end] = y  # a convert back reads it (the narrowing rewrite)
         return [y.astype(dtype)]
-
-
-def _packs(w: Any) -> bool:
-    """Whether the filter ``w`` is packed where oneDNN runs its forward: a constant of the
-    program, in a process whose programs run on the CPU (elsewhere the fused call is never
-    oneDNN's, and its packing would be work and memory for nothing)."""
-    return constant(w) and jax.default_backend() == "cpu"
 
 
 def _operand_order(eqn: Any) -> list[Any]:

@@ -26,9 +26,9 @@ void Exec(const dnnl::primitive& prim, dnnl::stream& s,
 
 // Runs entry `e` of kernel `k` on the caller's buffers (x, y, w: which are read and which
 // written depends on k), reordering where the primitive wants another layout; `sides`: a fused
-// forward's post-op operands (Entry::sides), in order. `packed`: a forward's filter w is
-// packed (packed.h) in this layout, which is the primitive's where they agree (read as it is)
-// and else reordered into it.
+// forward's post-op operands (Entry::sides), in order. `packed`: a forward's or a data
+// gradient's filter w is packed (packed.h) in this layout, which is the primitive's where
+// they agree (read as it is) and else reordered into it.
 void Execute(const Entry& e, Kernel k, void* x, void* y, void* w,
              const std::vector<void*>& sides = {}, const memory::desc* packed = nullptr);
 

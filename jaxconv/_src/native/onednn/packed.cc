@@ -13,6 +13,7 @@
 #include "openmp.h"
 #include "team.h"
 #include "threading.h"
+#include "trial.h"
 
 namespace jaxconv_onednn {
 
@@ -30,6 +31,31 @@ std::shared_ptr<Entry> PackedEntry(const Problem& p, Activations where, int64_t 
   return e;
 }
 
+namespace {
+
+// The trial kept the tap products of data gradient `p` (`taps`: they read the filter in place,
+// where its primitives moved it at every call). Packed, the primitive moves nothing: the first
+// one on the layouts the trial's rule takes (the caller's, "any"'s, the blocked ones) not
+// oneDNN's reference, packed for a call on the team, where it runs faster than the tap
+// products (PackedWins); else null. A call split into chunks keeps the tap products.
+std::shared_ptr<Entry> OverTaps(const Problem& p, const std::shared_ptr<Entry>& taps,
+                                int64_t chunks) {
+  if (chunks != 0) return nullptr;
+  for (Activations where : {Activations::kCaller, Activations::kAny, Activations::kBlocked}) {
+    std::shared_ptr<Entry> e;
+    try {
+      e = PackedEntry(p, where, chunks);
+    } catch (const dnnl::error&) {  // no implementation there
+      continue;
+    }
+    if (e->impl.rfind("ref", 0) == 0) continue;
+    return PackedWins(p, e, taps) ? e : nullptr;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 std::string ReadPacked(Problem& p, void*& w, size_t bytes, int64_t* chunks) {
   PackedHeader h;
   if (bytes < sizeof(h)) return "a packed filter must start with its 64-byte header";
@@ -38,8 +64,12 @@ std::string ReadPacked(Problem& p, void*& w, size_t bytes, int64_t* chunks) {
     return "a uint8 filter must be one jaxconv packed (its header's magic differs)";
   if (h.dtype != static_cast<int32_t>(p.dtype))
     return "the packed filter's dtype differs from x's";
-  if (h.rank != static_cast<int32_t>(p.x_dims.size()))
+  if (h.rank != static_cast<int16_t>(p.x_dims.size()))
     return "the packed filter's rank differs from x's";
+  if (h.kernel != static_cast<int16_t>(p.kernel))
+    return std::string("the filter was packed for ") +
+           (h.kernel == static_cast<int16_t>(Kernel::kForward) ? "a forward" : "a data gradient") +
+           ", not this kernel";
   if (h.where < static_cast<int32_t>(Activations::kCaller) ||
       h.where > static_cast<int32_t>(Activations::kBlocked))
     return "the packed filter names unknown activation layouts";
@@ -58,12 +88,13 @@ using namespace jaxconv_onednn;  // NOLINT: the C functions below only
 // The pool size the next packs assume (PoolThreads), until a call sees XLA's: for the tests.
 extern "C" void jaxconv_onednn_see_pool_threads(int64_t threads) { SeePoolThreads(threads); }
 
-// Packs filter `w` (`rank` axes of `w_dims`, in the caller's layout) for the forward of the
-// problem given as a handler's attributes (problem.h; dtype 0 float32, 1 bfloat16, 2 float16)
-// into `out`: its header, then the filter in its PackedEntry's layout. With `out` null it only
-// returns the bytes needed. Returns those bytes, or -1 with the reason in `error`.
+// Packs filter `w` (`rank` axes of `w_dims`, in the caller's layout) for kernel `kernel` (0
+// the forward, 1 the data gradient) of the problem given as a handler's attributes (problem.h;
+// dtype 0 float32, 1 bfloat16, 2 float16) into `out`: its header, then the filter in its
+// PackedEntry's layout. With `out` null it only returns the bytes needed. Returns those bytes,
+// or -1 with the reason in `error`.
 extern "C" int64_t jaxconv_onednn_pack_filter(
-    int dtype, int rank, const int64_t* x_dims, const int64_t* y_dims, const int64_t* w_dims,
+    int kernel, int dtype, int rank, const int64_t* x_dims, const int64_t* y_dims, const int64_t* w_dims,
     const int64_t* data_axes, const int64_t* filter_axes, const int64_t* strides,
     const int64_t* dilations, const int64_t* pads_begin, const int64_t* pads_end, int64_t groups,
     const void* w, void* out, int64_t out_bytes, char* error, int64_t error_bytes) {
@@ -77,10 +108,10 @@ extern "C" int64_t jaxconv_onednn_pack_filter(
   };
   static const memory::data_type kTypes[] = {memory::data_type::f32, memory::data_type::bf16,
                                              memory::data_type::f16};
-  if (dtype < 0 || dtype > 2 || rank < 3 || rank > 5 || groups < 1)
-    return fail("unknown dtype, a rank outside 3..5 or groups below 1");
+  if (kernel < 0 || kernel > 1 || dtype < 0 || dtype > 2 || rank < 3 || rank > 5 || groups < 1)
+    return fail("unknown kernel or dtype, a rank outside 3..5 or groups below 1");
   Problem p;
-  p.kernel = Kernel::kForward;
+  p.kernel = kernel == 0 ? Kernel::kForward : Kernel::kData;
   p.dtype = kTypes[dtype];
   p.groups = groups;
   p.x_dims.assign(x_dims, x_dims + rank);
@@ -96,14 +127,26 @@ extern "C" int64_t jaxconv_onednn_pack_filter(
   std::string why;
   try {
     // as a call's handler builds its problem (ffi_entry.cc), and on the team as it runs there:
-    // the trial of the plain forward picks the activations' layouts
+    // the trial of the plain kernel picks the activations' layouts
     if (MergesPixels(p)) MergePixels(p);
     std::lock_guard<std::mutex> one_at_a_time(RunMutex());
     OnTeamThread([&] {
-      Activations where = TheCache().Get(p)->where;
+      const std::shared_ptr<Entry> kept = TheCache().Get(p);
+      Activations where = kept->where;
       if (where == Activations::kCallerFilter) where = Activations::kCaller;
       const int64_t chunks = Chunks(p, PoolThreads(), Omp().ok());
-      const std::shared_ptr<Entry> packed = PackedEntry(p, where, chunks);
+      std::shared_ptr<Entry> packed;
+      if (where == Activations::kTaps) {
+        packed = OverTaps(p, kept, chunks);
+        if (packed == nullptr) {
+          why = "its data gradient runs as tap products (which read the filter in place), "
+                "faster than its primitive on the filter packed";
+          return;
+        }
+        where = packed->where;
+      } else {
+        packed = PackedEntry(p, where, chunks);
+      }
       const memory::desc layout = packed->prim_w;
       const int64_t need = static_cast<int64_t>(sizeof(PackedHeader) + layout.get_size());
       if (out == nullptr) {
@@ -119,7 +162,8 @@ extern "C" int64_t jaxconv_onednn_pack_filter(
       std::memcpy(h.magic, kPackedMagic, sizeof(h.magic));
       h.where = static_cast<int32_t>(where);
       h.dtype = static_cast<int32_t>(p.dtype);
-      h.rank = rank;
+      h.rank = static_cast<int16_t>(rank);
+      h.kernel = static_cast<int16_t>(p.kernel);
       h.chunks = static_cast<int32_t>(chunks);
       std::copy(w_dims, w_dims + rank, h.dims);
       std::memcpy(out, &h, sizeof(h));

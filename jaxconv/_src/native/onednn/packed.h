@@ -1,18 +1,21 @@
-// A forward's filter packed ahead of its calls, in its primitive's own layout (docs/onednn.md,
-// "Packed filters").
+// A forward's or a data gradient's filter packed ahead of its calls, in its primitive's own
+// layout (docs/onednn.md, "Packed filters").
 //
-// A forward's primitive reads its filter in a blocked layout of oneDNN's choice; a filter in
+// A forward's primitive (a data gradient's: a served transposed convolution) reads its filter
+// in a blocked layout of oneDNN's choice; a filter in
 // the caller's layout is moved into it at every call: the whole filter read and written once
 // more per call, which at batch 1 costs as much as a third of the arithmetic (ResNet-50:
 // 100 MB a call). A filter that is a constant of the program (a model served with its
 // variables closed over) is moved once, when the program is traced (jaxconv_onednn_pack_filter,
 // through ctypes: lowering/fused.py), into bytes the program holds as a constant: a 64-byte
-// Header, then the filter in the layout of the primitive PackedEntry names. A forward
-// call whose filter operand is such bytes (uint8) reads them as they are.
+// Header, then the filter in the layout of the primitive PackedEntry names. A forward or
+// data-gradient call whose filter operand is such bytes (uint8) reads them as they are; the
+// header names the kernel, so that bytes packed for one are an error of the other.
 //
 // The layout is that of the primitive that runs the call: on the activations' layouts the
-// layout trial keeps for the plain forward of the problem (trial.h; the caller's filter,
-// kCallerFilter, becomes the caller's activations with oneDNN's filter layout), created as
+// layout trial keeps for the plain kernel of the problem (trial.h; the caller's filter,
+// kCallerFilter, becomes the caller's activations with oneDNN's filter layout; a data gradient
+// the trial runs as tap products reads its filter in place and is not packed), created as
 // the call's threads will run it (Chunks: its first chunk single-threaded, or the whole
 // problem on the team; oneDNN blocks a filter by the threads that share it: a 1x1 1024 -> 512
 // at 14x14 is Acdb64a on the team and Acdb48a on one thread), without post-ops. The header
@@ -39,12 +42,13 @@ struct PackedHeader {
   char magic[8];     // kPackedMagic
   int32_t where;     // the Activations its primitive is created on
   int32_t dtype;     // memory::data_type of the filter
-  int32_t rank;      // of the filter buffer's shape
+  int16_t rank;      // of the filter buffer's shape
+  int16_t kernel;    // Kernel::kForward or Kernel::kData
   int32_t chunks;    // the call's threading it was packed for (Chunks, decisions.h)
   int64_t dims[5];   // the filter buffer's shape (the caller's layout, as filter_axes read it)
 };
 static_assert(sizeof(PackedHeader) == 64, "a packed filter's header is 64 bytes");
-constexpr char kPackedMagic[8] = {'j', 'x', 'c', 'p', 'a', 'c', 'k', '1'};
+constexpr char kPackedMagic[8] = {'j', 'x', 'c', 'p', 'a', 'c', 'k', '2'};
 
 // The calls that read a packed filter as it is, and those that reordered it (a primitive that
 // wants another layout), for the tests (cache_stats).
@@ -56,8 +60,8 @@ extern std::atomic<int64_t> packed_reads, packed_reorders;
 std::shared_ptr<Entry> PackedEntry(const Problem& p, Activations where, int64_t chunks);
 
 // Reads the header of the packed filter `w` of `bytes` bytes into `p` (its filter dims and
-// `packed`) and `chunks`, and points `w` at the filter; "" where it is one for `p`'s dtype
-// and rank, else why not.
+// `packed`) and `chunks`, and points `w` at the filter; "" where it is one for `p`'s kernel,
+// dtype and rank, else why not.
 std::string ReadPacked(Problem& p, void*& w, size_t bytes, int64_t* chunks);
 
 }  // namespace jaxconv_onednn

@@ -47,10 +47,74 @@ std::unordered_map<std::string, Known>& TheKnown() {
 }
 
 double Seconds(const Entry& e, Kernel k, void* x, void* y, void* w,
-               const std::vector<void*>& sides) {
+               const std::vector<void*>& sides, bool packed) {
   const auto t0 = std::chrono::steady_clock::now();
-  Execute(e, k, x, y, w, sides);
+  Execute(e, k, x, y, w, sides, packed ? &e.prim_w : nullptr);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// What a race of candidates found: each one's best time (its warm-up where it did not race),
+// noise and whether it raced, and the one Pick keeps.
+struct Race {
+  std::vector<double> best, noise;
+  std::vector<bool> racing;
+  size_t kept = 0;
+};
+
+// Races `found` (entries of `p`; candidate c reads its filter packed in its primitive's layout
+// where `packed[c]`) on zero-filled buffers, aligned as XLA's are: each one's warm-up, then
+// rounds of the racing ones (Racing, TrialDone) and Pick, by how much each one moves.
+Race RunRace(const Problem& p, const std::vector<std::shared_ptr<Entry>>& found,
+             const std::vector<bool>& packed) {
+  const Entry& first = *found.front();
+  size_t w_bytes = first.user_w.get_size();
+  for (size_t c = 0; c < found.size(); ++c)
+    if (packed[c]) w_bytes = std::max(w_bytes, found[c]->prim_w.get_size());
+  const AlignedBytes bx = Allocate(std::max(first.user_x.get_size(), first.spread_bytes), true),
+                     by = Allocate(first.user_y.get_size(), true), bw = Allocate(w_bytes, true);
+  // a fused forward's post-op operands: a residual of zeros, channel vectors of ones (a
+  // division by zero would time the arithmetic of infinities)
+  std::vector<AlignedBytes> side_bytes;
+  std::vector<void*> sides;
+  for (const memory::desc& md : first.sides) {
+    side_bytes.push_back(Allocate(md.get_size(), true));
+    sides.push_back(side_bytes.back().get());
+    if (md.get_data_type() == memory::data_type::f32 && md != first.user_y)
+      std::fill_n(reinterpret_cast<float*>(sides.back()), md.get_size() / sizeof(float), 1.0f);
+  }
+  Race r;
+  r.best.assign(found.size(), 0.0);
+  r.noise.assign(found.size(), 0.0);
+  auto time = [&](size_t c) {
+    return Seconds(*found[c], p.kernel, bx.get(), by.get(), bw.get(), sides, packed[c]);
+  };
+  for (size_t c = 0; c < found.size(); ++c) {  // the warm-up
+    reference_trials += Reference(*found[c]);
+    r.best[c] = time(c);
+  }
+  r.racing = Racing(r.best);  // the others keep their warm-up time
+  std::vector<std::vector<double>> samples(found.size());
+  std::vector<double> spent(found.size(), 0.0);
+  for (int round = 0; !TrialDone(round, spent, r.racing); ++round) {
+    for (size_t c = 0; c < found.size(); ++c) {
+      if (!r.racing[c]) continue;
+      const double t = time(c);
+      samples[c].push_back(t);
+      spent[c] += t;
+    }
+  }
+  std::vector<int> moves(found.size());  // 0: nothing moved; 1: the filter; 2: activations
+  for (size_t c = 0; c < found.size(); ++c) {
+    // tap products write and read back products of the activations' size: they count as
+    // moving the activations, so they are kept only where they lead beyond the margin
+    moves[c] = found[c]->taps || !found[c]->on_callers ? 2
+               : packed[c] || found[c]->prim_w == found[c]->user_w ? 0 : 1;
+    if (!r.racing[c]) continue;
+    r.best[c] = *std::min_element(samples[c].begin(), samples[c].end());
+    r.noise[c] = Noise(samples[c]);
+  }
+  r.kept = Pick(r.best, r.noise, r.racing, moves, Macs(p));
+  return r;
 }
 
 std::shared_ptr<Entry> RecordChoice(const Problem& p, const char* source,
@@ -182,49 +246,13 @@ std::shared_ptr<Entry> Choose(const Problem& p) {
   if (found.size() == 1 || bytes > kTrialBytes || Reference(first))
     return RecordChoice(p, "alone", found, {}, {}, {}, 0);
   if (!TrialOn()) return RecordChoice(p, "rule", found, {}, {}, {}, 0);  // reference only
-  // zero-filled, and aligned as XLA's buffers are: the trial times what the calls will get
-  const AlignedBytes bx = Allocate(std::max(first.user_x.get_size(), first.spread_bytes), true),
-                     by = Allocate(first.user_y.get_size(), true),
-                     bw = Allocate(first.user_w.get_size(), true);
-  // a fused forward's post-op operands: a residual of zeros, channel vectors of ones (a
-  // division by zero would time the arithmetic of infinities)
-  std::vector<AlignedBytes> side_bytes;
-  std::vector<void*> sides;
-  for (const memory::desc& md : first.sides) {
-    side_bytes.push_back(Allocate(md.get_size(), true));
-    sides.push_back(side_bytes.back().get());
-    if (md.get_data_type() == memory::data_type::f32 && md != first.user_y)
-      std::fill_n(reinterpret_cast<float*>(sides.back()), md.get_size() / sizeof(float), 1.0f);
-  }
-  std::vector<double> best(found.size());
-  for (size_t c = 0; c < found.size(); ++c) {  // the warm-up
-    reference_trials += Reference(*found[c]);
-    best[c] = Seconds(*found[c], p.kernel, bx.get(), by.get(), bw.get(), sides);
-  }
-  const std::vector<bool> racing = Racing(best);  // the others keep their warm-up time
-  std::vector<std::vector<double>> samples(found.size());
-  std::vector<double> spent(found.size(), 0.0);
-  for (int round = 0; !TrialDone(round, spent, racing); ++round) {
-    for (size_t c = 0; c < found.size(); ++c) {
-      if (!racing[c]) continue;
-      const double t = Seconds(*found[c], p.kernel, bx.get(), by.get(), bw.get(), sides);
-      samples[c].push_back(t);
-      spent[c] += t;
-    }
-  }
-  std::vector<double> noise(found.size(), 0.0);
-  std::vector<int> moves(found.size());  // 0: nothing moved; 1: the filter; 2: activations
-  for (size_t c = 0; c < found.size(); ++c) {
-    // tap products write and read back products of the activations' size: they count as
-    // moving the activations, so they are kept only where they lead beyond the margin
-    moves[c] = found[c]->taps || !found[c]->on_callers ? 2
-               : found[c]->prim_w == found[c]->user_w ? 0 : 1;
-    if (!racing[c]) continue;
-    best[c] = *std::min_element(samples[c].begin(), samples[c].end());
-    noise[c] = Noise(samples[c]);
-  }
-  return RecordChoice(p, "trial", found, best, noise, racing,
-                      Pick(best, noise, racing, moves, Macs(p)));
+  const Race r = RunRace(p, found, std::vector<bool>(found.size(), false));
+  return RecordChoice(p, "trial", found, r.best, r.noise, r.racing, r.kept);
+}
+
+bool PackedWins(const Problem& p, const std::shared_ptr<Entry>& packed,
+                const std::shared_ptr<Entry>& taps) {
+  return RunRace(p, {packed, taps}, {true, false}).kept == 0;
 }
 
 }  // namespace jaxconv_onednn

@@ -35,6 +35,13 @@ namespace jaxconv_onednn {
 // time in ms and its noise ("-" where not timed), the kept one first.
 std::shared_ptr<Entry> Choose(const Problem& p);
 
+// Whether the primitive `packed` of a data gradient `p`, its filter read packed (packed.h),
+// runs it faster than its tap products `taps` (which read the filter in place) do: the two
+// raced as the trial races its candidates (Pick: the packed primitive moves nothing, the tap
+// products move activations).
+bool PackedWins(const Problem& p, const std::shared_ptr<Entry>& packed,
+                const std::shared_ptr<Entry>& taps);
+
 // The problem's cache key as text (its numbers joined by commas): what Remember takes.
 std::string KeyText(const Problem& p);
 

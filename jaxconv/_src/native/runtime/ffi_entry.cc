@@ -78,8 +78,9 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
                std::vector<PostOp> post = {}) {
   const std::string prefix = std::string(op) + ": oneDNN lowering: ";
   const memory::data_type dtype = DataType(a.element_type());
-  // a forward's filter packed ahead of its calls: uint8, its header first (packed.h)
-  const bool packed = k == Kernel::kForward && b.element_type() == ffi::DataType::U8;
+  // a forward's or a data gradient's filter packed ahead of its calls: uint8, its header
+  // first (packed.h)
+  const bool packed = k != Kernel::kWeight && b.element_type() == ffi::DataType::U8;
   if (dtype == memory::data_type::undef || (b.element_type() != a.element_type() && !packed) ||
       out->element_type() != a.element_type())
     return ffi::Error::InvalidArgument(prefix + "operands and result must share one dtype "
