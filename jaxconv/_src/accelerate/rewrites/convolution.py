@@ -332,7 +332,7 @@ def _written_faster(eqn: Any, scope: Scope) -> bool:
         return False
     precision, out_dtype = _options(params)
 
-    fixed = scope.env.get(eqn.invars[1])
+    fixed: Any = scope.env.get(eqn.invars[1])  # an array where the filter is a constant
     constant = packs(fixed)
 
     def ours(a: Array, b: Array) -> Array:
