@@ -91,6 +91,10 @@ def measuring(monkeypatch, tmp_path):
     monkeypatch.setattr(measured, "_VERDICTS", {})
     monkeypatch.setattr(measured, "_DECISIONS", {})
     monkeypatch.setattr(measured, "_cache_file", lambda: tmp_path / "measured.json")
+    # each kernel's choice alone: no whole program timed (tests/lowering/test_measured.py
+    # times them where it tests them)
+    from jaxconv._src.lowering import chooser
+    monkeypatch.setattr(chooser, "PROGRAM_MEASURE_MAX_MACS", -1)
     measured._disk.cache_clear()
     yield measured
     measured._disk.cache_clear()

@@ -419,3 +419,97 @@ def test_a_packed_candidate_is_timed_on_the_bytes_its_call_reads(measuring):
     measured._sample_times(contest, 0.0)
     assert got.get("onednn") == np.uint8
     assert all(dt == np.float32 for m, dt in got.items() if m != "onednn"), got
+
+
+def _program(x, w):
+    """A small CNN's forward: two convolutions and a ReLU between."""
+    y = jax.nn.relu(lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=DN))
+    return lax.conv_general_dilated(y, jnp.swapaxes(w, 2, 3)[:, :, :16, :8], (1, 1), "SAME",
+                                    dimension_numbers=DN)
+
+
+def _whole(monkeypatch, winner):
+    """Whole programs timed (fakes: the ``winner`` steadily faster), each kernel's choice
+    the rule's; the programs' calls timed, in a list."""
+    timed = []
+
+    def fake(calls, operands, seconds):
+        timed.append(tuple(calls))
+        assert all(len(v) == 2 for v in operands.values())  # (x, w): the program's operands
+        return {m: [0.5 if m == winner else 1.0] * 7 for m in calls}
+    monkeypatch.setattr(chooser, "PROGRAM_MEASURE_MAX_MACS", 2 ** 27)
+    monkeypatch.setattr(measured, "_interleaved", fake)
+    monkeypatch.setattr(measured, "_sample_times", lambda c, s: {m: [1.0] * 7 for m in c.calls})
+    return timed
+
+
+def test_a_small_program_runs_as_written_where_it_timed_faster_whole(measuring, monkeypatch):
+    """XLA may fuse a small CNN whole, faster than its kernels chosen one by one: the program
+    as written runs (no jaxconv kernel in it), explain says why, and the verdict is reused."""
+    timed = _whole(monkeypatch, "lax")
+    x, w = _operands()
+    prims = [e.primitive.name for e in h.equations(jaxconv.accelerate(_program), x, w)]
+    assert timed == [("jaxconv", "lax")]
+    assert not any(p.startswith("jaxconv") for p in prims) and "conv_general_dilated" in prims
+    h.assert_close(jax.jit(jaxconv.accelerate(_program))(x, w), _program(x, w), jnp.float32)
+    (d,) = [d for d in measured.decisions() if d.kernel == "program"]
+    assert (d.rule, d.verdict, d.source, d.lead) == ("jaxconv", "lax", "measured", 0.5)
+    notes = jaxconv.explain(jaxconv.accelerate(_program), x, w).notes
+    assert any("whole program timed, lax kept" in n for n in notes), notes
+    assert not any("have a jaxconv kernel" in n for n in notes), notes
+    monkeypatch.setattr(measured, "_VERDICTS", {})  # a later process: the disk cache
+    monkeypatch.setattr(measured, "_DECISIONS", {})
+    measured._disk.cache_clear()
+    monkeypatch.setattr(measured, "_interleaved", lambda *a: pytest.fail("timed again"))
+    prims = [e.primitive.name for e in h.equations(jaxconv.accelerate(_program), x, w)]
+    assert not any(p.startswith("jaxconv") for p in prims)
+
+
+def test_the_accelerated_program_stays_where_it_timed_faster_whole(measuring, monkeypatch):
+    timed = _whole(monkeypatch, "jaxconv")
+    x, w = _operands()
+    prims = [e.primitive.name for e in h.equations(jaxconv.accelerate(_program), x, w)]
+    assert timed == [("jaxconv", "lax")] and "jaxconv_conv" in prims
+    notes = jaxconv.explain(jaxconv.accelerate(_program), x, w).notes
+    assert any("whole program timed, jaxconv kept (accelerated)" in n for n in notes), notes
+
+
+def test_no_whole_program_is_timed_with_a_loop_or_branch_large_or_measuring_off(measuring,
+                                                                             monkeypatch):
+    _whole(monkeypatch, "lax")
+    monkeypatch.setattr(measured, "_interleaved", lambda *a: pytest.fail("timed"))
+    x, w = _operands()
+
+    def looped(x, w):  # a trip count read from the operands
+        return lax.while_loop(lambda c: c[1] < jnp.sum(x) % 3, lambda c: (_program(c[0], w),
+                                                                           c[1] + 1),
+                              (x[..., :8], 0.0))[0]
+    for fn in (looped, lambda x, w: lax.cond(x[0, 0, 0, 0] > 0, _program, _program, x, w)):
+        assert chooser._program_macs(jax.make_jaxpr(fn)(x, w).jaxpr) is None
+        assert "jaxconv_conv" in [e.primitive.name for e in h.equations(
+            jaxconv.accelerate(fn), x, w)]
+    assert chooser._program_macs(jax.make_jaxpr(_program)(x, w).jaxpr) == (
+        2 * 9 * 9 * 16 * 9 * 8 + 2 * 9 * 9 * 8 * 9 * 16)
+    monkeypatch.setattr(chooser, "PROGRAM_MEASURE_MAX_MACS", 10)
+    assert "jaxconv_conv" in [e.primitive.name for e in h.equations(
+        jaxconv.accelerate(_program), x, w)]
+    monkeypatch.setattr(chooser, "PROGRAM_MEASURE_MAX_MACS", 2 ** 27)
+    monkeypatch.setattr(measured, "enabled", lambda: False)
+    assert "jaxconv_conv" in [e.primitive.name for e in h.equations(
+        jaxconv.accelerate(_program), x, w)]
+
+
+def test_a_whole_program_is_timed_on_its_operands_integers_in_range(measuring, monkeypatch):
+    """Timed for real: an integer operand is drawn as zeros (an index in range); the values
+    are the program's whichever runs."""
+    monkeypatch.setattr(chooser, "PROGRAM_MEASURE_MAX_MACS", 2 ** 27)
+    x, w = _operands()
+
+    def picked(x, w, i):
+        return _program(x, w)[i]
+    i = jnp.asarray(1)
+    got = jax.jit(jaxconv.accelerate(picked))(x, w, i)
+    h.assert_close(got, picked(x, w, i), jnp.float32)
+    (d,) = [d for d in measured.decisions() if d.kernel == "program"]
+    assert d.source == "measured" and set(d.times_ms) == {"jaxconv", "lax"}
+    assert all(t > 0 for t in d.times_ms.values())

@@ -24,7 +24,7 @@ from jax.interpreters import partial_eval as pe
 
 from jaxconv._src import host_faults, host_memory, lowering
 from jaxconv._src.accelerate import rewrites, transform
-from jaxconv._src.lowering import fused
+from jaxconv._src.lowering import fused, measured
 
 #: arguments from this size on (bytes) are "a large state" whose donation matters
 LARGE_STATE_BYTES = 1 << 24
@@ -255,10 +255,10 @@ def _donation_note(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
 
 
 def _notes(rows: list[Row], backend: str, fn: Any, args: tuple[Any, ...],
-           kwargs: dict[str, Any]) -> list[str]:
+           kwargs: dict[str, Any], as_written: bool = False) -> list[str]:
     notes = []
     lax_convs = [r for r in rows if r.op == "convolution" and r.by == "lax"]
-    if any(r.kernel for r in lax_convs):
+    if any(r.kernel for r in lax_convs) and not as_written:
         notes.append(f"{sum(r.count for r in lax_convs if r.kernel)} lax convolutions have a "
                      f"jaxconv kernel: jax.jit(jaxconv.accelerate(fn)) runs them through it")
     if backend == "cpu" and any(r.lowering == "XLA's select_and_scatter" for r in rows):
@@ -393,9 +393,12 @@ def explain(fn: Callable[..., Any], *args: Any, measure: bool = False, reps: int
     if not callable(fn):
         raise TypeError(f"explain: fn must be callable, got {type(fn).__name__}")
     backend = jax.default_backend()
-    closed = jax.make_jaxpr(fn)(*args, **kwargs)
+    with measured.collecting() as programs:
+        closed = jax.make_jaxpr(fn)(*args, **kwargs)
     record: transform.Record = {}
-    notes = []
+    notes = [f"whole program timed, {d.verdict} kept "
+             f"({'the program as written' if d.verdict == 'lax' else 'accelerated'}): "
+             f"{d.line()}" for d in programs]
     try:  # accelerate's own passes over the program, traced only: their decisions
         widened = transform.passes(closed, record=record)
         jax.make_jaxpr(lambda *a: transform.evaluate(widened.jaxpr, widened.consts, a,
@@ -403,7 +406,8 @@ def explain(fn: Callable[..., Any], *args: Any, measure: bool = False, reps: int
     except Exception as e:  # noqa: BLE001 - a program accelerate cannot evaluate says why
         notes.append(f"jaxconv.accelerate cannot evaluate this program: {type(e).__name__}: {e}")
     rows = _rows(closed.jaxpr, backend, record)
-    notes += _notes(rows, backend, fn, args, kwargs)
+    notes += _notes(rows, backend, fn, args, kwargs,
+                    as_written=any(d.verdict == "lax" for d in programs))
     timing: dict[str, float] = {}
     if measure:
         timing, faults = _measure(rows, fn, args, kwargs, reps)

@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.extend.core import jaxpr_as_fun, jaxprs_in_params
 from jaxlib import version as jaxlib_version
 
 from jaxconv._src import host_memory
@@ -405,6 +406,78 @@ def as_written(kernel: Kernel, p: ConvProblem, dtype: Any, precision: Precision,
                                preferred_element_type, rule=rule,
                                calls={"jaxconv": ours, "lax": written}, shapes=shapes)
     return measured.pick(contest) == "lax"
+
+
+#: the most multiply-adds (its convolutions' and products', as written) of a program whose
+#: accelerated form is timed against the program as written (:func:`program_as_written`):
+#: a few milliseconds a run on the CPUs of docs/performance.md
+PROGRAM_MEASURE_MAX_MACS = 2 ** 27
+
+#: the primitives whose values depend on their operands' values in ways random operands do
+#: not stand for (a loop's trip count, a branch): a program holding one is not timed whole
+_DATA_DEPENDENT = frozenset({"while", "cond"})
+
+
+def _program_macs(jaxpr: Any) -> float | None:
+    """The multiply-adds of ``jaxpr``'s convolutions and products (nested jaxprs included), or
+    None where it holds a primitive of :data:`_DATA_DEPENDENT`."""
+    total = 0.0
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name in _DATA_DEPENDENT:
+            return None
+        if name == "conv_general_dilated":
+            lhs, rhs = (v.aval for v in eqn.invars)
+            total += math.prod(eqn.outvars[0].aval.shape) * math.prod(rhs.shape) / max(
+                1, rhs.shape[eqn.params["dimension_numbers"].rhs_spec[0]])
+        elif name == "dot_general":
+            (contract, _), _ = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval
+            total += math.prod(eqn.outvars[0].aval.shape) * math.prod(
+                lhs.shape[a] for a in contract)
+        for sub in jaxprs_in_params(eqn.params):
+            inner = _program_macs(sub)
+            if inner is None:
+                return None
+            total += inner
+    return total
+
+
+def _holds_jaxconv(jaxpr: Any) -> bool:
+    return any(eqn.primitive.name.startswith("jaxconv")
+               or any(_holds_jaxconv(sub) for sub in jaxprs_in_params(eqn.params))
+               for eqn in jaxpr.eqns)
+
+
+def program_as_written(written: Any, ours: Callable[..., Any]) -> bool:
+    """Whether a function ``accelerate`` transforms runs as written (``written``, its closed
+    jaxpr) rather than accelerated (``ours``, a function of the same operands): timed whole,
+    once per program and machine, where the programs run on the CPU, the program multiplies
+    and adds at most :data:`PROGRAM_MEASURE_MAX_MACS` times, holds no loop or branch that
+    depends on its operands' values, and its accelerated form holds jaxconv's kernels
+    (``measured.pick_program``: the accelerated program is the rule). Each kernel's own choice
+    is timed alone (``measured.pick``), where XLA fuses the program's convolutions with their
+    neighbours, at a small size into one fusion for a whole CNN: the MNIST CNN's batch-8
+    forward took 0.46 ms as XLA's one fusion against 0.77 accelerated, each of its kernels
+    chosen alone (docs/lowerings.md, "Timed choices")."""
+    if (jax.default_backend() != "cpu" or not measured.enabled() or written.effects
+            or any(isinstance(c, jax.core.Tracer) for c in written.consts)):
+        return False  # (a constant of an enclosing trace cannot be timed alone)
+    macs = _program_macs(written.jaxpr)
+    if macs is None or macs > PROGRAM_MEASURE_MAX_MACS:
+        return False
+    avals = written.in_avals
+    with jax.ensure_compile_time_eval():
+        accelerated = jax.make_jaxpr(ours)(*avals)
+    if not _holds_jaxconv(accelerated.jaxpr) or any(
+            isinstance(c, jax.core.Tracer) for c in accelerated.consts):
+        return False
+    text = f"{written.jaxpr}|{[(a.shape, str(a.dtype)) for a in written.in_avals]}|" + \
+        str([(np.shape(c), str(getattr(c, "dtype", type(c).__name__))) for c in written.consts])
+    n = sum(1 for _ in written.jaxpr.eqns)
+    description = f"of {n} equations, {macs:.3g} multiply-adds"
+    calls = {"jaxconv": jaxpr_as_fun(accelerated), "lax": jaxpr_as_fun(written)}
+    return measured.pick_program(description, text, calls, avals, rule="jaxconv") == "lax"
 
 
 # ------------------------------------------------------------ the other kernels' choices

@@ -35,6 +35,7 @@ each be timed).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -46,7 +47,7 @@ import platform
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -81,6 +82,9 @@ WINOGRAD_BFLOAT16_MARGIN = 0.10
 #: Winograd's candidates (milliseconds each) until they have run _WINOGRAD_SECONDS: over a
 #: tenth of a second, a noisy machine's pauses once took the median of 7 rounds to oneDNN
 _MIN_ROUNDS, _MAX_ROUNDS, _MIN_SECONDS, _WINOGRAD_SECONDS = 7, 41, 0.02, 0.3
+#: a whole program's (:func:`pick_program`): its rounds' noise at 0.04 s put XLA's MNIST CNN
+#: at batch 8 22% ahead, within the 26% its noise asked
+_PROGRAM_SECONDS = 0.3
 
 #: how the candidates are timed, part of the disk cache's key (a change times again). Each
 #: timed call follows an untimed call of the same program: timed call by call in turn, a
@@ -467,23 +471,91 @@ def _sample_times(c: Contest, seconds: float) -> dict[str, list[float]]:
         for m, prepare in c.prepare.items():  # a packed filter: once, before the calls
             a, b = operands[m]
             operands[m] = (a, prepare(np.asarray(b)))
-        calls = {}
+        return _interleaved(c.calls, operands, seconds)
+
+
+def _interleaved(calls: dict[str, Callable[..., Any]], operands: dict[str, tuple[Any, ...]],
+                 seconds: float) -> dict[str, list[float]]:
+    """Each of ``calls`` compiled alone on its ``operands`` and timed interleaved, one sample
+    a round, over at least _MIN_ROUNDS rounds and ``seconds``: the times (s)."""
+    methods = tuple(calls)
+    with jax.ensure_compile_time_eval():  # run now, also from inside a program's lowering
+        compiled = {}
         for m in methods:
-            fn = jax.jit(c.calls[m])
-            compiled = fn.lower(*operands[m]).compile()
-            jax.block_until_ready(compiled(*operands[m]))  # type: ignore[no-untyped-call]
-            calls[m] = compiled
+            fn = jax.jit(calls[m]).lower(*operands[m]).compile()
+            jax.block_until_ready(fn(*operands[m]))  # type: ignore[no-untyped-call]
+            compiled[m] = fn
         samples: dict[str, list[float]] = {m: [] for m in methods}
         start = time.perf_counter()
         for r in range(_MAX_ROUNDS):
             for m, timed in _round(methods, r):
                 t = time.perf_counter()
-                jax.block_until_ready(calls[m](*operands[m]))  # type: ignore[no-untyped-call]
+                jax.block_until_ready(compiled[m](*operands[m]))  # type: ignore[no-untyped-call]
                 if timed:
                     samples[m].append(time.perf_counter() - t)
             if r + 1 >= _MIN_ROUNDS and time.perf_counter() - start >= seconds:
                 break
     return samples
+
+
+#: the lists :func:`collecting` fills with the whole programs' decisions it sees
+_COLLECTORS: list[list[Decision]] = []
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[list[Decision]]:
+    """The whole programs' decisions (:func:`pick_program`) taken or reused inside the block,
+    in order (``jaxconv.explain`` shows them)."""
+    seen: list[Decision] = []
+    _COLLECTORS.append(seen)
+    try:
+        yield seen
+    finally:
+        _COLLECTORS.remove(seen)
+
+
+def pick_program(description: str, text: str, calls: dict[str, Callable[..., Any]],
+                 avals: Sequence[Any], rule: str) -> str:
+    """Which of two whole programs runs (``calls``: ``rule``'s, and the challenger's), each a
+    function of operands of ``avals``: ``rule`` unless the other timed faster beyond both
+    noises by :data:`CHALLENGER_MARGIN`, once per program and machine (its key: ``text``, the
+    program as written, hashed), as for a kernel's candidates (:func:`pick`; the chooser's
+    ``program_as_written``). Operands: floats drawn at random, integers and booleans zero (an
+    index in range). Measuring off: ``rule``."""
+    if not enabled():
+        return rule
+    key = "program " + hashlib.sha256(text.encode()).hexdigest()
+    with _LOCK:
+        if key not in _VERDICTS:
+            record = _disk()["methods"].get(key)
+            source = "cache"
+            if not isinstance(record, dict) or record.get("verdict") not in calls:
+                rng = np.random.default_rng(0)
+                with jax.ensure_compile_time_eval():
+                    drawn = tuple(jax.device_put(
+                        rng.standard_normal(a.shape).astype(a.dtype)
+                        if jnp.issubdtype(a.dtype, jnp.inexact) else np.zeros(a.shape, a.dtype),
+                        jax.devices("cpu")[0]) for a in avals)
+                samples = _interleaved(calls, dict.fromkeys(calls, drawn), _PROGRAM_SECONDS)
+                (challenger,) = (m for m in calls if m != rule)
+                lead, need = _beats(samples[challenger], samples[rule], CHALLENGER_MARGIN)
+                record = {"kernel": "program", "problem": description, "rule": rule,
+                          "verdict": challenger if lead > need else rule,
+                          "lead": round(lead, 4), "need": round(need, 4),
+                          "times_ms": {m: round(statistics.median(v) * 1e3, 4)
+                                       for m, v in samples.items()},
+                          "noise": {m: round(_noise(v), 4) for m, v in samples.items()}}
+                _store(key, record)
+                source = "measured"
+            _VERDICTS[key] = record["verdict"]
+            _DECISIONS[key] = Decision(
+                "program", record["problem"], "", record["rule"], record["verdict"], source,
+                dict(record["times_ms"]), dict(record["noise"]), float(record["lead"]),
+                float(record["need"]))
+            _LOG.info("%s", _DECISIONS[key].line())
+        for seen in _COLLECTORS:
+            seen.append(_DECISIONS[key])
+        return _VERDICTS[key]
 
 
 def _round(methods: tuple[str, ...], r: int) -> list[tuple[str, bool]]:
