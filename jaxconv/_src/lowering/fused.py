@@ -143,8 +143,6 @@ fused_p = Primitive("jaxconv_fused")
 
 _PARAMS = ("p", "post", "precision", "preferred_element_type", "method", "packed", "constant",
            "kernel")
-#: the kernels the fused primitive computes: a chain follows a forward alone
-KERNELS = (Kernel.FORWARD, Kernel.DATA)
 
 
 def reference(x: Array, w: Array, *operands: Array, p: ConvProblem, post: tuple[PostOp, ...],
