@@ -23,6 +23,7 @@ import pytest
 
 from jax import lax
 
+from jaxconv._src.geometry import conv_output_size
 from jaxconv._src.kernel import Kernel
 from jaxconv._src.lowering import fused
 from jaxconv._src.native import library
@@ -176,7 +177,7 @@ def _data_problem(case, batch):
     pb, pe = case[8], case[9]
     rng, x, w, p = _problem((*case[:8], tuple(max(0, v) for v in pb),
                              tuple(max(0, v) for v in pe)), batch)
-    out = tuple((i + b + e - (k - 1) * d - 1) // s + 1 for i, b, e, k, d, s in zip(
+    out = tuple(conv_output_size(i, k, s, d, b, e) for i, b, e, k, d, s in zip(
         p.input_size, pb, pe, p.kernel, p.dilations, p.strides))
     return rng, w, dataclasses.replace(p, pads_begin=tuple(pb), pads_end=tuple(pe),
                                        output_size=out)

@@ -393,8 +393,9 @@ def explain(fn: Callable[..., Any], *args: Any, measure: bool = False, reps: int
     if not callable(fn):
         raise TypeError(f"explain: fn must be callable, got {type(fn).__name__}")
     backend = jax.default_backend()
-    with measured.collecting() as programs:
+    with measured.collecting() as seen:
         closed = jax.make_jaxpr(fn)(*args, **kwargs)
+    programs = [d for d in seen if d.kernel == "program"]
     record: transform.Record = {}
     notes = [f"whole program timed, {d.verdict} kept "
              f"({'the program as written' if d.verdict == 'lax' else 'accelerated'}): "

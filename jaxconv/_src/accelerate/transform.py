@@ -435,12 +435,12 @@ def _call(fun: Callable[..., Any], inputs: tuple[Any, Any], lowering: str) -> An
 
     def ours(*values: Any) -> list[Any]:
         return evaluate(closed.jaxpr, closed.consts, values, lowering=lowering)
-    # the program as written, where it times faster whole (a small CNN that XLA fuses whole)
-    if chooser.program_as_written(written, ours):
-        outs = jax.core.eval_jaxpr(written.jaxpr, written.consts,
-                                   *(leaves[i] for i in traced))
-    else:
-        outs = ours(*(leaves[i] for i in traced))
+    # the program as written where it times faster whole (a small CNN that XLA fuses whole);
+    # a program timed whole runs as traced for its timing
+    chosen = chooser.whole_program(written, ours)
+    args = [leaves[i] for i in traced]
+    outs = ours(*args) if chosen is None else jax.core.eval_jaxpr(chosen.jaxpr, chosen.consts,
+                                                                   *args)
     full = list(result["leaves"])
     for i, v in zip(result["arrays"], outs):
         full[i] = v

@@ -409,7 +409,7 @@ def as_written(kernel: Kernel, p: ConvProblem, dtype: Any, precision: Precision,
 
 
 #: the most multiply-adds (its convolutions' and products', as written) of a program whose
-#: accelerated form is timed against the program as written (:func:`program_as_written`):
+#: accelerated form is timed against the program as written (:func:`whole_program`):
 #: a few milliseconds a run on the CPUs of docs/performance.md
 PROGRAM_MEASURE_MAX_MACS = 2 ** 27
 
@@ -427,7 +427,7 @@ def _program_macs(jaxpr: Any) -> float | None:
         if name in _DATA_DEPENDENT:
             return None
         if name == "conv_general_dilated":
-            lhs, rhs = (v.aval for v in eqn.invars)
+            rhs = eqn.invars[1].aval
             total += math.prod(eqn.outvars[0].aval.shape) * math.prod(rhs.shape) / max(
                 1, rhs.shape[eqn.params["dimension_numbers"].rhs_spec[0]])
         elif name == "dot_general":
@@ -449,35 +449,36 @@ def _holds_jaxconv(jaxpr: Any) -> bool:
                for eqn in jaxpr.eqns)
 
 
-def program_as_written(written: Any, ours: Callable[..., Any]) -> bool:
-    """Whether a function ``accelerate`` transforms runs as written (``written``, its closed
-    jaxpr) rather than accelerated (``ours``, a function of the same operands): timed whole,
-    once per program and machine, where the programs run on the CPU, the program multiplies
-    and adds at most :data:`PROGRAM_MEASURE_MAX_MACS` times, holds no loop or branch that
-    depends on its operands' values, and its accelerated form holds jaxconv's kernels
+def whole_program(written: Any, ours: Callable[..., Any]) -> Any:
+    """The program that runs for a function ``accelerate`` transforms, where the two were timed
+    whole: ``written`` (its closed jaxpr) or its accelerated form (``ours``, a function of the
+    same operands, traced); None where nothing was timed (``ours`` runs). Timed once per
+    program and machine, where the programs run on the CPU, the program multiplies and adds at
+    most :data:`PROGRAM_MEASURE_MAX_MACS` times, holds no loop or branch that depends on its
+    operands' values, and its accelerated form holds jaxconv's kernels
     (``measured.pick_program``: the accelerated program is the rule). Each kernel's own choice
     is timed alone (``measured.pick``), where XLA fuses the program's convolutions with their
     neighbours, at a small size into one fusion for a whole CNN: the MNIST CNN's batch-8
-    forward took 0.46 ms as XLA's one fusion against 0.77 accelerated, each of its kernels
-    chosen alone (docs/lowerings.md, "Timed choices")."""
+    forward took 0.46 ms as XLA:CPU's one fusion against 0.77 accelerated on the 2-core Xeon
+    of docs/performance.md (docs/lowerings.md, "Timed choices")."""
     if (jax.default_backend() != "cpu" or not measured.enabled() or written.effects
             or any(isinstance(c, jax.core.Tracer) for c in written.consts)):
-        return False  # (a constant of an enclosing trace cannot be timed alone)
+        return None  # (a constant of an enclosing trace cannot be timed alone)
     macs = _program_macs(written.jaxpr)
     if macs is None or macs > PROGRAM_MEASURE_MAX_MACS:
-        return False
+        return None
     avals = written.in_avals
     with jax.ensure_compile_time_eval():
         accelerated = jax.make_jaxpr(ours)(*avals)
     if not _holds_jaxconv(accelerated.jaxpr) or any(
             isinstance(c, jax.core.Tracer) for c in accelerated.consts):
-        return False
+        return None
     text = f"{written.jaxpr}|{[(a.shape, str(a.dtype)) for a in written.in_avals]}|" + \
         str([(np.shape(c), str(getattr(c, "dtype", type(c).__name__))) for c in written.consts])
-    n = sum(1 for _ in written.jaxpr.eqns)
-    description = f"of {n} equations, {macs:.3g} multiply-adds"
+    description = f"of {len(written.jaxpr.eqns)} equations, {macs:.3g} multiply-adds"
     calls = {"jaxconv": jaxpr_as_fun(accelerated), "lax": jaxpr_as_fun(written)}
-    return measured.pick_program(description, text, calls, avals, rule="jaxconv") == "lax"
+    chosen = measured.pick_program(description, text, calls, avals, rule="jaxconv")
+    return written if chosen == "lax" else accelerated
 
 
 # ------------------------------------------------------------ the other kernels' choices

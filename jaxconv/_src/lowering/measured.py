@@ -367,24 +367,36 @@ def pick(contest: Contest) -> str:
         return c.rule
     key = _key(c.kernel, c.p, c.method, c.dtype, c.precision, c.preferred_element_type,
                c.packed)
+
+    def measure() -> dict[str, Any]:
+        return _verdict(_sample_times(c, _WINOGRAD_SECONDS if c.fewest is not None else
+                                      2 * _MIN_SECONDS), c)
+    return _settled(key, (*c.calls, c.method), measure,
+                    (str(c.kernel), _describe(c.p) + (", filter packed" if c.packed else ""),
+                     str(c.dtype)))
+
+
+def _settled(key: str, choices: Sequence[str], measure: Callable[[], dict[str, Any]],
+             header: tuple[str, str, str]) -> str:
+    """The verdict under ``key``: this process's, else the disk cache's where it names one of
+    ``choices``, else the record ``measure()`` times, stored; kept with its :class:`Decision`
+    (``header``: its kernel, problem and dtype as shown), which every :func:`collecting` block
+    sees."""
     with _LOCK:
         if key not in _VERDICTS:
             record = _disk()["methods"].get(key)
             source = "cache"
-            if not isinstance(record, dict) or record.get("verdict") not in (*c.calls,
-                                                                             c.method):
-                samples = _sample_times(c, _WINOGRAD_SECONDS if c.fewest is not None else
-                                        2 * _MIN_SECONDS)
-                record = _verdict(samples, c)
+            if not isinstance(record, dict) or record.get("verdict") not in choices:
+                record = measure()
                 _store(key, record)
                 source = "measured"
             _VERDICTS[key] = record["verdict"]
             _DECISIONS[key] = Decision(
-                str(c.kernel), _describe(c.p) + (", filter packed" if c.packed else ""),
-                str(c.dtype), record["rule"],
-                record["verdict"], source, dict(record["times_ms"]), dict(record["noise"]),
-                float(record["lead"]), float(record["need"]))
+                *header, record["rule"], record["verdict"], source, dict(record["times_ms"]),
+                dict(record["noise"]), float(record["lead"]), float(record["need"]))
             _LOG.info("%s", _DECISIONS[key].line())
+        for seen in _COLLECTORS:
+            seen.append(_DECISIONS[key])
         return _VERDICTS[key]
 
 
@@ -448,8 +460,15 @@ def _verdict(samples: dict[str, list[float]], c: Contest) -> dict[str, Any]:
         if lead > need:
             verdict = min((m for m in samples if m != incumbent),
                           key=lambda m: statistics.median(samples[m]))
-    return {"kernel": str(c.kernel), "problem": _describe(c.p), "rule": incumbent,
-            "verdict": verdict, "lead": round(lead, 4), "need": round(need, 4),
+    return _record(str(c.kernel), _describe(c.p), incumbent, verdict, lead, need, samples)
+
+
+def _record(kernel: str, problem: str, rule: str, verdict: str, lead: float, need: float,
+            samples: dict[str, list[float]]) -> dict[str, Any]:
+    """A verdict's record for the disk cache (:class:`Decision`'s fields), each candidate's
+    median and noise from its ``samples`` (s)."""
+    return {"kernel": kernel, "problem": problem, "rule": rule, "verdict": verdict,
+            "lead": round(lead, 4), "need": round(need, 4),
             "times_ms": {m: round(statistics.median(v) * 1e3, 4) for m, v in samples.items()},
             "noise": {m: round(_noise(v), 4) for m, v in samples.items()}}
 
@@ -498,14 +517,14 @@ def _interleaved(calls: dict[str, Callable[..., Any]], operands: dict[str, tuple
     return samples
 
 
-#: the lists :func:`collecting` fills with the whole programs' decisions it sees
+#: the lists :func:`collecting` fills with the decisions it sees
 _COLLECTORS: list[list[Decision]] = []
 
 
 @contextlib.contextmanager
 def collecting() -> Iterator[list[Decision]]:
-    """The whole programs' decisions (:func:`pick_program`) taken or reused inside the block,
-    in order (``jaxconv.explain`` shows them)."""
+    """The timed decisions (:func:`pick`, :func:`pick_program`) taken or reused inside the
+    block, in order (``jaxconv.explain`` shows the whole programs')."""
     seen: list[Decision] = []
     _COLLECTORS.append(seen)
     try:
@@ -520,42 +539,25 @@ def pick_program(description: str, text: str, calls: dict[str, Callable[..., Any
     function of operands of ``avals``: ``rule`` unless the other timed faster beyond both
     noises by :data:`CHALLENGER_MARGIN`, once per program and machine (its key: ``text``, the
     program as written, hashed), as for a kernel's candidates (:func:`pick`; the chooser's
-    ``program_as_written``). Operands: floats drawn at random, integers and booleans zero (an
+    ``whole_program``). Operands: floats drawn at random, integers and booleans zero (an
     index in range). Measuring off: ``rule``."""
     if not enabled():
         return rule
     key = "program " + hashlib.sha256(text.encode()).hexdigest()
-    with _LOCK:
-        if key not in _VERDICTS:
-            record = _disk()["methods"].get(key)
-            source = "cache"
-            if not isinstance(record, dict) or record.get("verdict") not in calls:
-                rng = np.random.default_rng(0)
-                with jax.ensure_compile_time_eval():
-                    drawn = tuple(jax.device_put(
-                        rng.standard_normal(a.shape).astype(a.dtype)
-                        if jnp.issubdtype(a.dtype, jnp.inexact) else np.zeros(a.shape, a.dtype),
-                        jax.devices("cpu")[0]) for a in avals)
-                samples = _interleaved(calls, dict.fromkeys(calls, drawn), _PROGRAM_SECONDS)
-                (challenger,) = (m for m in calls if m != rule)
-                lead, need = _beats(samples[challenger], samples[rule], CHALLENGER_MARGIN)
-                record = {"kernel": "program", "problem": description, "rule": rule,
-                          "verdict": challenger if lead > need else rule,
-                          "lead": round(lead, 4), "need": round(need, 4),
-                          "times_ms": {m: round(statistics.median(v) * 1e3, 4)
-                                       for m, v in samples.items()},
-                          "noise": {m: round(_noise(v), 4) for m, v in samples.items()}}
-                _store(key, record)
-                source = "measured"
-            _VERDICTS[key] = record["verdict"]
-            _DECISIONS[key] = Decision(
-                "program", record["problem"], "", record["rule"], record["verdict"], source,
-                dict(record["times_ms"]), dict(record["noise"]), float(record["lead"]),
-                float(record["need"]))
-            _LOG.info("%s", _DECISIONS[key].line())
-        for seen in _COLLECTORS:
-            seen.append(_DECISIONS[key])
-        return _VERDICTS[key]
+
+    def measure() -> dict[str, Any]:
+        rng = np.random.default_rng(0)
+        with jax.ensure_compile_time_eval():
+            drawn = tuple(jax.device_put(
+                rng.standard_normal(a.shape).astype(a.dtype)
+                if jnp.issubdtype(a.dtype, jnp.inexact) else np.zeros(a.shape, a.dtype),
+                jax.devices("cpu")[0]) for a in avals)
+        samples = _interleaved(calls, dict.fromkeys(calls, drawn), _PROGRAM_SECONDS)
+        (challenger,) = (m for m in calls if m != rule)
+        lead, need = _beats(samples[challenger], samples[rule], CHALLENGER_MARGIN)
+        return _record("program", description, rule, challenger if lead > need else rule,
+                       lead, need, samples)
+    return _settled(key, tuple(calls), measure, ("program", description, ""))
 
 
 def _round(methods: tuple[str, ...], r: int) -> list[tuple[str, bool]]:
