@@ -399,9 +399,10 @@ def test_a_constant_filters_contest_times_onednn_on_it_packed(measuring, monkeyp
 
 
 @pytest.mark.skipif(not library.status().available, reason="needs jaxconv's oneDNN handler")
-def test_a_packed_candidate_is_timed_on_the_bytes_its_call_reads(measuring):
+def test_a_packed_candidate_is_timed_on_the_bytes_its_call_reads(measuring, monkeypatch):
     """The real timing of a packed contest: each call of oneDNN's candidate gets the packed
-    bytes (uint8), the other candidates the filter."""
+    bytes (uint8), the other candidates the filter; all of them arrays on the device, as a
+    program's are (a host array is copied in at every timed call)."""
     p = geometry.convolution_problem(
         "t", geometry.Names(x="x", y="y", w_shape="w", w_format="f", layout_arguments=False),
         x_shape=(1, 6, 6, 8), y_shape=None, w_shape=(1, 1, 8, 16), strides=(1, 1),
@@ -416,9 +417,19 @@ def test_a_packed_candidate_is_timed_on_the_bytes_its_call_reads(measuring):
             got[m] = np.dtype(b.dtype)
             return call(a, b)
         contest.calls[m] = spy
+    timed = {}
+    interleaved = measured._interleaved
+
+    def spy_operands(calls, operands, seconds):
+        timed.update(operands)
+        return interleaved(calls, operands, seconds)
+    monkeypatch.setattr(measured, "_interleaved", spy_operands)
     measured._sample_times(contest, 0.0)
     assert got.get("onednn") == np.uint8
     assert all(dt == np.float32 for m, dt in got.items() if m != "onednn"), got
+    assert set(timed) == set(calls)
+    kinds = {m: [type(o).__name__ for o in ops] for m, ops in timed.items()}
+    assert all(isinstance(o, jax.Array) for ops in timed.values() for o in ops), kinds
 
 
 def _program(x, w):

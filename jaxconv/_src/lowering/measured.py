@@ -94,7 +94,8 @@ _PROGRAM_SECONDS = 0.3
 #: (the MNIST CNN's bfloat16 3x3 32 -> 64 forward at 14x14 on a 2-core Zen 4: 4.0 ms after
 #: Winograd's calls, 2.0 after its own; Winograd's 2.6 won, and in the training step oneDNN's
 #: ran in 2.05: docs/lowerings.md, "Winograd")
-_TIMING = "each timed call after an untimed one of its own; samples of interleaved rounds"
+_TIMING = ("each timed call after an untimed one of its own; samples of interleaved rounds; "
+           "every operand on the device")
 #: how a verdict is drawn from the times, also part of the disk cache's key
 _RULE = (f"the rule unless beaten beyond both noises by {CHALLENGER_MARGIN:.0%}; tiles "
          f"{WINOGRAD_TILE_MARGIN:.0%}; bfloat16 Winograd {WINOGRAD_BFLOAT16_MARGIN:.0%}; "
@@ -481,15 +482,19 @@ def _sample_times(c: Contest, seconds: float) -> dict[str, list[float]]:
                           Kernel.DATA: (p.y_shape, p.filter_shape),
                           Kernel.WEIGHT: (p.x_shape, p.y_shape)}[c.kernel]
     rng = np.random.default_rng(0)
+    cpu = jax.devices("cpu")[0]
     with jax.ensure_compile_time_eval():  # run now, also from inside a program's lowering
         drawn = [rng.standard_normal(s) for s in shapes]
         dtypes = {m: c.operand_dtypes.get(m, c.dtype) for m in methods}
-        by_dtype = {dt: tuple(jax.device_put(v.astype(dt), jax.devices("cpu")[0])
-                              for v in drawn) for dt in set(dtypes.values())}
+        by_dtype = {dt: tuple(jax.device_put(v.astype(dt), cpu) for v in drawn)
+                    for dt in set(dtypes.values())}
         operands = {m: by_dtype[dt] for m, dt in dtypes.items()}
-        for m, prepare in c.prepare.items():  # a packed filter: once, before the calls
+        # a packed filter: once, before the calls, and on the device as the other operands
+        # (a host array is copied in at every timed call, which lost layers to XLA's
+        # convolution: docs/lowerings.md, "Timed choices")
+        for m, prepare in c.prepare.items():
             a, b = operands[m]
-            operands[m] = (a, prepare(np.asarray(b)))
+            operands[m] = (a, jax.device_put(prepare(np.asarray(b)), cpu))
         return _interleaved(c.calls, operands, seconds)
 
 
