@@ -29,7 +29,9 @@ add continues its second operand's chain (flax's ``x + y``, ``y`` the block's la
 and reads the first as its residual. ``match`` takes the chain's last equation: one whose result
 is not the value a next chain equation continues. ``emit`` computes the whole chain by the fused
 primitive from the convolution's operands and the post-ops' operands; the convolution and the
-chain's earlier equations, whose results nothing else reads, are left to XLA to drop.
+chain's earlier equations, whose results nothing else reads, are left to XLA to drop. A float32
+filter that is a constant of the program takes the chain's leading affine run (BatchNorm) folded
+in once, when traced (``folded.py``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr, Literal
 
 from jaxconv._src import lax_conv, options
+from jaxconv._src.accelerate.rewrites import folded
 from jaxconv._src.accelerate.rewrites.base import Match, Rewrite, Scope, packs
 from jaxconv._src.accelerate.rewrites.convolution import kernel_of
 from jaxconv._src.kernel import Kernel
@@ -187,6 +190,9 @@ class FusedConvolution(Rewrite):
         label = "post-ops " + " ".join(_describe(op) for op, _ in steps)
         if packs(scope.env.get(conv.invars[1])):
             label += "; the filter, a constant, packed once"
+            run = _folds(conv, steps, scope)
+            if run is not None:
+                label += f" with the first {run[0]} post-ops folded in"
         return Match(self, eqn, tuple(reads), (conv, tuple(op for op, _ in steps), dtype),
                      f"{label} (where oneDNN runs the forward)")
 
@@ -199,7 +205,19 @@ class FusedConvolution(Rewrite):
             [tuple(q) for q in params["padding"]], params["rhs_dilation"],
             params["feature_group_count"])
         channels = Kernel.FORWARD.out_shape(p)[p.data.channel_axis]
-        operands, it = [], iter(zip(match.reads[2:], sides))
+        host = None  # the filter in p's layout, on the host, where it is a constant
+        run = _folds(conv, tuple(zip(post, _sides(match, post))), scope) if packs(w) else None
+        if run is not None:  # its leading affine run folded into it, once (folded.py)
+            length, a, b = run
+            filt, fmt = lax_conv.forward_filter(np.asarray(w), params["dimension_numbers"])
+            host = folded.scaled(filt, fmt, a)
+            ws = jnp.asarray(host)
+            post = (PostOp("channel", "add"), *post[length:])
+            sides = [b.astype(np.float32), *sides[length:]]
+            reads = (None, *match.reads[2 + length:])
+        else:
+            reads = match.reads[2:]
+        operands, it = [], iter(zip(reads, sides))
         for op in post:
             if not op.binary:
                 continue
@@ -215,7 +233,8 @@ class FusedConvolution(Rewrite):
         packed, fixed = None, packs(w)
         method = fused.onednn_method(p, xs.dtype, precision, out_dtype, scope.lowering, fixed)
         if method is not None and fixed:  # packed once, not moved every call
-            host, _ = lax_conv.forward_filter(np.asarray(w), params["dimension_numbers"])
+            if host is None:
+                host, _ = lax_conv.forward_filter(np.asarray(w), params["dimension_numbers"])
             got, _ = fused.pack(host, p, method)  # None: the call moves it, as before
             packed = None if got is None else (got, method)
         y = fused.forward(xs, ws, operands, p=p, post=post, precision=precision,
@@ -226,6 +245,24 @@ class FusedConvolution(Rewrite):
         (end,) = match.eqn.outvars
         scope.narrow[end] = y  # a convert back reads it (the narrowing rewrite)
         return [y.astype(dtype)]
+
+
+def _sides(match: Match, post: Sequence[PostOp]) -> list[Any]:
+    """Each post-op's operand variable (None for a unary one), as ``match`` read them."""
+    it = iter(match.reads[2:])
+    return [next(it) if op.binary else None for op in post]
+
+
+def _folds(conv: Any, steps: Sequence[tuple[PostOp, Any]], scope: Scope
+           ) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """The leading affine run of a float32 chain of ``conv`` that folds into its filter, a
+    constant (``folded.affine_run``), or None."""
+    lhs, rhs = (v.aval for v in conv.invars)
+    out = conv.outvars[0].aval
+    if not np.dtype(lhs.dtype) == np.dtype(rhs.dtype) == np.dtype(out.dtype) == np.float32:
+        return None
+    lhs_spec = conv.params["dimension_numbers"][0]
+    return folded.affine_run(steps, scope, out.shape[lhs_spec[1]])
 
 
 def _operand_order(eqn: Any) -> list[Any]:
