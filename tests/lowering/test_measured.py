@@ -444,7 +444,7 @@ def _whole(monkeypatch, winner):
     the rule's; the programs' calls timed, in a list."""
     timed = []
 
-    def fake(calls, operands, seconds):
+    def fake(calls, operands, seconds, max_rounds):
         timed.append(tuple(calls))
         assert all(len(v) == 2 for v in operands.values())  # (x, w): the program's operands
         return {m: [0.5 if m == winner else 1.0] * 7 for m in calls}
@@ -508,6 +508,25 @@ def test_no_whole_program_is_timed_with_a_loop_or_branch_large_or_measuring_off(
     monkeypatch.setattr(measured, "enabled", lambda: False)
     assert "jaxconv_conv" in [e.primitive.name for e in h.equations(
         jaxconv.accelerate(_program), x, w)]
+
+
+def test_a_whole_programs_lead_is_paired_round_by_round():
+    """Two programs timed in the same rounds: a drift of the machine moves both, so the lead is
+    the rounds' median ratio, and it must exceed the margin by twice that median's standard
+    error (where their unpaired noises would have kept the rule)."""
+    rng = np.random.default_rng(0)
+    drift = 1 + 0.3 * np.sin(np.arange(200) / 7)  # the VM's speed over the rounds
+    rule = list(1e-3 * drift * rng.uniform(0.98, 1.02, 200))
+    faster = [t * 0.9 * u for t, u in zip(rule, rng.uniform(0.98, 1.02, 200))]
+    lead, need = measured._beats_paired(faster, rule, measured.CHALLENGER_MARGIN)
+    assert lead == pytest.approx(0.1, abs=0.01) and lead > need
+    unpaired_lead, unpaired_need = measured._beats(faster, rule, measured.CHALLENGER_MARGIN)
+    assert unpaired_lead < unpaired_need  # the drift, counted as noise, hid the lead
+    scattered = [t * u for t, u in zip(rule[:12], rng.uniform(0.7, 1.25, 12))]
+    lead, need = measured._beats_paired(scattered, rule[:12], measured.CHALLENGER_MARGIN)
+    assert lead < need  # a dozen rounds this scattered measure no lead
+    level = [t * 0.98 for t in rule]  # steadily 2% ahead: within the margin
+    assert measured._beats_paired(level, rule, measured.CHALLENGER_MARGIN)[0] < 0.03
 
 
 def test_a_whole_program_is_timed_on_its_operands_integers_in_range(measuring, monkeypatch):

@@ -41,6 +41,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import os
 import pathlib
 import platform
@@ -83,8 +84,8 @@ WINOGRAD_BFLOAT16_MARGIN = 0.10
 #: tenth of a second, a noisy machine's pauses once took the median of 7 rounds to oneDNN
 _MIN_ROUNDS, _MAX_ROUNDS, _MIN_SECONDS, _WINOGRAD_SECONDS = 7, 41, 0.02, 0.3
 #: a whole program's (:func:`pick_program`): its rounds' noise at 0.04 s put XLA's MNIST CNN
-#: at batch 8 22% ahead, within the 26% its noise asked
-_PROGRAM_SECONDS = 0.3
+#: at batch 8 22% ahead, within the 26% its noise asked; up to _PROGRAM_ROUNDS rounds
+_PROGRAM_SECONDS, _PROGRAM_ROUNDS = 0.3, 400
 
 #: how the candidates are timed, part of the disk cache's key (a change times again). Each
 #: timed call follows an untimed call of the same program: timed call by call in turn, a
@@ -99,7 +100,8 @@ _TIMING = ("each timed call after an untimed one of its own; samples of interlea
 #: how a verdict is drawn from the times, also part of the disk cache's key
 _RULE = (f"the rule unless beaten beyond both noises by {CHALLENGER_MARGIN:.0%}; tiles "
          f"{WINOGRAD_TILE_MARGIN:.0%}; bfloat16 Winograd {WINOGRAD_BFLOAT16_MARGIN:.0%}; "
-         f"16-bit oneDNN challenged by its float32 kernel, timed on float32 operands")
+         f"16-bit oneDNN challenged by its float32 kernel, timed on float32 operands; whole "
+         f"programs by their rounds' median ratio, beyond twice its standard error")
 
 _LOCK = threading.RLock()  # a combinator's timing lowers (and may time) its sub-problems
 _VERDICTS: dict[str, str] = {}
@@ -422,6 +424,24 @@ def _beats(challenger: list[float], incumbent: list[float], margin: float) -> tu
     return lead, margin + _noise(challenger) + _noise(incumbent)
 
 
+def _beats_paired(challenger: list[float], incumbent: list[float], margin: float
+                  ) -> tuple[float, float]:
+    """As :func:`_beats`, for two programs timed in the same rounds (sample ``i`` of each
+    from round ``i``): the lead is one less the median of the rounds' ratios, and the lead it
+    needs ``margin`` plus twice the standard error of that median (its interquartile range's
+    normal estimate over the square root of the rounds), so that a drift of the machine over
+    the rounds, which moves both programs, is not counted as noise of either, and more rounds
+    measure the lead more closely."""
+    ratios = [c / i for c, i in zip(challenger, incumbent)]
+    middle = statistics.median(ratios)
+    if len(ratios) < 4:
+        return 1 - middle, margin + 1.0
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    # the median's standard error: sqrt(pi / 2) sigma / sqrt(n), sigma ~ IQR / 1.349
+    error = math.sqrt(math.pi / 2) * (q3 - q1) / 1.349 / math.sqrt(len(ratios)) / middle
+    return 1 - middle, margin + 2 * error
+
+
 def _verdict(samples: dict[str, list[float]], c: Contest) -> dict[str, Any]:
     """The verdict on ``c``, from each candidate's timed ``samples`` (s): the rule's method
     (``c.rule``) unless a challenger beats it
@@ -499,9 +519,10 @@ def _sample_times(c: Contest, seconds: float) -> dict[str, list[float]]:
 
 
 def _interleaved(calls: dict[str, Callable[..., Any]], operands: dict[str, tuple[Any, ...]],
-                 seconds: float) -> dict[str, list[float]]:
+                 seconds: float, max_rounds: int = _MAX_ROUNDS) -> dict[str, list[float]]:
     """Each of ``calls`` compiled alone on its ``operands`` and timed interleaved, one sample
-    a round, over at least _MIN_ROUNDS rounds and ``seconds``: the times (s)."""
+    a round (sample ``i`` of each from round ``i``), over at least _MIN_ROUNDS rounds and
+    ``seconds``, at most ``max_rounds``: the times (s)."""
     methods = tuple(calls)
     with jax.ensure_compile_time_eval():  # run now, also from inside a program's lowering
         compiled = {}
@@ -511,7 +532,7 @@ def _interleaved(calls: dict[str, Callable[..., Any]], operands: dict[str, tuple
             compiled[m] = fn
         samples: dict[str, list[float]] = {m: [] for m in methods}
         start = time.perf_counter()
-        for r in range(_MAX_ROUNDS):
+        for r in range(max_rounds):
             for m, timed in _round(methods, r):
                 t = time.perf_counter()
                 jax.block_until_ready(compiled[m](*operands[m]))  # type: ignore[no-untyped-call]
@@ -541,8 +562,9 @@ def collecting() -> Iterator[list[Decision]]:
 def pick_program(description: str, text: str, calls: dict[str, Callable[..., Any]],
                  avals: Sequence[Any], rule: str) -> str:
     """Which of two whole programs runs (``calls``: ``rule``'s, and the challenger's), each a
-    function of operands of ``avals``: ``rule`` unless the other timed faster beyond both
-    noises by :data:`CHALLENGER_MARGIN`, once per program and machine (its key: ``text``, the
+    function of operands of ``avals``: ``rule`` unless the other timed faster by
+    :data:`CHALLENGER_MARGIN` beyond twice the standard error of the lead, round by round
+    (:func:`_beats_paired`), once per program and machine (its key: ``text``, the
     program as written, hashed), as for a kernel's candidates (:func:`pick`; the chooser's
     ``whole_program``). Operands: floats drawn at random, integers and booleans zero (an
     index in range). Measuring off: ``rule``."""
@@ -557,9 +579,10 @@ def pick_program(description: str, text: str, calls: dict[str, Callable[..., Any
                 rng.standard_normal(a.shape).astype(a.dtype)
                 if jnp.issubdtype(a.dtype, jnp.inexact) else np.zeros(a.shape, a.dtype),
                 jax.devices("cpu")[0]) for a in avals)
-        samples = _interleaved(calls, dict.fromkeys(calls, drawn), _PROGRAM_SECONDS)
+        samples = _interleaved(calls, dict.fromkeys(calls, drawn), _PROGRAM_SECONDS,
+                               _PROGRAM_ROUNDS)
         (challenger,) = (m for m in calls if m != rule)
-        lead, need = _beats(samples[challenger], samples[rule], CHALLENGER_MARGIN)
+        lead, need = _beats_paired(samples[challenger], samples[rule], CHALLENGER_MARGIN)
         return _record("program", description, rule, challenger if lead > need else rule,
                        lead, need, samples)
     return _settled(key, tuple(calls), measure, ("program", description, ""))
