@@ -57,6 +57,10 @@ class Row:
     #: the equation as JAX binds it (to time it alone)
     _bind: Callable[..., Any] | None = dataclasses.field(default=None, repr=False)
     _avals: tuple[Any, ...] = dataclasses.field(default=(), repr=False)
+    #: the operands as the equation reads them, from random ones of ``_avals`` (a filter packed
+    #: as the program's is, an operand more)
+    _prepare: Callable[[list[Any]], list[Any]] | None = dataclasses.field(default=None,
+                                                                          repr=False)
 
 
 @dataclasses.dataclass
@@ -157,10 +161,17 @@ def _conv_row(eqn: Any, backend: str, decision: rewrites.Decision | None,
         packed = "; its filter packed" if params["packed"] == planned.method else ""
         plain = {**params, "post": (), "packed": ""}  # measured alone: the convolution
 
-        def alone(x: Any, w: Any) -> Any:
-            return fused.fused_p.bind(x, w, **plain)  # type: ignore[no-untyped-call]
+        def alone(x: Any, w: Any, *filt: Any) -> Any:  # filt: w packed, as the program's is
+            return fused.fused_p.bind(  # type: ignore[no-untyped-call]
+                x, w, *filt, **{**plain, "packed": params["packed"] if filt else ""})
+
+        def prepare(operands: list[Any]) -> list[Any]:
+            x, w = operands
+            got, _ = fused.pack(np.asarray(w), params["p"], params["packed"], params["kernel"])
+            return [x, w] if got is None else [x, w, jax.device_put(got, jax.devices("cpu")[0])]
         return Row("convolution", str(params["kernel"]), "jaxconv", shapes, planned.method,
-                   chosen=planned.why + packed, _bind=alone, _avals=(lhs, rhs))
+                   chosen=planned.why + packed, _bind=alone, _avals=(lhs, rhs),
+                   _prepare=prepare if packed else None)
     if eqn.primitive.name == "jaxconv_conv":
         kernel, p = eqn.params["kernel"], eqn.params["p"]
         planned = lowering.plan(kernel, p, method=eqn.params["method"], backend=backend,
@@ -317,6 +328,8 @@ def _measure(rows: list[Row], fn: Any, args: tuple[Any, ...], kwargs: dict[str, 
         if r._bind is None:
             continue
         operands = [_random(a, i + k) for k, a in enumerate(r._avals)]
+        if r._prepare is not None:  # a packed filter: packed once, before it is timed
+            operands = r._prepare(operands)
         if r.kernel in ("max pool gradient", "max pool tangent") and r.by == "jaxconv":
             operands[1] = jnp.zeros(r._avals[1].shape, r._avals[1].dtype)  # an argmax
         one = jax.jit(r._bind)
@@ -364,7 +377,8 @@ def explain(fn: Callable[..., Any], *args: Any, measure: bool = False, reps: int
       fn: a function, jitted or not, accelerated or not (a training step, a loss).
       *args: example arguments (arrays or ``jax.ShapeDtypeStruct``; ``measure`` needs arrays).
       measure: also time the step (jitted, without donation) and each distinct convolution and
-        pool alone on random operands of its shapes, ``reps`` runs each (medians): the step's
+        pool alone on random operands of its shapes (a filter the program reads packed,
+        packed), ``reps`` runs each (medians): the step's
         time split into convolutions, pools and the rest, and each oneDNN call's threading;
         on the CPU also the step's minor page faults a call, with a note saying why where they
         are high (fresh memory each step: docs/training.md, "Host memory").

@@ -278,6 +278,23 @@ def test_a_served_models_constant_filters_are_packed_once():
                    jnp.float32)
 
 
+@needs_onednn
+def test_explain_times_a_packed_filters_call_packed():
+    """``explain(measure=True)`` times each row alone as the program runs it: a packed
+    filter's call reads random bytes packed as the program's are (the handler counts its packed
+    reads), and its ``ms`` is that call's."""
+    model, v, x = _block()
+    served = functools.partial(model.apply, v)
+    serve = jaxconv.accelerate(served, lowering="direct")
+    jax.block_until_ready(jax.jit(serve)(x))
+    before = library.cache_stats()["packed_reads"]
+    told = jaxconv.explain(serve, x, measure=True, reps=2)
+    packed = [r for r in told.rows if "its filter packed" in r.chosen]
+    assert packed and all(r.ms is not None and r.ms > 0 for r in packed), told.rows
+    # the step's calls (two reps and a warm one) and each packed row's (a compile's and reps)
+    assert library.cache_stats()["packed_reads"] >= before + 3 * len(packed) + 2 * len(packed)
+
+
 def test_a_process_whose_programs_run_elsewhere_packs_nothing(monkeypatch):
     """On a GPU or TPU the fused call is never oneDNN's: its constant filters stay unpacked."""
     model, v, x = _block()
