@@ -278,6 +278,35 @@ def test_a_served_models_constant_filters_are_packed_once():
                    jnp.float32)
 
 
+@pytest.mark.parametrize("bounds,label", [((0, 6), "clip(0, 6)"), ((-1.0, 1.0), "clip(-1, 1)"),
+                                          ((0.0, None), "relu")])
+def test_jnp_clip_is_a_clip_post_op(bounds, label):
+    """``jnp.clip`` passes its bounds into its ``jit`` as scalars (converted there): they are
+    the body's literals, and the chain takes it as one clip (or ReLU)."""
+    rng = np.random.default_rng(9)
+    x, w = h.random(rng, (2, 8, 8, 4)), h.random(rng, (3, 3, 4, 8))
+
+    def f(x, w):
+        y = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=_DN)
+        return jnp.clip(y, *bounds)
+    labels = [d.label for d in jaxconv.explain(f, x, w).decisions if d.matched == "fused chain"]
+    assert labels == [f"post-ops {label} (where oneDNN runs the forward)"], labels
+    assert _prims(jaxconv.accelerate(f), x, w).count("jaxconv_fused") == 1
+    h.assert_close(jax.jit(jaxconv.accelerate(f))(x, w), f(x, w), jnp.float32)
+
+
+def test_jnp_clip_with_array_bounds_is_no_post_op():
+    rng = np.random.default_rng(10)
+    x, w = h.random(rng, (2, 8, 8, 4)), h.random(rng, (3, 3, 4, 8))
+    lo = jnp.zeros((2, 8, 8, 8))
+
+    def f(x, w, lo):
+        return jnp.clip(lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=_DN),
+                        lo, 6.0)
+    assert "jaxconv_fused" not in _prims(jaxconv.accelerate(f), x, w, lo)
+    h.assert_close(jax.jit(jaxconv.accelerate(f))(x, w, lo), f(x, w, lo), jnp.float32)
+
+
 @needs_onednn
 def test_explain_times_a_packed_filters_call_packed():
     """``explain(measure=True)`` times each row alone as the program runs it: a packed

@@ -21,8 +21,9 @@ derivatives do, so its chains stay as written) and computes one or more post-ops
   channel vectors that nothing else reads (flax's inference BatchNorm): ``mul_rsqrt`` of the
   variance with ``eps`` (then ``mul`` of the scale), so that the handler computes the
   normalizer inside its call and XLA runs no operation of its own per BatchNorm;
-* a ``custom_jvp_call`` or a nested ``jit`` whose body is such a chain of its one input with
-  literal operands (``jax.nn.relu``, ``jax.nn.relu6``); ``max(0)`` then ``min(c)`` is one clip.
+* a ``custom_jvp_call`` or a nested ``jit`` whose body is such a chain of its first input with
+  literal operands, or scalars passed in as literals (``jax.nn.relu``, ``jax.nn.relu6``,
+  ``jnp.clip``); ``max(0)`` then ``min(c)`` is one clip.
 
 Where two chains meet in an ``add`` (a residual block whose shortcut is a convolution too), the
 add continues its second operand's chain (flax's ``x + y``, ``y`` the block's last convolution)
@@ -90,11 +91,23 @@ def _steps(eqn: Any, v: Any, y: Any, channel_axis: int, literals_only: bool = Fa
     if name in _NESTED:
         body = eqn.params.get(_NESTED[name])
         body = body.jaxpr if isinstance(body, ClosedJaxpr) else body
-        if body is None or list(eqn.invars) != [v] or len(body.invars) != 1 or body.constvars:
+        if (body is None or not eqn.invars or eqn.invars[0] is not v or body.constvars
+                or len(body.invars) != len(eqn.invars)
+                or not all(isinstance(u, Literal) and np.ndim(u.val) == 0
+                           for u in eqn.invars[1:])):
             return None
+        # scalar literals passed in (jnp.clip's bounds), and their converts: the body's literals
+        known: dict[Any, Any] = dict(zip(body.invars[1:], eqn.invars[1:]))
         steps, value = [], body.invars[0]
         for inner in body.eqns:
-            got = _steps(inner, value, value.aval, channel_axis, literals_only=True)
+            ins = [u if isinstance(u, Literal) else known.get(u, u) for u in inner.invars]
+            if inner.primitive.name == "convert_element_type" and isinstance(ins[0], Literal):
+                (out,) = inner.outvars
+                scalar = np.asarray(ins[0].val, out.aval.dtype)
+                known[out] = Literal(scalar, out.aval)  # type: ignore[no-untyped-call]
+                continue
+            got = _steps(inner.replace(invars=ins), value, value.aval, channel_axis,
+                         literals_only=True)
             if got is None:
                 return None
             steps += got
