@@ -47,11 +47,13 @@ CHAINS = {
                          PostOp("tensor", "min"), PostOp("eltwise", "tanh")],
     "logistic mul residual": [PostOp("eltwise", "logistic"), PostOp("tensor", "mul"),
                               PostOp("tensor", "sub")],
+    "bn swish": [PostOp("channel", "mul"), PostOp("channel", "add"), PostOp("eltwise", "swish")],
 }
 
-#: a chain without kinks, for finite differences: every binary kind, tanh and logistic
+#: a chain without kinks, for finite differences: every binary kind, tanh, logistic and swish
 SMOOTH = [PostOp("channel", "sub"), PostOp("channel", "div"), PostOp("tensor", "mul"),
-          PostOp("eltwise", "tanh"), PostOp("tensor", "add"), PostOp("eltwise", "logistic")]
+          PostOp("eltwise", "tanh"), PostOp("tensor", "add"), PostOp("eltwise", "logistic"),
+          PostOp("eltwise", "swish")]
 
 # (data format, filter format, groups, in, out, spatial, kernel, strides, pads begin, pads end)
 PROBLEMS = [
@@ -106,7 +108,8 @@ def _oracle(x, w, operands, p, post):
             continue
         if op.kind == "eltwise":
             y = {"relu": lambda v: np.maximum(v, 0), "clip": lambda v: np.clip(v, op.alpha, op.beta),
-                 "tanh": np.tanh, "logistic": lambda v: 1 / (1 + np.exp(-v))}[op.alg](y)
+                 "tanh": np.tanh, "logistic": lambda v: 1 / (1 + np.exp(-v)),
+                 "swish": lambda v: v / (1 + np.exp(-v))}[op.alg](y)
             continue
         side = np.asarray(next(it), np.float64)
         side = side.reshape(shape) if op.kind == "channel" else side

@@ -8,7 +8,7 @@ in registers, before it is stored (its post-ops): no second pass. So the chain i
 :class:`PostOp`, each one of
 
 * an element-wise function of the value so far (``eltwise``: ReLU, clip to ``[alpha, beta]``
-  (ReLU6), tanh, logistic);
+  (ReLU6), tanh, logistic, swish (SiLU: y * logistic(y)));
 * a binary operation of the value so far and an operand, in that order (``add``, ``sub``,
   ``mul``, ``div``, ``max``, ``min``): a float32 vector of the output channels (``channel``), or a
   tensor of y's shape (``tensor``: a residual) in x's dtype or, where the chain is float32 at
@@ -136,6 +136,8 @@ def _eltwise(op: PostOp, y: Array) -> Array:
         return lax.max(y, jnp.zeros((), y.dtype))
     if op.alg == "clip":
         return lax.clamp(jnp.asarray(op.alpha, y.dtype), y, jnp.asarray(op.beta, y.dtype))
+    if op.alg == "swish":  # SiLU: y * logistic(y), as jax.nn.silu writes it
+        return lax.mul(y, lax.logistic(y))
     return lax.tanh(y) if op.alg == "tanh" else lax.logistic(y)
 
 

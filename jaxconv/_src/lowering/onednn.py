@@ -239,7 +239,7 @@ def _problem_attrs(p: ConvProblem) -> dict[str, tuple[int, ...]]:
 #: by its position (``native/onednn/problem.h``); a float32 ``tensor`` beside a 16-bit y is
 #: the handler's ``wide_tensor``
 POST_KINDS = ("eltwise", "channel", "tensor", "wide_tensor")
-POST_ELTWISE = ("relu", "clip", "tanh", "logistic")
+POST_ELTWISE = ("relu", "clip", "tanh", "logistic", "swish")
 POST_BINARY = ("add", "sub", "mul", "div", "max", "min", "mul_rsqrt")
 
 

@@ -295,6 +295,30 @@ def test_jnp_clip_is_a_clip_post_op(bounds, label):
     h.assert_close(jax.jit(jaxconv.accelerate(f))(x, w), f(x, w), jnp.float32)
 
 
+@pytest.mark.parametrize("served", [False, True], ids=["arguments", "served"])
+def test_silu_is_a_swish_post_op(served):
+    """``jax.nn.silu`` (flax's ``nn.silu``, ``nn.swish``), ``x * logistic(x)`` in its ``jit``:
+    oneDNN's swish after BatchNorm, one call where oneDNN runs the forward; the values are
+    lax's, and ``grad`` over the input composes."""
+    rng = np.random.default_rng(11)
+    x, w = h.random(rng, (2, 8, 8, 4)), h.random(rng, (3, 3, 4, 8))
+    scale, shift = h.random(rng, (8,)), h.random(rng, (8,))
+
+    def f(x, w):
+        y = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=_DN)
+        return jax.nn.silu(y * scale.reshape(1, 1, 1, 8) + shift.reshape(1, 1, 1, 8))
+    fn, args = (functools.partial(f, w=w), (x,)) if served else (f, (x, w))
+    labels = [d.label for d in jaxconv.explain(fn, *args).decisions if d.matched == "fused chain"]
+    assert len(labels) == 1 and labels[0].startswith("post-ops mul(c) add(c) swish"), labels
+    assert _prims(jaxconv.accelerate(fn), *args).count("jaxconv_fused") == 1
+    h.assert_close(jax.jit(jaxconv.accelerate(fn))(*args), fn(*args), jnp.float32)
+
+    def loss(g):
+        return lambda x: jnp.sum(jnp.sin(g(x, *args[1:])))
+    h.assert_close(jax.jit(jax.grad(loss(jaxconv.accelerate(fn))))(x), jax.grad(loss(fn))(x),
+                   jnp.float32)
+
+
 def test_jnp_clip_with_array_bounds_is_no_post_op():
     rng = np.random.default_rng(10)
     x, w = h.random(rng, (2, 8, 8, 4)), h.random(rng, (3, 3, 4, 8))

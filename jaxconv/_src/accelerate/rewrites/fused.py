@@ -23,7 +23,8 @@ derivatives do, so its chains stay as written) and computes one or more post-ops
   normalizer inside its call and XLA runs no operation of its own per BatchNorm;
 * a ``custom_jvp_call`` or a nested ``jit`` whose body is such a chain of its first input with
   literal operands, or scalars passed in as literals (``jax.nn.relu``, ``jax.nn.relu6``,
-  ``jnp.clip``); ``max(0)`` then ``min(c)`` is one clip.
+  ``jnp.clip``); ``max(0)`` then ``min(c)`` is one clip; a ``jit`` whose body is
+  ``x * logistic(x)`` (``jax.nn.silu``) is oneDNN's swish.
 
 Where two chains meet in an ``add`` (a residual block whose shortcut is a convolution too), the
 add continues its second operand's chain (flax's ``x + y``, ``y`` the block's last convolution)
@@ -96,6 +97,8 @@ def _steps(eqn: Any, v: Any, y: Any, channel_axis: int, literals_only: bool = Fa
                 or not all(isinstance(u, Literal) and np.ndim(u.val) == 0
                            for u in eqn.invars[1:])):
             return None
+        if _silu(body):
+            return [(PostOp("eltwise", "swish"), None)]
         # scalar literals passed in (jnp.clip's bounds), and their converts: the body's literals
         known: dict[Any, Any] = dict(zip(body.invars[1:], eqn.invars[1:]))
         steps, value = [], body.invars[0]
@@ -138,6 +141,16 @@ def _steps(eqn: Any, v: Any, y: Any, channel_axis: int, literals_only: bool = Fa
     if tuple(b.aval.shape) == tuple(y.shape) and b.aval.dtype == y.dtype:
         return [(PostOp("tensor", name), b)]
     return None
+
+
+def _silu(body: Any) -> bool:
+    """Whether ``body`` is ``x * logistic(x)`` of its one input (``jax.nn.silu``'s)."""
+    if len(body.invars) != 1 or len(body.eqns) != 2:
+        return False
+    (x,), (sig, mul) = body.invars, body.eqns
+    return (sig.primitive.name == "logistic" and list(sig.invars) == [x]
+            and mul.primitive.name == "mul" and set(mul.invars) == {x, sig.outvars[0]}
+            and len(mul.invars) == 2 and list(body.outvars) == [mul.outvars[0]])
 
 
 def _clips(steps: list[Step]) -> list[Step]:

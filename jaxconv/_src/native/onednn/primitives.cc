@@ -52,7 +52,8 @@ dnnl::reorder Reorder(const memory::desc& from, const memory::desc& to) {
 dnnl::post_ops PostOps(const Problem& p, Entry& e) {
   static const dnnl::algorithm eltwise[] = {
       dnnl::algorithm::eltwise_relu, dnnl::algorithm::eltwise_clip,
-      dnnl::algorithm::eltwise_tanh, dnnl::algorithm::eltwise_logistic};
+      dnnl::algorithm::eltwise_tanh, dnnl::algorithm::eltwise_logistic,
+      dnnl::algorithm::eltwise_swish};  // swish: x * logistic(alpha * x), alpha 1 (SiLU)
   static const dnnl::algorithm binary[] = {
       dnnl::algorithm::binary_add, dnnl::algorithm::binary_sub, dnnl::algorithm::binary_mul,
       dnnl::algorithm::binary_div, dnnl::algorithm::binary_max, dnnl::algorithm::binary_min};
@@ -60,10 +61,11 @@ dnnl::post_ops PostOps(const Problem& p, Entry& e) {
   for (size_t i = 0; i < p.post_ops.size(); ++i) {
     const PostOp& op = p.post_ops[i];
     // (a mul_rsqrt, BinaryAlg 6, is a mul by its computed vector by now: affine.h)
-    const int64_t n = op.kind == PostKind::kEltwise ? 4 : 6;
+    const int64_t n = op.kind == PostKind::kEltwise ? 5 : 6;
     if (op.alg < 0 || op.alg >= n) throw std::invalid_argument("unknown post-op algorithm");
     if (op.kind == PostKind::kEltwise) {
-      po.append_eltwise(eltwise[op.alg], op.alpha, op.beta);
+      const bool swish = static_cast<EltwiseAlg>(op.alg) == EltwiseAlg::kSwish;
+      po.append_eltwise(eltwise[op.alg], swish ? 1.0f : op.alpha, op.beta);
       continue;
     }
     memory::desc md = op.kind == PostKind::kWideTensor

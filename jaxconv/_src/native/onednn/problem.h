@@ -38,7 +38,7 @@ enum class Kernel { kForward = 0, kData = 1, kWeight = 2 };
 // float32).
 enum class PostKind { kEltwise = 0, kChannel = 1, kTensor = 2, kWideTensor = 3 };
 // kEltwise algorithms: relu, clip to [alpha, beta], tanh, logistic
-enum class EltwiseAlg { kRelu = 0, kClip = 1, kTanh = 2, kLogistic = 3 };
+enum class EltwiseAlg { kRelu = 0, kClip = 1, kTanh = 2, kLogistic = 3, kSwish = 4 };
 // binary algorithms: output op operand; kMulRsqrt (channel only): output * rsqrt(operand +
 // alpha), which the handler turns into a kMul by the computed vector (affine.h)
 enum class BinaryAlg { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3, kMax = 4, kMin = 5, kMulRsqrt = 6 };
