@@ -83,8 +83,9 @@ WINOGRAD_BFLOAT16_MARGIN = 0.10
 #: Winograd's candidates (milliseconds each) until they have run _WINOGRAD_SECONDS: over a
 #: tenth of a second, a noisy machine's pauses once took the median of 7 rounds to oneDNN
 _MIN_ROUNDS, _MAX_ROUNDS, _MIN_SECONDS, _WINOGRAD_SECONDS = 7, 41, 0.02, 0.3
-#: a whole program's (:func:`pick_program`): its rounds' noise at 0.04 s put XLA's MNIST CNN
-#: at batch 8 22% ahead, within the 26% its noise asked; up to _PROGRAM_ROUNDS rounds
+#: a whole program's rounds (:func:`pick_program`): at least this long and at most this many;
+#: the more rounds, the closer their paired lead is measured (docs/lowerings.md, "Timed
+#: choices")
 _PROGRAM_SECONDS, _PROGRAM_ROUNDS = 0.3, 400
 
 #: how the candidates are timed, part of the disk cache's key (a change times again). Each
