@@ -40,7 +40,17 @@ CASES = {
     "2d-winograd": ((10, 10), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 32, 32, 1),
     # oneDNN's in 16-bit too, where oneDNN's float32 kernel widened challenges it
     "2d-strided-onednn": ((12, 12), (4, 4), (2, 2), (1, 1), (1, 2), (2, 1), 16, 32, 1),
+    # "dot" as one product challenges oneDNN (float32): the forward of one input position,
+    # pads past the kernel; the data gradient of few input channels, strided remainders
+    "2d-one-input-position": ((1, 1), (4, 4), (1, 1), (1, 1), (3, 2), (3, 1), 16, 64, 1),
+    "2d-few-input-channels": ((12, 10), (4, 4), (2, 2), (1, 1), (1, 2), (2, 1), 3, 48, 1),
 }
+#: the cases and kernels where "dot", as one product, challenges the table's method (float32):
+#: a forward of one input position; data gradients of fewer than 16 input channels (one group,
+#: their products at most 8x dx: not 3D's, nor the grouped ones)
+PRODUCTS = {("2d-one-input-position", Kernel.FORWARD), ("2d-few-input-channels", Kernel.DATA),
+            ("1d-pads-past-kernel", Kernel.DATA), ("1d-strided-past-kernel", Kernel.DATA),
+            ("2d-strided-remainder", Kernel.DATA)}
 DTYPES = [(jnp.float32, None), (jnp.float16, jnp.float32), (jnp.bfloat16, None)]
 
 
@@ -90,6 +100,9 @@ def test_every_candidate_of_auto_is_right_for_its_class(name, kernel, dtype, pet
     assert ("onednn_f32" in candidates) == (
         own[0] == "onednn" and np.dtype(dtype) != np.float32
         and "float32" in library.status().dtypes), candidates
+    assert ("dot" in candidates[1:]) == (  # a challenger (not the table's own "dot")
+        (name, kernel) in PRODUCTS and np.dtype(dtype) == np.float32 and pet is None
+        and klass == "small"), candidates
     size, k, s, d, pb, pe, ci, co, g = case
     rng = np.random.default_rng(0)
     x = h.random(rng, (2, ci, *size), dtype)

@@ -55,9 +55,11 @@ def test_block_diagonal_keeps_a_non_finite_value_in_its_group(kind, xla_cpu_rule
     """The dense filter's off-diagonal blocks are selected zeros, not products with 0: an inf
     in one group's weights (or data) gives the grouped convolution's inf/NaN pattern exactly.
     Both sides' leaves are XLA's (oneDNN skips the taps that fall in the padding, where XLA's
-    convolution multiplies the inf by a padded zero: NaN; docs/onednn.md). Off CPU the data
-    gradient's reference is one convolution per group: XLA:GPU's convolutions of the stride
-    phases place the NaNs of padded taps differently (seen on an H200)."""
+    convolution multiplies the inf by a padded zero: NaN; docs/onednn.md). The data gradient's
+    reference is one dense problem per group, by the same rule as the block-diagonal one's
+    (here "dot" of few input channels, which multiplies no padded zero either; XLA:GPU's
+    convolutions of the stride phases place the NaNs of padded taps differently, seen on an
+    H200)."""
     rng = np.random.default_rng(4)
     x = h.random(rng, (2, 5, 6, 4, 6))
     w = h.random(rng, (2, 3, 2, 2, 9))
@@ -73,9 +75,7 @@ def test_block_diagonal_keeps_a_non_finite_value_in_its_group(kind, xla_cpu_rule
     else:
         x = x.at[0, 1, 1, 1, 0].set(jnp.inf)
         run = lambda m: jaxconv.convolution_backprop_filters(x, dy, w.shape, **kw, lowering=m)  # noqa: E731
-    on_cpu = jax.default_backend() == "cpu"
-    ref = run("per_group" if kind == "forward" or (kind == "data" and not on_cpu)
-              else "phases" if kind == "data" else "conv")
+    ref = run("per_group" if kind in ("forward", "data") else "conv")
     got = run("block_diagonal")
     assert bool(jnp.isinf(ref).any()) and not bool(jnp.isnan(ref).all())
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
@@ -263,3 +263,127 @@ def test_shifted_weight_gradient_over_batch_blocks_and_tap_runs(monkeypatch, ker
     h.assert_close(jnp.sum(per_example, axis=0), got, jnp.float32)
 
 
+
+
+# ---- "dot": one product for a generator's first and last layers ---------------------
+
+# (rank, data_format, filter_format, groups, kernel, strides, dilations, pads_begin, pads_end)
+ONE_INPUT_POSITION = [
+    # every tap reached once, in reverse (a reversed slice); strided and dilated
+    (1, "NCX", "OIX", 1, (5,), (2,), (2,), (8,), (4,)),
+    # an axis whose odd positions no tap reaches (zeros: a gather), grouped
+    (2, "NXC", "XIO", 2, (4, 3), (1, 1), (1, 2), (3, 5), (3, 1)),
+    # pads past the kernel: positions beyond every tap
+    (3, "NCX", "XIO", 1, (2, 3, 2), (1, 1, 1), (1, 1, 1), (1, 2, 3), (1, 0, 0)),
+    # DCGAN's first layer (100 -> 4x4)
+    (2, "NXC", "XIO", 1, (4, 4), (1, 1), (1, 1), (3, 3), (3, 3)),
+]
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("rank,df,ff,groups,kernel,strides,dil,pb,pe", ONE_INPUT_POSITION)
+def test_dot_forward_of_one_input_position(rank, df, ff, groups, kernel, strides, dil, pb, pe,
+                                           dtype):
+    """Every input extent 1: "dot" computes the forward as one product batched over the taps
+    (each output position reads one tap at most), then the taps picked per axis: against
+    PyTorch, one dot_general, no negative pad, derivatives to order 2 (float32)."""
+    rng = np.random.default_rng(11)
+    ic, oc = 6, 4 * groups
+    x = h.random(rng, h.data_shape(df, 2, ic, (1,) * rank), dtype)
+    w_shape = h.conv_filter_shape(ff, oc, ic // groups, kernel)
+    w = h.random(rng, w_shape, dtype)
+    kw = dict(strides=strides, dilations=dil, pads_begin=pb, pads_end=pe, groups=groups,
+              data_format=df, filter_format=ff, precision=HIGHEST, lowering="dot")
+    p = geometry.convolution_problem(
+        "t", geometry.Names(), x_shape=x.shape, y_shape=None, w_shape=w_shape, strides=strides,
+        pads_begin=pb, pads_end=pe, dilations=dil, auto_pad="none", groups=groups,
+        data_format=df, filter_format=ff)
+    assert p.one_input_position and taps.one_product(Kernel.FORWARD, p)
+
+    def forward(x, w):
+        return jaxconv.convolution(x, w, **kw)
+    y = oracles.conv_all(h.data_to_ncx(h.to_f64(x), df), h.conv_filter_to_oix(h.to_f64(w), ff),
+                         np.zeros(oracles.conv_output_shape(
+                             h.data_to_ncx(np.zeros(x.shape), df).shape,
+                             h.conv_filter_to_oix(np.zeros(w_shape), ff).shape,
+                             strides=strides, dilations=dil, pads_begin=pb, pads_end=pe,
+                             groups=groups)),
+                         strides=strides, dilations=dil, pads_begin=pb, pads_end=pe,
+                         groups=groups)[0]
+    h.assert_close(forward(x, w), h.data_from_ncx(y, df), dtype)
+    assert len(_dot_generals(forward, x, w)) == 1
+    assert h.negative_widths(forward, x, w) == []
+    if dtype == jnp.float32:
+        h.check_grads(forward, (x, w), order=2)
+
+
+# (rank, data_format, filter_format, input size, kernel, strides, dilations, pads_begin,
+# pads_end, in channels, out channels)
+FEW_INPUT_CHANNELS = [
+    (1, "NCX", "OIX", (13,), (3,), (3,), (2,), (2,), (4,), 2, 5),
+    # DCGAN's last layer, with strided remainders
+    (2, "NXC", "XIO", (12, 10), (4, 4), (2, 2), (1, 1), (1, 2), (2, 1), 3, 8),
+    (3, "NCX", "XIO", (6, 5, 7), (2, 3, 2), (2, 1, 2), (1, 1, 1), (0, 1, 1), (1, 1, 0), 1, 4),
+    # pads past the kernel: taps that land before dx's first element (cropped)
+    (2, "NCX", "OIX", (9, 8), (3, 3), (2, 2), (1, 1), (4, 1), (0, 3), 4, 6),
+]
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("rank,df,ff,size,kernel,strides,dil,pb,pe,ic,oc", FEW_INPUT_CHANNELS)
+def test_dot_data_gradient_of_few_input_channels(rank, df, ff, size, kernel, strides, dil, pb,
+                                                 pe, ic, oc, dtype):
+    """Fewer than SPREAD_MAX_CHANNELS input channels (one group): "dot" computes the data
+    gradient as one product (every tap's share of dx), each share moved into its stride phase
+    and summed: against PyTorch, in the program one dot_general, no negative pad, derivatives
+    to order 2 (float32); the conv_transpose it is the forward of too."""
+    rng = np.random.default_rng(12)
+    x_shape = h.data_shape(df, 2, ic, size)
+    w_shape = h.conv_filter_shape(ff, oc, ic, kernel)
+    w = h.random(rng, w_shape, dtype)
+    y_ncx = oracles.conv_output_shape(h.data_to_ncx(np.zeros(x_shape), df).shape,
+                                      h.conv_filter_to_oix(np.zeros(w_shape), ff).shape,
+                                      strides=strides, dilations=dil, pads_begin=pb,
+                                      pads_end=pe, groups=1)
+    dy = h.random(rng, h.data_shape(df, 2, oc, y_ncx[2:]), dtype)
+    kw = dict(strides=strides, dilations=dil, pads_begin=pb, pads_end=pe, data_format=df,
+              filter_format=ff, precision=HIGHEST, lowering="dot")
+    p = geometry.convolution_problem(
+        "t", geometry.Names(), x_shape=x_shape, y_shape=dy.shape, w_shape=w_shape,
+        strides=strides, pads_begin=pb, pads_end=pe, dilations=dil, auto_pad="none", groups=1,
+        data_format=df, filter_format=ff)
+    assert taps.spreads(p) and taps.one_product(Kernel.DATA, p)
+
+    def data(dy, w):
+        return jaxconv.convolution_backward_data(dy, w, x_shape, **kw)
+    dx = oracles.conv_all(np.zeros(h.data_to_ncx(np.zeros(x_shape), df).shape),
+                          h.conv_filter_to_oix(h.to_f64(w), ff), h.data_to_ncx(h.to_f64(dy), df),
+                          strides=strides, dilations=dil, pads_begin=pb, pads_end=pe,
+                          groups=1)[1]
+    h.assert_close(data(dy, w), h.data_from_ncx(dx, df), dtype)
+    assert len(_dot_generals(data, dy, w)) == 1
+    assert h.negative_widths(data, dy, w) == []
+    if dtype == jnp.float32:
+        h.check_grads(data, (dy, w), order=2)
+
+
+def test_spread_and_one_position_rules():
+    """Where "dot" takes the one-product forms: a data gradient of fewer than 16 input
+    channels, one group, more than one tap, its products at most 8x dx; a forward of one input
+    position (and more than one output position)."""
+    def problem(x_shape, w_shape, groups=1, strides=2, pads=1):
+        return geometry.convolution_problem(
+            "t", geometry.Names(), x_shape=x_shape, y_shape=None, w_shape=w_shape,
+            strides=strides, pads_begin=pads, pads_end=pads, dilations=1, auto_pad="none",
+            groups=groups, data_format="NXC", filter_format="XIO")
+    assert taps.SPREAD_MAX_CHANNELS == 16 and taps.SPREAD_MAX_RATIO == 8
+    assert taps.spreads(problem((1, 64, 64, 3), (4, 4, 3, 64)))  # DCGAN's last
+    assert not taps.spreads(problem((1, 64, 64, 16), (4, 4, 16, 64)))  # a vector's lanes
+    assert not taps.spreads(problem((1, 64, 64, 4), (4, 4, 2, 64), groups=2))
+    assert not taps.spreads(problem((1, 64, 64, 3), (1, 1, 3, 64), pads=0))  # one tap
+    assert not taps.spreads(problem((1, 64, 64, 3), (3, 3, 3, 1)))  # one output channel
+    # 3x3 at stride 1: 9 taps' products for each of dx's elements, past 8
+    assert not taps.spreads(problem((1, 64, 64, 3), (3, 3, 3, 64), strides=1))
+    one = problem((8, 1, 1, 100), (4, 4, 100, 512), strides=1, pads=3)
+    assert one.one_input_position and one.output_size == (4, 4)
+    assert not problem((8, 1, 1, 100), (1, 1, 100, 512), strides=1, pads=0).one_input_position

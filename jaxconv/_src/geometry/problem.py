@@ -72,6 +72,13 @@ class ConvProblem:
         return all(o == 1 for o in self.output_size) and math.prod(self.kernel) > 1
 
     @property
+    def one_input_position(self) -> bool:
+        """Every input extent 1 and more than one output position: each output position reads
+        at most one tap of the filter (a generator's first layer, a vector projected onto an
+        image by a transposed convolution)."""
+        return all(i == 1 for i in self.input_size) and math.prod(self.output_size) > 1
+
+    @property
     def remainder(self) -> tuple[int, ...]:
         """Trailing padded-input elements the forward convolution never reads."""
         return tuple(

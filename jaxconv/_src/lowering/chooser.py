@@ -48,7 +48,7 @@ from jaxlib import version as jaxlib_version
 from jaxconv._src import host_memory
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Array, DType, Kernel, Precision
-from jaxconv._src.lowering import measured, onednn, tables, winograd
+from jaxconv._src.lowering import measured, onednn, tables, taps, winograd
 from jaxconv._src.lowering.execute import Plan, execute
 from jaxconv._src.lowering.methods import METHODS, default_leaf, methods
 
@@ -150,8 +150,10 @@ CANDIDATE_CLASSES = {
     "winograd": "the table's Winograd (3x3, stride 1): the tiles its accuracy rule allows and "
                 "oneDNN's direct kernel, up to WINOGRAD_MEASURE_MAX_MACS, and up to "
                 "MEASURE_MAX_MACS XLA's own program (XLA_OWN) where it applies",
-    "small": "any other table method, up to MEASURE_MAX_MACS: it and XLA's own program "
-             "(XLA_OWN: the forward's one convolution, the gradients' jax.vjp program)",
+    "small": "any other table method, up to MEASURE_MAX_MACS (that read data: _work): it and "
+             "XLA's own program "
+             "(XLA_OWN: the forward's one convolution, the gradients' jax.vjp program), and "
+             "\"dot\" where it is one product (products_challenge)",
     "table": "the table's method alone: XLA's own program, a larger problem, or XLA's program "
              "not applying",
 }
@@ -164,9 +166,19 @@ def candidate_class(kernel: Kernel, p: ConvProblem, method: str, *, xla_applies:
     """Which of :data:`CANDIDATE_CLASSES` a call whose CPU table picked ``method`` is in."""
     if method == "winograd":  # the table picks it only where oneDNN applies
         return "winograd" if tables.macs(p) <= WINOGRAD_MEASURE_MAX_MACS else "table"
-    if not xla_applies or method == XLA_OWN[kernel] or tables.macs(p) > MEASURE_MAX_MACS:
+    if not xla_applies or method == XLA_OWN[kernel] or _work(kernel, p) > MEASURE_MAX_MACS:
         return "table"
     return "small"
+
+
+def _work(kernel: Kernel, p: ConvProblem) -> float:
+    """The multiply-adds of ``kernel`` of ``p`` that read data: ``tables.macs``, but for the
+    forward of one input position, whose output positions each read one tap at most (its other
+    taps read padding: a generator's first layer at batch 8, 1e8 multiply-adds nominal, 6.6e6
+    read)."""
+    macs = tables.macs(p)
+    return macs / math.prod(p.kernel) if kernel is Kernel.FORWARD and p.one_input_position \
+        else macs
 
 
 def candidates(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, *,
@@ -179,8 +191,23 @@ def candidates(kernel: Kernel, p: ConvProblem, method: str, dtype: Any, *,
         own = (XLA_OWN[kernel],) if xla_applies and tables.macs(p) <= MEASURE_MAX_MACS else ()
         return (*(f"winograd_{m}x{m}" for m in winograd.timed_tiles(kernel, p, dtype)),
                 "onednn", *own)
-    names = (method, XLA_OWN[kernel]) if klass == "small" else (method,)
+    names: tuple[str, ...] = (method, XLA_OWN[kernel]) if klass == "small" else (method,)
+    if klass == "small" and method != "dot" and products_challenge(kernel, p, dtype):
+        names = (*names, "dot")
     return (*names, "onednn_f32") if widened_challenges(kernel, p, method, dtype) else names
+
+
+def products_challenge(kernel: Kernel, p: ConvProblem, dtype: Any) -> bool:
+    """Whether ``"dot"`` challenges the table's method for ``kernel`` of ``p`` on ``dtype``
+    operands: float32, where it is one matrix product that reads the filter as it lies
+    (``taps.one_product``: the forward of one input position, a generator's first layer; the
+    data gradient of few input channels, its last), which oneDNN's kernels compute at a
+    fraction of their peak. Not on 16-bit operands: there its product and the converts around
+    it lost in the program what they won timed alone (docs/lowerings.md, "What auto may
+    run")."""
+    return (np.dtype(dtype) == np.float32 and kernel in (Kernel.FORWARD, Kernel.DATA)
+            and taps.one_product(kernel, p) and math.prod(p.kernel) > 1
+            and METHODS["dot"].why_not(kernel, p) is None)
 
 
 def widened_challenges(kernel: Kernel, p: ConvProblem, method: str, dtype: Any) -> bool:

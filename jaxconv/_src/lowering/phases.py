@@ -96,9 +96,17 @@ def _data_grad_phases(dy: Array, w: Array, p: ConvProblem, precision: Precision,
             window_strides=(1,) * n, rhs_dilation=tuple(dil),
             dimension_numbers=lax.ConvDimensionNumbers(spec, rhs_spec, spec),
             feature_group_count=p.groups)
+    return interleave(parts, p, out_dtype)
+
+
+def interleave(parts: dict[tuple[int, ...], Array], p: ConvProblem, dtype: DType) -> Array:
+    """dx from its stride phases: ``parts[r]`` (in the data layout, ceil(I / S) positions
+    per spatial axis; a phase no tap reaches absent: zeros) is dx[r + S*u]. Interleaved last
+    spatial axis first (the phases stacked after the axis, merged), then cropped to I."""
+    d, n = p.data, p.rank
     some = next(iter(parts.values()))
-    zeros = jnp.zeros(some.shape, out_dtype)
-    # interleave, last spatial axis first: stack phases after the axis, merge, crop
+    zeros = jnp.zeros(some.shape, dtype)
+
     def assemble(prefix: tuple[int, ...]) -> Array:
         a = len(prefix)
         if a == n:

@@ -11,6 +11,21 @@ convolution reaches XLA). (``"shifted"`` reuses it with a multiply for ICg = 1.)
 
 Data gradient: the stride phases of ``phases.py``, each as per-tap products.
 
+One input position per example (every input extent 1: a generator's first layer projects a
+vector onto an image): output position o reads x only through the tap k(o) with
+o*S + k*D - pb = 0, so
+    yk[n, k, oc] = sum_ic x[n, ic] W[oc, ic, k]          (every tap at once)
+    y[n, o, oc] = yk[n, k(o), oc]  (0 where no tap reaches o)
+is one dot_general batched over the taps (W read as it lies), then a selection of taps per
+axis, where the per-tap loop would multiply the padding prod(K) times.
+
+Few input channels (fewer than ``SPREAD_MAX_CHANNELS`` per group, one group: a generator's
+last layer, to 1-3 image channels): per-tap products would each fill a few of a vector's
+lanes. Instead, every tap's share of dx at once,
+    cols[n, t, k, ic] = sum_oc dy[n, t, oc] W[oc, ic, k]  (N*T x prod(K)*IC: one product)
+and each tap's slice cols[:, :, k] lands on dx[t*S + k*D - pb], in one stride phase of dx:
+moved there by ``lax.pad`` (negative widths crop), summed per phase, the phases interleaved.
+
 One window over the whole (padded) input, every O = 1 (a classifier head written as a
 convolution, benchdnn's 3d_conv_large_shape): the taps are no loop but axes of one product.
 The window xw[n, k, ic] = x[n, k*D - pb, ic] gives
@@ -43,6 +58,36 @@ from jaxconv._src.lowering import common, phases
 from jaxconv._src.lowering.method import Method
 
 
+#: the "dot" data gradient spreads one product (module docstring) below this many input
+#: channels per group: a float32 vector's lanes (AVX-512), which a per-tap product of fewer
+#: result channels fills only in part
+SPREAD_MAX_CHANNELS = 16
+#: ... where its products (prod(K) * T per example and channel) hold at most this many times
+#: dx's elements (per-tap "dot" keeps about 8x its result: tables.DOT_MAX_RESULT_ELEMENTS)
+SPREAD_MAX_RATIO = 8
+
+
+def spreads(p: ConvProblem) -> bool:
+    """Whether the "dot" data gradient of ``p`` is one product spread tap by tap (module
+    docstring): one group, fewer than :data:`SPREAD_MAX_CHANNELS` input channels and more
+    than one output channel, more than one tap, not one window over the input, and at most
+    :data:`SPREAD_MAX_RATIO` times dx's elements in the product."""
+    return (p.groups == 1 and p.in_channels < SPREAD_MAX_CHANNELS and p.out_channels > 1
+            and math.prod(p.kernel) > 1 and not p.whole_window
+            and math.prod(p.output_size) * math.prod(p.kernel)
+            <= SPREAD_MAX_RATIO * math.prod(p.input_size))
+
+
+def one_product(kernel: Kernel, p: ConvProblem) -> bool:
+    """Whether the "dot" kernel ``kernel`` computes ``p`` with one matrix product (a forward
+    of one input position, a data gradient that :func:`spreads`, or :func:`_one_product`)."""
+    if kernel is Kernel.FORWARD and p.one_input_position:
+        return True
+    if kernel is Kernel.DATA and spreads(p):
+        return True
+    return _one_product(p)
+
+
 def _one_product(p: ConvProblem) -> bool:
     """Whether the "dot" kernels compute ``p`` with one matrix product: a window of one tap
     (1x1) or one window over the whole input. Only such a product is fenced where the method's
@@ -57,6 +102,9 @@ def forward_taps(x: Array, w: Array, p: ConvProblem, precision: Precision,
                  fence: bool = False) -> Array:
     """y from x and W, one product (``elementwise``: one multiply-add) per kernel tap
     (``fence``: a kernel of one product fenced, :func:`_one_product`)."""
+    if p.one_input_position and not elementwise:
+        return _forward_one_position(x, w, p, precision, preferred_element_type,
+                                     fence=fence)
     fence = fence and _one_product(p)
     if p.whole_window:
         return _forward_whole_window(x, w, p, precision, preferred_element_type, fence)
@@ -74,6 +122,51 @@ def forward_taps(x: Array, w: Array, p: ConvProblem, precision: Precision,
     y = common.tap_products(xl, wc, reads, precision, acc, elementwise=elementwise, fence=fence)
     return common.from_channels_last(y, p).astype(
         preferred_element_type if preferred_element_type is not None else x.dtype)
+
+
+def _forward_one_position(x: Array, w: Array, p: ConvProblem, precision: Precision,
+                          preferred_element_type: DType, *, fence: bool) -> Array:
+    """The forward of one input position (module docstring): one product batched over the
+    taps (and groups), then each axis's taps picked for its output positions."""
+    r, g = p.rank, p.groups
+    icg, ocg = p.in_channels // g, p.out_channels // g
+    o_ax, i_ax, *w_sp = p.filter_layout.spec(swap=p.filter_swap)
+    # W as (*K, ICg, G, OCg) -> (*K, G, ICg, OCg): for XIO and one group, W as it lies
+    wk = jnp.transpose(w, (*w_sp, i_ax, o_ax)).reshape(*p.kernel, icg, g, ocg)
+    wk = jnp.moveaxis(wk, r + 1, r)
+    xc = common.channels_last(x, p).reshape(x.shape[p.data.batch_axis], g, icg)
+    xk = jnp.broadcast_to(jnp.moveaxis(xc, 0, 1), (*p.kernel, g, *xc.shape[:1], icg))
+    acc = common.accumulation_dtype(x.dtype, preferred_element_type)
+    batch = tuple(range(r + (g > 1)))  # the taps, and the groups where there are several
+    if g == 1:
+        xk, wk = xk[(slice(None),) * r + (0,)], wk[(slice(None),) * r + (0,)]
+    yk = common.product(xk, wk, (((xk.ndim - 1,), (wk.ndim - 2,)), (batch, batch)),
+                        precision, acc, fence=fence)  # (*K, [G,] N, OCg)
+    if g > 1:  # -> (*K, N, G, OCg)
+        yk = jnp.moveaxis(yk, r, r + 1)
+    y = jnp.moveaxis(yk, r, 0).reshape(yk.shape[r], *p.kernel, p.out_channels)  # (N, *K, OC)
+    for a, (k, o, s, dl, pb) in enumerate(zip(p.kernel, p.output_size, p.strides, p.dilations,
+                                              p.pads_begin)):
+        taps = [(pb - u * s) // dl if (pb - u * s) % dl == 0 and 0 <= (pb - u * s) // dl < k
+                else k for u in range(o)]  # k: no tap reaches u (a zero)
+        y = _pick(y, a + 1, taps, k)
+    return common.from_channels_last(y, p).astype(
+        preferred_element_type if preferred_element_type is not None else x.dtype)
+
+
+def _pick(a: Array, axis: int, index: list[int], size: int) -> Array:
+    """``a`` indexed by ``index`` along ``axis`` of ``size`` entries, ``size`` meaning a zero:
+    a (reversed) strided slice where the indices are an arithmetic progression, else a
+    gather from ``a`` with a zero appended."""
+    step = index[1] - index[0] if len(index) > 1 else 1
+    if size not in index and step != 0 and all(
+            b - c == step for b, c in zip(index[1:], index)):
+        if step < 0:
+            a, index, step = lax.rev(a, (axis,)), [size - 1 - i for i in index], -step
+        return lax.slice_in_dim(a, index[0], index[-1] + 1, step, axis)
+    if size in index:
+        a = common.pad_spatial(a, (axis,), [(0, 1)])
+    return jnp.take(a, np.asarray(index), axis=axis)
 
 
 def _window_channels_last(x: Array, p: ConvProblem) -> Array:
@@ -155,8 +248,44 @@ def _data_grad_whole_window(dy: Array, w: Array, p: ConvProblem, precision: Prec
     return lax_refs.pad(dxw.astype(out_dtype), jnp.zeros((), out_dtype), config)
 
 
+def _data_grad_spread(dy: Array, w: Array, p: ConvProblem, precision: Precision,
+                      preferred_element_type: DType, fence: bool) -> Array:
+    """The data gradient of few input channels (module docstring): one product, every tap's
+    share of dx at once; each share lands in the stride phase it reaches, moved by a plain
+    ``lax.pad`` (no interior padding, which XLA:CPU's fusion pays a division per element and
+    pad for), the shares of a phase summed, the phases interleaved (``phases.interleave``)."""
+    r = p.rank
+    ts, ks = [f"t{j}" for j in range(r)], [f"k{j}" for j in range(r)]
+    dyc = common.channels_last(dy, p)
+    dyc = dyc.reshape(*dyc.shape[:-1], 1, p.out_channels)  # (N, *T, G = 1, OC)
+    wg, w_axes = _filter_by_role(w, p)
+    acc = common.accumulation_dtype(dy.dtype, preferred_element_type)
+    cols = _product(dyc, ["n", *ts, "g", "oc"], wg, w_axes, ["oc"], ["n", *ts, *ks, "ic"],
+                    precision, acc, fence)  # (N, *T, *K, IC)
+    zero = jnp.zeros((), cols.dtype)
+    u_max = [-(-i // s) for i, s in zip(p.input_size, p.strides)]  # positions per phase
+    sums: dict[tuple[int, ...], Array] = {}
+    for k in np.ndindex(*p.kernel):
+        # tap k of dy[t] lands on dx[t*S + k*D - pb] = dx[phase + S*(t + q)]
+        phase, config = [], [(0, 0, 0)]
+        for kk, t, u, s, dl, pb in zip(k, p.output_size, u_max, p.strides, p.dilations,
+                                       p.pads_begin):
+            q, rem = divmod(kk * dl - pb, s)
+            phase.append(rem)
+            config.append((q, u - q - t, 0))
+        piece = lax_refs.pad(cols[(slice(None),) * (r + 1) + k], zero, [*config, (0, 0, 0)])
+        key = tuple(phase)
+        sums[key] = piece if key not in sums else sums[key] + piece
+    out_dtype = preferred_element_type if preferred_element_type is not None else dy.dtype
+    dx = phases.interleave({key: common.from_channels_last(v, p) for key, v in sums.items()},
+                           p, cols.dtype)
+    return dx.astype(out_dtype)  # rounded once, after the sums
+
+
 def _data_grad_dot(dy: Array, w: Array, p: ConvProblem, precision: Precision,
                    preferred_element_type: DType, *, fence: bool = False) -> Array:
+    if spreads(p):
+        return _data_grad_spread(dy, w, p, precision, preferred_element_type, fence)
     fence = fence and _one_product(p)
     if p.whole_window:
         return _data_grad_whole_window(dy, w, p, precision, preferred_element_type, fence)
