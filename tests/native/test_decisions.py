@@ -77,6 +77,15 @@ def test_a_forward_of_one_example_splits_its_rows_where_they_are_outer():
     assert chunks(FORWARD, *mnist, data_axes=nhwc, pool_threads=1) == 0
     depthwise = ((1, 28, 28, 192), (1, 28, 28, 192), (192, 1, 3, 3))
     assert chunks(FORWARD, *depthwise, data_axes=nhwc) == 2
+    # one example's rows split from a quarter of a unit (kRowsMinUnits), where a batch's
+    # examples do not: MobileNetV2's depthwise 384 at 14x14 (0.57 units of bytes) keeps the
+    # pool's thread awake for the 1x1 after it
+    small = ((1, 14, 14, 384), (1, 14, 14, 384), (384, 1, 3, 3))
+    assert chunks(FORWARD, *small, data_axes=nhwc) == 2
+    assert chunks(DATA, *small, data_axes=nhwc) == 2
+    assert chunks(FORWARD, (2, 384, 14, 7), (2, 384, 14, 7), (384, 1, 3, 3)) == 1
+    tiny = ((1, 7, 7, 64), (1, 7, 7, 64), (64, 1, 3, 3))  # 0.05 units: whole
+    assert chunks(FORWARD, *tiny, data_axes=nhwc) == 1
 
 
 def row_chunk(kernel, x_rows, taps, stride, dilation, pad_begin, pad_end, begin, end):

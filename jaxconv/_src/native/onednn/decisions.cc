@@ -72,10 +72,12 @@ int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp) {
   // a weight gradient by its bytes too: the layout trial keeps the caller's layout where that
   // is faster, so a memory-bound one is worth a team
   if (p.kernel == Kernel::kWeight) return work >= 1 ? 0 : 1;
-  // one chunk per whole unit, and two from one unit on: a call of one to two units split in
-  // two beats the OpenMP team (docs/onednn.md, "Threads")
-  const int64_t by_work = std::max<int64_t>(work >= 1 ? 2 : 1, static_cast<int64_t>(work));
+  // one chunk per whole unit, and two from one unit on (one example's rows: from
+  // kRowsMinUnits): a call of one to two units split in two beats the OpenMP team
+  // (docs/onednn.md, "Threads")
   const bool rows = SplitsRows(p);
+  const double least = rows ? kRowsMinUnits : 1.0;
+  const int64_t by_work = std::max<int64_t>(work >= least ? 2 : 1, static_cast<int64_t>(work));
   const int64_t along = !rows ? p.x_dims[0] : p.kernel == Kernel::kForward ? p.y_dims[1]
                                                                            : p.x_dims[1];
   const int64_t n = std::min<int64_t>({pool_threads, along, by_work});
