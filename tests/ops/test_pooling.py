@@ -113,3 +113,20 @@ def test_ties_go_to_the_first_maximum():
     ref = jax.grad(lambda x: _reference(x, (2, 2), (2, 2), "VALID", "NXC").sum())(x)
     np.testing.assert_array_equal(dx, ref)
     assert float(dx[0, 0, 0, 0]) == 1.0 and float(dx.sum()) == 4.0
+
+
+@pytest.mark.parametrize("shape,window,strides,padding,fmt", CASES, ids=IDS)
+def test_pool_pads_its_taps_not_its_input(shape, window, strides, padding, fmt):
+    """Each tap is a slice of x padded where its windows read the padding (XLA fuses those
+    small pads into the loop over the taps); a pad of the whole input would be a pass of its
+    own. The forward and its tangent (each window's first maximal tap, then its tangent)
+    alike."""
+    x = jnp.zeros(shape, jnp.float32)
+    whole = "tensor<" + "x".join(map(str, shape)) + "xf32>"
+
+    def pool(x):
+        return jaxconv.max_pool(x, window, strides, padding, data_format=fmt)
+    for fn in (pool, lambda x: jax.jvp(pool, (x,), (x,))[1]):
+        text = jax.jit(fn).lower(x).as_text()
+        pads = [line for line in text.splitlines() if "stablehlo.pad" in line]
+        assert not any(f"({whole}," in line for line in pads), pads
