@@ -388,7 +388,8 @@ def _weight_grad_dot(x: Array, dy: Array, p: ConvProblem, precision: Precision,
 
 
 DOT = Method(
-    "dot", "one matrix product per kernel tap",
+    "dot", "one matrix product per kernel tap, or one for all of them: a forward of one input "
+    "position, a data gradient of few input channels (docs/lowerings.md)",
     {Kernel.FORWARD: forward_taps, Kernel.DATA: _data_grad_dot,
      Kernel.WEIGHT: _weight_grad_dot},
     fenced_on=("gpu",))
