@@ -201,10 +201,10 @@ def products_challenge(kernel: Kernel, p: ConvProblem, dtype: Any) -> bool:
     """Whether ``"dot"`` challenges the table's method for ``kernel`` of ``p`` on ``dtype``
     operands: float32, where it is one matrix product that reads the filter as it lies
     (``taps.one_product``: the forward of one input position, a generator's first layer; the
-    data gradient of few input channels, its last), which oneDNN's kernels compute at a
-    fraction of their peak. Not on 16-bit operands: there its product and the converts around
-    it lost in the program what they won timed alone (docs/lowerings.md, "What auto may
-    run")."""
+    data gradient of few input channels, its last; a kernel of one window over the input).
+    Not on 16-bit operands: there its product and the converts around it lost in the program
+    what they won timed alone (DCGAN's generator, 2-core Xeon: docs/lowerings.md, "One
+    product")."""
     return (np.dtype(dtype) == np.float32 and kernel in (Kernel.FORWARD, Kernel.DATA)
             and taps.one_product(kernel, p) and math.prod(p.kernel) > 1
             and METHODS["dot"].why_not(kernel, p) is None)

@@ -31,8 +31,8 @@ constexpr double kMinChunkBytes = double{1 << 20};
 // core's work), not one: a batch-1 forward runs its calls one after another, most of them
 // split, so the pool's thread is awake for the next (its start ~1 us); a call left whole on
 // the calling thread lets it fall asleep, and the next split call waits 20-50 us for it
-// (MobileNetV2's depthwise 384 at 14x14, 0.6 units, before each 1x1 384 -> 64). docs/onednn.md,
-// "Threads".
+// (MobileNetV2's depthwise 384 at 14x14, 0.6 units, before each 1x1 384 -> 64; 2-core Xeon).
+// docs/onednn.md, "Threads".
 constexpr double kRowsMinUnits = 0.25;
 // The caller, its own chunk done, spins this long for the others before it sleeps.
 constexpr std::chrono::microseconds kSpin{200};
