@@ -11,13 +11,13 @@ many threads as XLA, in the faster of its contiguous and channels-last memory fo
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from jaxconv._src.bench.timing import _time, _time_n
+from jaxconv._src.lowering.measured import usable_cpus
 
 
 def _modules(torch: Any, name: str, p: dict[str, np.ndarray]) -> tuple[Any, Callable]:
@@ -82,7 +82,7 @@ def torch_step(name: str, params: dict[str, np.ndarray], x: np.ndarray, target: 
         import torch
     except ImportError:
         return None
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(usable_cpus())
     rank = x.ndim - 2
     to_ncx = (0, rank + 1, *range(1, rank + 1))
     xt = torch.from_numpy(np.ascontiguousarray(x.transpose(to_ncx)))

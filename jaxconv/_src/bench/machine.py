@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from jaxconv._src.bench.timing import cpu_model
+from jaxconv._src.lowering.measured import usable_cpus
 
 
 def _cpuinfo() -> dict[str, str]:
@@ -60,7 +61,7 @@ def nominal_peak(cores: int | None = None) -> dict[str, Any]:
         lanes_note = {16: "avx512f", 8: "avx2", 4: "sse"}[lanes]
         units, units_note = _fma_units(info, flags)
     ghz = float(info.get("cpu MHz", "0") or 0) / 1e3
-    cores = cores or os.cpu_count() or 1
+    cores = cores or usable_cpus()
     return {"gflops": cores * units * lanes * 2 * ghz, "cores": cores, "fma_units": units,
             "fma_units_from": units_note, "float32_lanes": lanes, "lanes_from": lanes_note,
             "ghz": ghz, "ghz_from": "/proc/cpuinfo 'cpu MHz' (nominal on a VM; turbo not counted)",
@@ -71,7 +72,7 @@ def peak() -> dict[str, Any]:
     """The float32 peak in GFLOP/s: measured by the handler's FMA loop on every core where it
     is loaded (``gflops``, ``how``), with the nominal figure beside it (``nominal``)."""
     from jaxconv._src.native import library
-    cores = os.cpu_count() or 1
+    cores = usable_cpus()
     nominal = nominal_peak(cores)
     measured = library.fma_peak_gflops(cores)
     if measured is None:
@@ -96,7 +97,7 @@ def measured_matmul_gflops(n: int = 2048) -> float | None:
         import torch
     except ImportError:
         return None
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(usable_cpus())
     a, b = torch.randn(n, n), torch.randn(n, n)
     torch.mm(a, b)
     best = min(_timed(lambda: torch.mm(a, b)) for _ in range(5))
@@ -125,7 +126,8 @@ def torch_info() -> dict[str, Any]:
 
 def commit() -> str | None:
     """The commit of the jaxconv tree that runs (``git describe --always --dirty``: a tree with
-    changes says so), or None outside a git checkout: the one a docs table names."""
+    changes says so): the one a docs table names. Outside a git checkout (a tree copied to
+    another machine without its history), ``JAXCONV_COMMIT`` where set, else None."""
     import subprocess
 
     root = pathlib.Path(__file__).resolve().parents[3]
@@ -133,8 +135,8 @@ def commit() -> str | None:
         out = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"],
                              capture_output=True, text=True, timeout=10, check=True)
     except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
+        return os.environ.get("JAXCONV_COMMIT") or None
+    return out.stdout.strip() or os.environ.get("JAXCONV_COMMIT") or None
 
 
 def describe() -> dict[str, Any]:
@@ -148,7 +150,7 @@ def describe() -> dict[str, Any]:
     return {"cpu": cpu_model(), "cpu_count": os.cpu_count(),
             "isa_flags": sorted(flags & {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16",
                                          "avx512_fp16", "amx_tile"}),
-            "jax": jax.__version__, "xla_threads": os.cpu_count(),
+            "jax": jax.__version__, "xla_threads": usable_cpus(),
             "jaxconv_onednn": status.line(), "jaxconv_onednn_dtypes": list(status.dtypes),
             "torch": torch_info(), "peak": peak(), "commit": commit()}
 

@@ -16,6 +16,11 @@ other contender's weights are part of its model) and the input a device array, p
   CPU with the latency hint (``PERFORMANCE_HINT=LATENCY``); float32 with
   ``INFERENCE_PRECISION_HINT=f32``, bfloat16 with OpenVINO's default on this CPU.
 
+Every contender runs on the process's CPUs (its affinity mask, ``measured.usable_cpus``):
+XLA's pool and oneDNN's OpenMP team size themselves by it, PyTorch is given it
+(``torch.set_num_threads``) and OpenVINO too (``INFERENCE_NUM_THREADS``), so that under
+``taskset`` (``benchmarks/scaling.py``) each runs that many threads.
+
 The models: ResNet-18, ResNet-50, MobileNetV2 and flax's MNIST CNN (``models.py``, their
 running statistics drawn at random so that BatchNorm is no identity), and DCGAN's generator
 (:class:`Generator`: transposed convolutions, which OpenVINO runs as ConvolutionBackpropData).
@@ -26,7 +31,6 @@ magnitude (``gap``), else the row says so (``agrees``).
 from __future__ import annotations
 
 import functools
-import os
 import random
 import statistics
 import pathlib
@@ -45,6 +49,7 @@ from jax import lax
 
 from jaxconv._src import testing
 from jaxconv._src.bench import models, torch_models
+from jaxconv._src.lowering.measured import usable_cpus
 
 CONTENDERS = ("lax", "accelerate", "torch", "openvino")
 
@@ -232,7 +237,7 @@ def _contenders(name: str, x: np.ndarray, dtype: str, which: Sequence[str]
     if "torch" not in which and "openvino" not in which:
         return calls, None
     import torch
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(usable_cpus())
     twin = torch_twin(torch, name, v)
     xt = torch.from_numpy(_nchw(x))
     out_nhwc = name == "dcgan"
@@ -264,7 +269,8 @@ def _contenders(name: str, x: np.ndarray, dtype: str, which: Sequence[str]
         with tempfile.TemporaryDirectory() as directory:
             ir = openvino_ir(torch, twin.to(memory_format=torch.contiguous_format), name,
                              _nchw(x), pathlib.Path(directory))
-            config = {"PERFORMANCE_HINT": "LATENCY"}
+            # the same thread count as the other contenders (the process's CPUs)
+            config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": usable_cpus()}
             if dtype == "float32":
                 config["INFERENCE_PRECISION_HINT"] = "f32"
             compiled = core.compile_model(core.read_model(ir), "CPU", config)
@@ -308,14 +314,13 @@ def measure(name: str, batch: int, dtype: str, rounds: int, calls_per_round: int
     desc, shape = MODELS[name]
     x = np.random.default_rng(1).standard_normal((batch, *shape)).astype(np.float32)
     calls, torch_layout = _contenders(name, x, dtype, which)
-    reference = (_contenders(name, x, "float32", ["lax"])[0]["lax"]() if dtype != "float32"
-                 else calls["lax"]() if "lax" in calls else None)
+    # lax's float32 output, computed once untimed where lax is no contender of this row
+    reference = (calls["lax"]() if dtype == "float32" and "lax" in calls
+                 else _contenders(name, x, "float32", ["lax"])[0]["lax"]())
     gaps = {}
     for k, call in calls.items():
         out = call()  # compiles
-        if reference is not None:
-            gaps[k] = float(np.max(np.abs(out - reference)) / max(np.max(np.abs(reference)),
-                                                                     1e-30))
+        gaps[k] = float(np.max(np.abs(out - reference)) / max(np.max(np.abs(reference)), 1e-30))
     lat: dict[str, list[float]] = {k: [] for k in calls}
     for _ in range(rounds):
         order = list(calls)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import numpy as np
 from jaxconv._src import host_memory
 from jaxconv._src.bench import models
 from jaxconv._src.bench.timing import _time_n, interleaved
+from jaxconv._src.lowering.measured import usable_cpus
 
 CONTENDERS = ("lax", "jaxconv", "accelerate", "torch")
 LR, MOMENTUM = 0.01, 0.9
@@ -87,7 +87,7 @@ def _torch_step(name: str, params: Any, x: np.ndarray, labels: np.ndarray,
     except ImportError:
         return None
     from jaxconv._src.bench import torch_models
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(usable_cpus())
     lt = torch.from_numpy(labels.astype(np.int64))
 
     def make(fmt: Any) -> tuple[Callable, Any]:
@@ -130,7 +130,7 @@ def measure_max_pool(shape: tuple[int, ...], reps: int) -> dict[str, Any] | None
         import torch
     except ImportError:
         return None
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(usable_cpus())
     rng = np.random.default_rng(2)
     x = rng.standard_normal(shape).astype(np.float32)
     xj = jnp.asarray(x)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 import numpy as np
 
 from jaxconv._src.bench.timing import _time, _time_n
+from jaxconv._src.lowering.measured import usable_cpus
 
 
 class _CudaResult:
@@ -55,7 +55,7 @@ def _torch_impl(prob, kind, x, dy, w, gpu=False):
                   * math.prod(prob.output_size))
         if 4 * unfold > 1e9:
             return None
-        torch.set_num_threads(os.cpu_count() or 1)
+        torch.set_num_threads(usable_cpus())
         dev = torch.device("cpu")
     perm_in = (0, prob.rank + 1, *range(1, prob.rank + 1))
     # the operands' dtype (numpy has no bfloat16 of torch's: through float32, exactly)

@@ -168,16 +168,23 @@ _ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"
               "amx_tile", "amx_bf16")
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask: ``taskset``, a container's
+    cpuset), which XLA's pool and OpenMP size themselves by; ``os.cpu_count()`` where the
+    platform has no mask."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def machine() -> dict[str, Any]:
     """What the disk cache's verdicts hold for: the CPU, its ISA, the threads this process
     may run on, and the versions of jax, jaxconv and the handler (its build names oneDNN's)."""
     from jaxconv._src import version
     from jaxconv._src.native import library
     cpu, isa = _cpu()
-    try:
-        threads = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        threads = os.cpu_count() or 1
+    threads = usable_cpus()
     try:  # the handler's build (its sources, jaxlib, oneDNN): a new kernel is timed again
         handler = library.artefact().name
     except OSError:
