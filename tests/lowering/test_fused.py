@@ -284,6 +284,23 @@ def test_chunks_of_the_batch_read_their_rows_of_the_residual():
 
 
 @needs_onednn
+@pytest.mark.parametrize("chain", ["logistic mul residual", "bias residual relu"])
+def test_chunks_of_each_examples_rows_read_their_rows_of_the_residual(chain):
+    """Planned for 8 pool threads (``library.planned_pool_threads``: a larger machine's split,
+    run on this machine's pool), a batch of 3 runs as chunks of each example's rows
+    (decisions.h, SplitsExampleRows), each with its own pads, each reading its example's rows
+    of the tensor operands."""
+    case = ("NXC", "XIO", 1, 24, 40, (26, 26), (3, 3), (1, 1), (1, 1), (1, 1))
+    rng, x, w, p = _problem(case, 3)
+    with library.planned_pool_threads(8):
+        _fused_is_the_chain(rng, x, w, p, CHAINS[chain])
+    mine = [c for c in library.choices() if c["kernel"] == "forward"
+            and c["x"][2:] == (26, 24) and c["w"] == w.shape]
+    assert mine and all(c["x"][0] == 1 and c["x"][1] < 26 and c["threading"] == "single"
+                        for c in mine), [(c["x"], c["threading"]) for c in mine]
+
+
+@needs_onednn
 @pytest.mark.parametrize("chain", ["none", "bias residual relu"])
 @pytest.mark.parametrize("case, dilations", ROW_PROBLEMS,
                          ids=lambda c: "-".join(map(str, c[5:10])) if len(c) > 2 else str(c))

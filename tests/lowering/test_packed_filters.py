@@ -75,6 +75,31 @@ def test_a_packed_filter_is_read_as_it_is_with_the_unpacked_calls_values(chain, 
 
 
 @needs_onednn
+def test_a_filter_packed_for_chunks_of_each_examples_rows_is_read_as_it_is():
+    """Planned for 8 pool threads (``library.planned_pool_threads``), a batch of 3 runs as
+    chunks of each example's rows (decisions.h, SplitsExampleRows): the filter packed for them
+    is read as it is by every chunk, and the values are the unpacked call's."""
+    rows = (*ROWS[:5], (64, 44), *ROWS[6:])  # ROWS on a map of its own (its chunks' shapes)
+    rng, x, w, p = _problem(rows, 3)
+    post = CHAINS["bias residual relu"]
+    operands = _operands(rng, post, p)
+    with library.planned_pool_threads(8):
+        bytes_, why = fused.pack(np.asarray(w), p, "onednn")
+        assert why == ""
+        before = library.cache_stats()
+        got = _calls(x, w, operands, p, post, (bytes_, "onednn"))
+        after = library.cache_stats()
+        unpacked = _calls(x, w, operands, p, post, None)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(unpacked))
+    assert after["packed_reads"] > before["packed_reads"]
+    assert after["packed_reorders"] == before["packed_reorders"]
+    h.assert_close(got, _oracle(x, w, operands, p, post), jnp.float32)
+    mine = [c for c in library.choices() if c["kernel"] == "forward" and c["w"] == w.shape
+            and c["x"][0] == 1 and c["x"][1] < x.shape[1] and c["x"][2:] == x.shape[2:]]
+    assert mine, [(c["x"], c["threading"]) for c in library.choices()]
+
+
+@needs_onednn
 def test_a_filter_packed_for_other_threads_is_moved_each_call_and_still_right():
     """A pack assumes the threads its calls will run on (XLA's pool as the last call saw it);
     packed for one thread, a call split on the pool may want another layout (oneDNN blocks a

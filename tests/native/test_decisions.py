@@ -88,6 +88,36 @@ def test_a_forward_of_one_example_splits_its_rows_where_they_are_outer():
     assert chunks(FORWARD, *tiny, data_axes=nhwc) == 1
 
 
+def test_a_batch_of_fewer_examples_than_threads_splits_their_rows_too():
+    # each example a chunk leaves pool threads idle: its rows split as one example's would on
+    # its share of the threads (ResNet-50's and ResNet-18's batch 8 on 16 cores)
+    nhwc = (0, 3, 1, 2)
+    wide = ((8, 56, 56, 64), (8, 56, 56, 64), (64, 64, 3, 3))  # 55 units an example
+    assert chunks(FORWARD, *wide, data_axes=nhwc, pool_threads=16) == 16  # 8 examples x 2
+    assert chunks(DATA, *wide, data_axes=nhwc, pool_threads=16) == 16
+    assert chunks(FORWARD, *wide, data_axes=nhwc, pool_threads=32) == 32  # x 4
+    assert chunks(FORWARD, *wide, data_axes=nhwc, pool_threads=15) == 8   # 1 thread an example
+    assert chunks(FORWARD, *wide, data_axes=nhwc, pool_threads=8) == 8    # as before
+    assert chunks(FORWARD, *wide, data_axes=nhwc) == 2
+    three = ((3, 28, 28, 128), (3, 28, 28, 128), (128, 128, 3, 3))
+    assert chunks(FORWARD, *three, data_axes=nhwc, pool_threads=8) == 6   # 3 x 2 (8 // 3)
+    assert chunks(FORWARD, *wide, pool_threads=16) == 8  # NCHW: an example's rows are not contiguous
+    # the filter outweighs a chunk of the batch: the team, as before
+    heavy = ((8, 7, 7, 512), (8, 7, 7, 512), (512, 512, 3, 3))
+    assert chunks(FORWARD, *heavy, data_axes=nhwc, pool_threads=16) == 0
+    # an example's rows too few for a second chunk (a quarter unit: kRowsMinUnits): the batch
+    tiny = ((2, 7, 7, 64), (2, 7, 7, 64), (64, 1, 3, 3))
+    assert chunks(FORWARD, *tiny, data_axes=nhwc, pool_threads=16) == 1
+    small = ((2, 14, 14, 384), (2, 14, 14, 384), (384, 1, 3, 3))  # 0.57 units an example
+    assert chunks(FORWARD, *small, data_axes=nhwc, pool_threads=16) == 4
+    # a data gradient whose filter holds over 8 times an example's x and y: its rows do not
+    # split (each chunk would read the whole filter), the batch does
+    dcgan = ((2, 8, 8, 256), (2, 4, 4, 512), (512, 256, 4, 4))
+    assert chunks(DATA, *dcgan, data_axes=nhwc, pool_threads=16) == 0  # the filter: the team
+    one_row = ((4, 1, 3136, 64), (4, 1, 3136, 64), (64, 64, 1, 1))  # one row: nothing to split
+    assert chunks(FORWARD, *one_row, data_axes=nhwc, pool_threads=16) == 4
+
+
 def row_chunk(kernel, x_rows, taps, stride, dilation, pad_begin, pad_end, begin, end):
     fn = LIB.jaxconv_onednn_decide_row_chunk
     fn.restype = ctypes.c_int

@@ -180,6 +180,36 @@ def test_one_example_runs_as_chunks_of_rows(spec):
                             for c in mine), (kernel, mine)
 
 
+# ROWS' kernels on other maps (chunk problems of their own), each filter lighter than a
+# chunk of the batch's activations (else the batch runs on the team)
+EXAMPLE_ROWS = [
+    (2, "NXC", "XIO", 1, 64, 128, (64, 34), (4, 4), (2, 2), (1, 1), (1, 1), (1, 1)),
+    (2, "NXC", "XIO", 1, 32, 48, (45, 22), (3, 3), (2, 1), (2, 1), (2, 1), (0, 1)),
+    (2, "NXC", "XIO", 4, 32, 64, (40, 26), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
+]
+
+
+@needs_onednn
+@pytest.mark.parametrize("batch", [2, 3])
+@pytest.mark.parametrize("spec", EXAMPLE_ROWS,
+                         ids=lambda m: f"k{m[7][0]}s{m[8][0]}d{m[9][0]}g{m[3]}")
+def test_a_batch_below_the_pool_threads_runs_as_chunks_of_its_examples_rows(spec, batch):
+    """Planned for 8 pool threads (``library.planned_pool_threads``: a larger machine's split,
+    run on this machine's pool), a batch of 2 or 3 splits each example's rows too
+    (decisions.h, SplitsExampleRows): the forward and data gradient equal the oracles', and
+    each chunk's problem is one example of fewer rows, single-threaded."""
+    x, w, dy, attrs, (y_ref, dx_ref, _) = _problem(spec, seed=8, batch=batch)
+    with library.planned_pool_threads(8):
+        y = jaxconv.convolution(x, w, **attrs, lowering="onednn")
+        dx = jaxconv.convolution_backward_data(dy, w, x.shape, **attrs, lowering="onednn")
+        h.assert_close(y, y_ref, jnp.float32)
+        h.assert_close(dx, dx_ref, jnp.float32)
+    for kernel in ("forward", "data"):
+        mine = [c for c in library.choices() if c["kernel"] == kernel and c["w"] == w.shape
+                and c["x"][2:] == x.shape[2:] and c["x"][0] == 1 and c["x"][1] < x.shape[1]]
+        assert mine and all(c["threading"] == "single" for c in mine), (kernel, mine)
+
+
 # a batch-1 1x1 layer (MobileNetV2's 14x14 192 -> 64): oneDNN's 1x1 kernel takes the caller's
 # XIO filter as it is, where its filter reorder took as long as the products
 POINTWISE = (2, "NXC", "XIO", 1, 192, 64, (14, 14), (1, 1), (1, 1), (1, 1), (0, 0), (0, 0))

@@ -12,6 +12,7 @@ message gives, never an exception.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -20,6 +21,7 @@ import os
 import pathlib
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from jaxlib import version as jaxlib_version
@@ -342,6 +344,22 @@ def set_cache_capacity(entries: int) -> None:
     """Bounds the primitive cache (least recently used entries go first)."""
     if status().available:
         _HANDLES[-1].jaxconv_onednn_set_cache_capacity(ctypes.c_int64(entries))
+
+
+@contextlib.contextmanager
+def planned_pool_threads(threads: int) -> Iterator[None]:
+    """Inside it, calls plan their chunks for ``threads`` threads of XLA's pool and run them
+    on the pool there is: a machine with more cores than this one, for the tests of its splits
+    (docs/onednn.md, "Threads"). The results are the same; only their chunks differ."""
+    if not status().available:
+        yield
+        return
+    plan = _HANDLES[-1].jaxconv_onednn_plan_for_pool_threads
+    plan(ctypes.c_int64(threads))
+    try:
+        yield
+    finally:
+        plan(ctypes.c_int64(0))
 
 
 #: the kernels and the dtypes a filter is packed for, as ``jaxconv_onednn_pack_filter``

@@ -10,9 +10,15 @@ double WorkUnits(const Problem& p) {
   return std::max(Macs(p) / kMinChunkMacs, bytes / kMinChunkBytes);
 }
 
-bool SplitsRows(const Problem& p) {
+bool RowsOuter(const Problem& p) {
   return (p.kernel == Kernel::kForward || p.kernel == Kernel::kData) && p.x_dims.size() >= 3 &&
-         p.data_axes[0] == 0 && p.data_axes[2] == 1 && p.x_dims[0] == 1;
+         p.data_axes[0] == 0 && p.data_axes[2] == 1;
+}
+
+bool SplitsRows(const Problem& p) { return RowsOuter(p) && p.x_dims[0] == 1; }
+
+bool SplitsExampleRows(const Problem& p, int64_t chunks) {
+  return RowsOuter(p) && p.x_dims[0] > 1 && chunks > p.x_dims[0];
 }
 
 bool MergesPixels(const Problem& p) {
@@ -66,32 +72,51 @@ bool RowSpan::ok() const {
   return x_end > x_begin && y_end > y_begin && pad_begin >= 0 && pad_end >= 0;
 }
 
+namespace {
+
+// How one example (`p`, SplitsRows) of `work` units runs on `threads` threads: n >= 2 chunks
+// of its rows, 1 whole, 0 on the team (Chunks).
+int64_t ExampleChunks(const Problem& p, int64_t threads, double work) {
+  // one chunk per whole unit, and two from kRowsMinUnits on: a call of one to two units split
+  // in two beats the OpenMP team (docs/onednn.md, "Threads")
+  const int64_t by_work =
+      std::max<int64_t>(work >= kRowsMinUnits ? 2 : 1, static_cast<int64_t>(work));
+  const int64_t along = p.kernel == Kernel::kForward ? p.y_dims[1] : p.x_dims[1];
+  const int64_t n = std::min<int64_t>({threads, along, by_work});
+  if (n == 1 && work >= 1) return 0;  // one large example that no rows split: OpenMP's team
+  if (p.kernel == Kernel::kData &&
+      Elements(p.w_dims) > kRowsFilterRatio * (Elements(p.x_dims) + Elements(p.y_dims)))
+    return 0;  // each chunk of rows would read the whole filter
+  for (int64_t i = 0; n > 1 && i < n; ++i)  // a chunk of pads alone: the team
+    if (!RowChunk(p, i * along / n, (i + 1) * along / n).ok()) return 0;
+  return n;
+}
+
+}  // namespace
+
 int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp) {
   if (!openmp || p.data_axes[0] != 0) return 0;
   const double work = WorkUnits(p);
   // a weight gradient by its bytes too: the layout trial keeps the caller's layout where that
   // is faster, so a memory-bound one is worth a team
   if (p.kernel == Kernel::kWeight) return work >= 1 ? 0 : 1;
-  // one chunk per whole unit, and two from one unit on (one example's rows: from
-  // kRowsMinUnits): a call of one to two units split in two beats the OpenMP team
-  // (docs/onednn.md, "Threads")
-  const bool rows = SplitsRows(p);
-  const double least = rows ? kRowsMinUnits : 1.0;
-  const int64_t by_work = std::max<int64_t>(work >= least ? 2 : 1, static_cast<int64_t>(work));
-  const int64_t along = !rows ? p.x_dims[0] : p.kernel == Kernel::kForward ? p.y_dims[1]
-                                                                           : p.x_dims[1];
-  const int64_t n = std::min<int64_t>({pool_threads, along, by_work});
-  if (n == 1 && work >= 1) return 0;  // one large example that no rows split: OpenMP's team
-  if (rows && p.kernel == Kernel::kData &&
-      Elements(p.w_dims) > kRowsFilterRatio * (Elements(p.x_dims) + Elements(p.y_dims)))
-    return 0;  // each chunk of rows would read the whole filter
-  for (int64_t i = 0; rows && n > 1 && i < n; ++i)  // a chunk of pads alone: the team
-    if (!RowChunk(p, i * along / n, (i + 1) * along / n).ok()) return 0;
+  if (SplitsRows(p)) return ExampleChunks(p, pool_threads, work);
+  // a batch: one chunk per whole unit, two from one unit on
+  const int64_t batch = p.x_dims[0];
+  const int64_t n = std::min<int64_t>(
+      {pool_threads, batch, std::max<int64_t>(work >= 1 ? 2 : 1, static_cast<int64_t>(work))});
+  if (n == 1 && work >= 1) return 0;  // one large example whose buffers split no rows
   // the filter outweighs a chunk's activations: one call reorders it once (a batch's chunks;
   // an example's rows split anyway, judged by whole models: docs/onednn.md, "Threads")
-  if (n > 1 && !rows &&
-      Elements(p.w_dims) * n > Elements(p.x_dims) + Elements(p.y_dims))
-    return 0;
+  if (n > 1 && Elements(p.w_dims) * n > Elements(p.x_dims) + Elements(p.y_dims)) return 0;
+  // every example a chunk and pool threads left: each example's rows split as one example's
+  // would on its share of the threads (a batch of 8 on 16 threads: 16 chunks, not 8)
+  if (n > 1 && n == batch && pool_threads >= 2 * batch && RowsOuter(p)) {
+    Problem one = p;
+    one.x_dims[0] = one.y_dims[0] = 1;
+    const int64_t rows = ExampleChunks(one, pool_threads / batch, work / batch);
+    if (rows > 1) return batch * rows;
+  }
   return n;
 }
 

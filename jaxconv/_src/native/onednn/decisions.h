@@ -40,10 +40,18 @@ constexpr std::chrono::microseconds kSpin{200};
 // A problem's work in units of the least worth a thread of its own.
 double WorkUnits(const Problem& p);
 
+// Whether `p` is a forward or data gradient whose buffers hold the batch, then its first
+// spatial axis (rows), outermost (NHWC): each example's rows are contiguous.
+bool RowsOuter(const Problem& p);
+
 // Whether a call of `p` splits into chunks of rows (its first spatial axis) rather than of its
-// batch: a forward (y's rows) or data gradient (x's rows) of one example whose buffers hold the
-// batch, then that axis, outermost (so that a chunk's rows are contiguous).
+// batch: a forward (y's rows) or data gradient (x's rows) of one example, RowsOuter.
 bool SplitsRows(const Problem& p);
+
+// Whether `chunks` chunks of `p` are chunks of its examples' rows: a batch of fewer examples
+// than chunks, RowsOuter, each example's rows split in chunks / N (Chunks gives no other
+// count above the batch).
+bool SplitsExampleRows(const Problem& p, int64_t chunks);
 
 // A forward or data gradient of one example with a 1x1 filter (every tap extent 1), unit
 // strides and no pads, in channels-last buffers (N, X..., C), is a product over its pixels: as
@@ -58,6 +66,7 @@ void MergePixels(Problem& p);
 // and pads >= 0 (else the call runs on the team).
 struct RowSpan {
   int64_t x_begin = 0, x_end = 0, y_begin = 0, y_end = 0, pad_begin = 0, pad_end = 0;
+  int64_t example = 0;  // the example whose rows these are (SplitsExampleRows)
   bool ok() const;
 };
 RowSpan RowChunk(const Problem& p, int64_t begin, int64_t end);
@@ -75,7 +84,9 @@ constexpr double kRowsFilterRatio = 8;
 //     call (chunks would each write a partial gradient to be reordered and summed);
 //   - a forward or data gradient: chunks of the batch (of one example: of rows, SplitsRows),
 //     one per whole work unit (two from one unit on; one example's rows from kRowsMinUnits)
-//     and at most one per pool thread,
+//     and at most one per pool thread; where each example is a chunk and threads are left
+//     (a batch of fewer examples than pool threads), each example's rows split as one
+//     example's would on its share of the threads (SplitsExampleRows),
 //     unless the batch is not the buffers' outer axis, nothing splits a call of at least a
 //     unit (one example, one row, one pool thread: then one OpenMP call), or the
 //     filter outweighs a chunk's activations (each chunk would reorder the whole filter: one

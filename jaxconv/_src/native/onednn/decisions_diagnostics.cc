@@ -8,6 +8,7 @@
 #include "decisions.h"
 #include "filter_move.h"
 #include "problem.h"
+#include "threading.h"
 
 using namespace jaxconv_onednn;  // NOLINT: this file only exports C functions
 
@@ -44,6 +45,10 @@ int64_t jaxconv_onednn_decide_chunks(int kernel, int rank, const int64_t* x, con
                                      int64_t pool_threads, int openmp) {
   return Chunks(PlainProblem(kernel, rank, x, y, w, data_axes), pool_threads, openmp != 0);
 }
+
+// Calls from now on plan their chunks for `threads` pool threads (0: XLA's pool's), run on
+// the pool there is (threading.h, PlanForPoolThreads): the tests' stand-in for more cores.
+void jaxconv_onednn_plan_for_pool_threads(int64_t threads) { PlanForPoolThreads(threads); }
 
 // Whether a `kernel` (0 forward, 1 data gradient) of x (1, x_rows, 8, 4) (NHWC) by a filter of
 // `taps` rows splits its rows (SplitsRows), and the chunk [begin, end)'s RowChunk into `span`

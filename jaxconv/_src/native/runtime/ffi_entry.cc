@@ -137,8 +137,9 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
     const memory::desc* in = packed ? &layout : nullptr;
     // threads 1: one device's shard of a program split across several devices of this
     // process, each running its own call at the same time: whole, on the calling thread
-    SeePoolThreads(pool.num_threads());
-    const int64_t chunks = threads == 1 ? 1 : Chunks(p, pool.num_threads(), Omp().ok());
+    const int64_t pool_threads = PlannedPoolThreads(pool.num_threads());
+    SeePoolThreads(pool_threads);
+    const int64_t chunks = threads == 1 ? 1 : Chunks(p, pool_threads, Omp().ok());
     if (chunks == 1) {  // whole, on the calling thread: no job to share with the pool
       RunSingleThreaded(p, x, y, w, operands, in);
     } else if (chunks > 1) {

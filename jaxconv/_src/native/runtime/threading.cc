@@ -57,6 +57,20 @@ int64_t PoolThreads() {
 void SeePoolThreads(int64_t threads) { pool_threads.store(threads); }
 
 namespace {
+std::atomic<int64_t> planned_threads{0};
+}  // namespace
+
+int64_t PlannedPoolThreads(int64_t threads) {
+  const int64_t planned = planned_threads.load();
+  return planned > 0 ? planned : threads;
+}
+
+void PlanForPoolThreads(int64_t threads) {
+  planned_threads.store(threads);
+  SeePoolThreads(threads);  // a filter packed next assumes them too (0: until a call sees)
+}
+
+namespace {
 
 struct Job {  // shared by the caller and its tasks
   Problem p;
@@ -75,6 +89,12 @@ struct Job {  // shared by the caller and its tasks
 
 Problem ChunkProblem(const Problem& p, int64_t i, int64_t chunks, RowSpan* span) {
   Problem q = p;
+  int64_t example = 0;
+  if (SplitsExampleRows(p, chunks)) {  // example i / r's rows, part i % r of r
+    const int64_t r = chunks / p.x_dims[0];
+    example = i / r, i %= r, chunks = r;
+    q.x_dims[0] = q.y_dims[0] = 1;
+  }
   const bool rows = SplitsRows(q);
   // the split axis (the batch, or rows)
   const int64_t axis = rows ? 1 : 0;
@@ -86,6 +106,7 @@ Problem ChunkProblem(const Problem& p, int64_t i, int64_t chunks, RowSpan* span)
     q.pads_begin[0] = span->pad_begin;
     q.pads_end[0] = span->pad_end;
   }
+  span->example = example;
   q.x_dims[axis] = span->x_end - span->x_begin;
   q.y_dims[axis] = span->y_end - span->y_begin;
   return q;
@@ -98,25 +119,28 @@ void RunChunk(Job& job, int64_t i) {
   RowSpan span;
   Problem q = ChunkProblem(job.p, i, job.chunks, &span);
   const size_t bytes = ElementSize(q.dtype);
-  // one step along the split axis in x and in y, in bytes
-  const int64_t axis = SplitsRows(job.p) ? 1 : 0;
+  // one step along the split axis in x and in y, in bytes, and the chunk's start: its
+  // example's (SplitsExampleRows), then its span's
+  const int64_t axis = SplitsRows(job.p) || SplitsExampleRows(job.p, job.chunks) ? 1 : 0;
   size_t xs = bytes, ys = bytes;
   for (size_t a = axis + 1; a < q.x_dims.size(); ++a) {
     xs *= q.x_dims[a];
     ys *= q.y_dims[a];
   }
+  const int64_t x_rows = axis ? job.p.x_dims[1] : 0, y_rows = axis ? job.p.y_dims[1] : 0;
+  const size_t x_at = (span.example * x_rows + span.x_begin) * xs;
+  const size_t y_at = (span.example * y_rows + span.y_begin) * ys;
   std::vector<void*> sides = job.sides;  // a tensor operand: the chunk's part, as y's
   for (size_t k = 0, s = 0; k < q.post_ops.size(); ++k) {
     if (!Binary(q.post_ops[k])) continue;
-    if (Tensor(q.post_ops[k])) {  // a float32 one's steps are wider than y's
-      const size_t step = q.post_ops[k].kind == PostKind::kWideTensor ? ys / bytes * sizeof(float) : ys;
-      sides[s] = static_cast<char*>(sides[s]) + span.y_begin * step;
-    }
+    if (Tensor(q.post_ops[k]))  // a float32 one's steps are wider than y's
+      sides[s] = static_cast<char*>(sides[s]) +
+                 (q.post_ops[k].kind == PostKind::kWideTensor ? y_at / bytes * sizeof(float)
+                                                               : y_at);
     ++s;
   }
   try {  // a forward or data gradient: each chunk reads the whole filter
-    RunSingleThreaded(q, job.x + span.x_begin * xs, job.y + span.y_begin * ys, job.w, sides,
-                      job.packed);
+    RunSingleThreaded(q, job.x + x_at, job.y + y_at, job.w, sides, job.packed);
   } catch (...) {
     std::lock_guard<std::mutex> lock(job.mu);
     if (!job.error) job.error = std::current_exception();

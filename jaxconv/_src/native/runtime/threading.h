@@ -4,7 +4,8 @@
 // - a small call runs whole, single-threaded, on XLA's calling thread;
 // - a forward or data gradient whose batch splits runs as chunks of the batch on XLA's pool,
 //   one single-threaded primitive per thread (that thread's OpenMP thread count set to 1); one
-//   example's, as chunks of its rows (decisions.h, SplitsRows);
+//   example's, as chunks of its rows (decisions.h, SplitsRows); a batch of fewer examples
+//   than the pool's threads, as chunks of each example's rows (SplitsExampleRows);
 // - a weight gradient, and the rest, as one call on oneDNN's OpenMP team, which one thread of
 //   ours starts for every such call (team.h).
 // A call that uses the whole machine takes one lock (RunMutex), so that an OpenMP team never
@@ -32,6 +33,13 @@ std::mutex& RunMutex();
 int64_t PoolThreads();
 void SeePoolThreads(int64_t threads);
 
+// The pool size Chunks plans a call for: XLA's pool's `threads`, or where a test set one
+// (PlanForPoolThreads, > 0), that: a split for more threads than this machine has, run on its
+// pool (tests/native/test_handler.py), and what a filter packed next assumes (PoolThreads).
+// 0 restores XLA's.
+int64_t PlannedPoolThreads(int64_t threads);
+void PlanForPoolThreads(int64_t threads);
+
 // Runs `work` with the calling thread's OpenMP thread count 1 (as it creates and runs a
 // single-threaded primitive), restored after.
 void WithOneOmpThread(const std::function<void()>& work);
@@ -42,7 +50,8 @@ void RunSingleThreaded(Problem& q, void* x, void* y, void* w,
                        const std::vector<void*>& sides = {},
                        const memory::desc* packed = nullptr);
 
-// Chunk `i` of `chunks` of `p`'s batch (or rows): its problem, and its span of x and y.
+// Chunk `i` of `chunks` of `p`'s batch (or rows, or its examples' rows): its problem, and its
+// span of x and y (and its example).
 Problem ChunkProblem(const Problem& p, int64_t i, int64_t chunks, RowSpan* span);
 
 // Runs `p` as `chunks` chunks of its batch (or of rows: decisions.h, SplitsRows) on XLA's
