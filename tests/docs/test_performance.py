@@ -34,7 +34,7 @@ def test_the_page_is_what_its_jsons_give():
 
 def test_the_page_is_short_and_every_table_names_its_commit():
     text = page.PAGE.read_text()
-    assert len(text.splitlines()) <= 220  # serving on two CPUs (AMD and Intel)
+    assert len(text.splitlines()) <= 250  # serving on two CPUs (AMD and Intel), on 2-16 cores
     for t in page.TABLES:
         assert t.commit(), t.title
         for j in t.jsons:

@@ -33,8 +33,10 @@ def _load(name: str) -> dict[str, Any]:
 
 def _cpu(m: dict[str, Any]) -> str:
     """A model benchmark's machine, in words."""
-    isa = "AVX-512 with BF16" if "avx512_bf16" in m.get("isa_flags", []) else (
-        "AVX-512" if "avx512f" in m.get("isa_flags", []) else "AVX2")
+    flags = m.get("isa_flags", [])
+    isa = ("AVX-512 with BF16 and AMX" if "amx_bf16" in flags else
+           "AVX-512 with BF16" if "avx512_bf16" in flags else
+           "AVX-512" if "avx512f" in flags else "AVX2")
     torch = m.get("torch") or {}
     return (f"{m['cpu_count']}-core {m['cpu']} ({isa}), jax {m['jax']}, torch "
             f"{torch.get('version', '-').split('+')[0]}")
@@ -170,6 +172,61 @@ def _serving_short(jsons: list[str]) -> str:
             f"of {len(f32)}" + (f"; further behind: {', '.join(behind)}." if behind else "."))
 
 
+def _scaling(jsons: list[str]) -> str:
+    """One row per model and batch (and the training step), a column per thread count:
+    accelerate's median ms with torch / accelerate and OpenVINO / accelerate; then each
+    contender's speed-up from the fewest threads to the most."""
+    (name,) = jsons
+    runs = _load(name)["runs"]
+    threads = [r["threads"] for r in runs]
+    lo, hi = threads[0], threads[-1]
+    head = " | ".join(f"{n} threads" for n in threads)
+    lines = [f"| model (batch) | {head} | {hi} over {lo} threads: accelerate, torch, OpenVINO |",
+             "|---|" + "---|" * len(threads) + "---|"]
+
+    def row(label: str, found: list[dict[str, Any]], who: tuple[str, ...]) -> None:
+        cells = []
+        for r in found:
+            ms = r["median_ms"]
+            cells.append(f"{ms['accelerate']:.2f} (" + ", ".join(
+                f"{ms[k] / ms['accelerate']:.2f}" for k in who) + ")")
+        first, last = found[0]["median_ms"], found[-1]["median_ms"]
+        gains = ", ".join(f"{first[k] / last[k]:.1f}x" for k in ("accelerate", *who))
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {gains} |")
+
+    for i, r in enumerate(runs[0]["inference"]):
+        row(f"{r['description']} ({r['batch']})", [run["inference"][i] for run in runs],
+            ("torch", "openvino"))
+    for i, r in enumerate(runs[0]["steps"]):
+        row(f"{r['description']} training step ({r['batch']})",
+            [run["steps"][i] for run in runs], ("torch",))
+    agree = all(all(r["agrees"].values()) for run in runs for r in run["inference"])
+    gaps = max(max(r["gap"].values()) for run in runs for r in run["inference"])
+    pool = [(run["threads"], r["max_pool"]) for run in runs for r in run["steps"]
+            if r.get("max_pool")]
+    pools = "; ".join(f"{n}: {p['median_ms']['jaxconv']:.1f} against {p['median_ms']['torch']:.1f}"
+                      for n, p in pool)
+    return "\n".join(lines) + (
+        f"\n\nEach cell: accelerate's median ms (torch / accelerate, OpenVINO / accelerate; "
+        f"above 1: accelerate faster). Outputs agree with lax's float32 output: "
+        f"{'yes' if agree else '**no**'} (largest gap {gaps:.0e}). The training step's stem max "
+        f"pool alone (forward and backward), jaxconv's against torch's, ms by threads: {pools}.")
+
+
+def _scaling_short(name: str) -> str:
+    """Where accelerate is slower than PyTorch, and how many rows are within 1.25 times
+    OpenVINO's latency, over every thread count, in words."""
+    runs = _load(name)["runs"]
+    slow = [f"{r['description']}{' training step' if 'steps' in part else ''} ({r['batch']}) "
+            f"at {run['threads']} threads ({r['median_ms']['torch'] / r['median_ms']['accelerate']:.2f})"
+            for run in runs for part in ("inference", "steps") for r in run[part]
+            if r["median_ms"]["torch"] < r["median_ms"]["accelerate"]]
+    rows = [r for run in runs for r in run["inference"]]
+    near = sum(r["median_ms"]["accelerate"] <= 1.25 * r["median_ms"]["openvino"] for r in rows)
+    return (f"Slower than PyTorch: {', '.join(slow) if slow else 'none'}. Within 1.25 times "
+            f"OpenVINO's latency: {near} serving cells of {len(rows)}.")
+
+
 def _gpu(jsons: list[str]) -> str:
     quick, steps = _load(jsons[0]), _load(jsons[1])
     t = quick["summary"]["target_lists"]
@@ -208,6 +265,13 @@ def _model_commit(*names: str) -> Callable[[], str]:
     return commit
 
 
+def _scaling_machine() -> str:
+    data = _load("scaling-xeon16.json")
+    m, top = data["runs"][-1]["machine"], data["machine"]["topology"]
+    return (f"{_cpu(m)}, OpenVINO {data['machine']['openvino']}; {top['physical_cores']} "
+            f"cores, one thread each, KVM")
+
+
 def _lists_machine() -> str:
     meta = _load("full.json")["meta"]
     return f"{meta['cpu_count']}-core {meta['cpu']}, jax {meta['jax']}"
@@ -233,6 +297,8 @@ TABLES = [
     Table("Serving on CPU, Intel Xeon", ["inference-f32-xeon.json", "inference-bf16-xeon.json"],
           _serving, _model_machine("inference-f32-xeon.json"),
           _model_commit("inference-f32-xeon.json", "inference-bf16-xeon.json")),
+    Table("Scaling with cores", ["scaling-xeon16.json"], _scaling, _scaling_machine,
+          _model_commit("scaling-xeon16.json")),
     Table("Per kernel: oneDNN's benchdnn lists", ["full.json"], _lists, _lists_machine,
           _model_commit("full.json")),
     Table("GPU", ["quick-gpu-h100.json", "accelerate-steps-h100.json"], _gpu,
@@ -353,6 +419,24 @@ of machines above), the variables closed over:
 {_table("Serving on CPU, Intel Xeon")}
 
 {_serving_short(_BY_TITLE["Serving on CPU, Intel Xeon"].jsons)}
+
+## Scaling with cores
+
+The serving table's float32 rows for ResNet-50 and MobileNetV2 and the ResNet-18 training step
+(with BatchNorm, batch 8; accelerate and torch) on a 16-core Intel Xeon (model 207, the 2-core
+Xeon's family, here with AMX), each thread count in a process of its own confined to that many
+cores: XLA's pool and oneDNN's OpenMP team size themselves by the process's CPUs, PyTorch and
+OpenVINO are given the same count (`torch.set_num_threads`, `INFERENCE_NUM_THREADS`).
+`python -m benchmarks.scaling` (3 rounds of 20 calls; 3 step repetitions):
+
+{_table("Scaling with cores")}
+
+{_scaling_short("scaling-xeon16.json")}
+
+What scales worse than OpenVINO: batch-1 latency, most of all MobileNetV2's; batch 8 past 8
+threads, where a chunk of the batch was one example at most, so that 8 examples kept 8 of 16
+threads busy (each example's rows now split too, {{doc}}`onednn` "Threads": not in this
+table); and in the training step, the max pool (XLA's fusions).
 
 ## Per kernel: oneDNN's benchdnn lists
 
