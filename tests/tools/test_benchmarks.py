@@ -255,6 +255,28 @@ def test_filter_move_and_transposed_product_benchmarks_run(tmp_path):
         assert all(r["ratio"] > 0 for r in rows if r["applies"])
 
 
+def test_scaling_runs_each_thread_count_confined_to_that_many_cpus(tmp_path, monkeypatch):
+    """``benchmarks/scaling.py`` at one thread: its child runs on one CPU, and every contender
+    sees it (XLA's pool, torch's threads); the outputs agree; the page renders the JSON."""
+    from benchmarks import scaling
+    from jaxconv._src.bench import page
+
+    out = tmp_path / "scaling-test.json"
+    assert scaling.main(["--threads", "1", "--inference-models", "mnist_cnn", "--batches", "1",
+                         "--inference-contenders", "accelerate", "torch", "openvino",
+                         "--steps-models",
+                         "mnist_cnn", "--rounds", "1", "--reps", "1", "--out", str(out)]) == 0
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["threads"] == 1 and len(run["cpus"]) == 1
+    assert run["machine"]["xla_threads"] == 1 and run["machine"]["torch"]["threads"] == 1
+    assert all(all(r["agrees"].values()) and len(r["agrees"]) == 3 for r in run["inference"])
+    assert [r["model"] for r in run["steps"]] == ["mnist_cnn"]
+    assert scaling.cpus_by_core()[0] in run["cpus"]
+    monkeypatch.setattr(page, "BENCH", tmp_path)
+    table = page._scaling([out.name])
+    assert "| 1 threads |" in table and "MNIST CNN (1)" in table
+
+
 def assert_rounded_ratio(ratio: float, t: float, base: float) -> None:
     """``ratio`` is ``t / base`` as a benchmark's JSON writes them: the times rounded to 4
     decimals (each within 5e-5 ms of what was divided), the ratio to 3 (within 5e-4)."""
