@@ -75,13 +75,17 @@ def run_one(threads: int, cpus: list[int], args: argparse.Namespace, out: pathli
            "--inference-models", *args.inference_models, "--inference-batches",
            *map(str, args.batches), "--inference-rounds", str(args.rounds),
            "--inference-contenders", *args.inference_contenders, "--out", str(out)]
-    mask = set(cpus[:threads])
+    mask = sorted(cpus[:threads])
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    # the child confines itself, then becomes the benchmark (no preexec_fn: a fork of this
+    # process, whose JAX may be running, is what JAX warns of)
+    confine = (f"import os, sys; os.sched_setaffinity(0, {mask}); "
+               "os.execv(sys.executable, sys.argv[1:])")
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env, cwd=pathlib.Path(__file__).parents[1],
-                   preexec_fn=lambda: os.sched_setaffinity(0, mask))
+    subprocess.run([sys.executable, "-c", confine, *cmd], check=True, env=env,
+                   cwd=pathlib.Path(__file__).parents[1])
     data: dict[str, Any] = json.loads(out.read_text())
-    data["threads"], data["cpus"], data["seconds"] = threads, sorted(mask), time.perf_counter() - t0
+    data["threads"], data["cpus"], data["seconds"] = threads, mask, time.perf_counter() - t0
     print(f"{threads} threads: {data['seconds']:.0f} s", file=sys.stderr, flush=True)
     return data
 
