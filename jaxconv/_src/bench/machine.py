@@ -124,6 +124,15 @@ def torch_info() -> dict[str, Any]:
             "threads": torch.get_num_threads()}
 
 
+def openvino_version() -> str | None:
+    """The OpenVINO runtime's version (the serving benchmark's contender), or None."""
+    try:
+        import openvino  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    return str(openvino.__version__).split("-")[0]
+
+
 def commit() -> str | None:
     """The commit of the jaxconv tree that runs (``git describe --always --dirty``: a tree with
     changes says so): the one a docs table names. Outside a git checkout (a tree copied to
@@ -152,7 +161,8 @@ def describe() -> dict[str, Any]:
                                          "avx512_fp16", "amx_tile"}),
             "jax": jax.__version__, "xla_threads": usable_cpus(),
             "jaxconv_onednn": status.line(), "jaxconv_onednn_dtypes": list(status.dtypes),
-            "torch": torch_info(), "peak": peak(), "commit": commit()}
+            "torch": torch_info(), "openvino": openvino_version(), "peak": peak(),
+            "commit": commit()}
 
 
 def result(command: str, **fields: Any) -> dict[str, Any]:

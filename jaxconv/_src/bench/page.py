@@ -268,7 +268,8 @@ def _model_commit(*names: str) -> Callable[[], str]:
 def _scaling_machine() -> str:
     data = _load("scaling-xeon16.json")
     m, top = data["runs"][-1]["machine"], data["machine"]["topology"]
-    return (f"{_cpu(m)}, OpenVINO {data['machine']['openvino']}; {top['physical_cores']} "
+    openvino = m.get("openvino") or data["machine"]["openvino"]
+    return (f"{_cpu(m)}, OpenVINO {openvino}; {top['physical_cores']} "
             f"cores, one thread each, KVM")
 
 
