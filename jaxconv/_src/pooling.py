@@ -110,6 +110,9 @@ def _scatter(ct: Array, arg: Array, p: PoolProblem) -> Array:
     """The transpose of ``_gather``: ``ct`` summed into the input position of each window's
     tap ``arg``, phase by phase (the module's comment)."""
     dtype, ct = ct.dtype, wide(ct)
+    # arg once, in memory: fused into the phases' loop it was computed again for every tap
+    # that reads it (the argmax's chain of compares per tap of each window)
+    arg = lax.optimization_barrier(arg)
     axes, strides = p.data.spatial_axes, p.strides
     rows = [-(-size // s) for size, s in zip(p.padded_size, strides)]  # per phase
     phases = []
