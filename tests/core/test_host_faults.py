@@ -77,11 +77,17 @@ def test_faults_are_measured_and_explained(case):
                              text=True, timeout=300, check=True).stdout.splitlines()
         return out[-2], out[-1]
 
+    def trimmed(step: str) -> bool:  # a trim between the samples, or within the call
+        return "16,38" in step and ("it was trimmed" in step
+                                    or "by a trim of the heap's top inside it" in step)
+
     step, explained = run()
     # the 2 GiB case as test_host_memory's control: under load a process may land its later
-    # blocks elsewhere now and then (up to three processes, one of which must fault)
+    # blocks elsewhere now and then, or its heap may still be growing ("glibc's heap grew":
+    # seen twice in the full suite on 2 cores) (up to three processes, one of which must
+    # fault as a trim)
     for _ in range(2):
-        if case != "finite" or "16,38" in step:
+        if case != "finite" or trimmed(step):
             break
         step, explained = run()
     if case == "never":
@@ -90,7 +96,7 @@ def test_faults_are_measured_and_explained(case):
     elif case == "finite":
         assert "16,38" in step and "though freed memory is kept" in step, step
         # a trim between the samples, or within the call (the heap ends as large as it began)
-        assert "it was trimmed" in step or "by a trim of the heap's top inside it" in step
+        assert trimmed(step), step
     else:
         assert "glibc's defaults" in step, step
         faults, notes = explained.split("|", 1)
