@@ -483,6 +483,7 @@ jaxconv bench models                          # whole steps and per layer agains
 jaxconv bench models --parts inference        # serving: the forward pass, batch 1 and 8
 jaxconv bench --preset full                   # every benchdnn problem: about 25 minutes on 2 cores
 python -m benchmarks.host_memory_order        # the usual script per host-memory mechanism
+python -m benchmarks.scaling --out s.json     # serving and a step at 2, 4, 8, ... threads
 python -m benchmarks.report --page            # this page, from docs/benchmarks/*.json
 ```
 
