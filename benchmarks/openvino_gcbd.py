@@ -19,9 +19,11 @@ from jax import lax
 
 import jaxconv
 import jaxconv.testing
+from jaxconv._src.bench.machine import import_openvino
 
 
 def main() -> int:
+    import_openvino()  # before JAX starts: its import forks (machine.import_openvino)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((8, 32, 56, 56)).astype(np.float32)
     w = rng.standard_normal((4, 8, 4, 3, 3)).astype(np.float32)

@@ -21,21 +21,12 @@ if (os.environ["JAX_PLATFORMS"] == "cpu" and "xla_backend_optimization_level" no
         and os.environ.get("JAXCONV_TEST_XLA_OPT") != "default"):
     os.environ["XLA_FLAGS"] = f"{_flags} --xla_backend_optimization_level=0".strip()
 
-# `import openvino` (the oracle of tests/support/openvino_oracle.py) sends a telemetry event
-# from a thread that forks a process (openvino_telemetry). Forked after JAX's first
-# computation, that trips JAX's at-fork warning, an error under the suite's strict warnings,
-# raised at whichever test runs next on that worker. So OpenVINO is imported here, before JAX
-# starts, and its sender given a second to fork.
-try:
-    import openvino  # noqa: F401
-    import openvino_telemetry
-except ImportError:
-    pass
-else:
-    try:
-        openvino_telemetry.Telemetry().force_shutdown(1.0)
-    except Exception:  # a telemetry without it: the fork may come later
-        pass
+# OpenVINO (the oracle of tests/support/openvino_oracle.py) is imported before JAX starts, its
+# telemetry's fork done (machine.import_openvino): forked later, JAX's at-fork warning is an
+# error under the suite's strict warnings, raised at whichever test runs next on that worker.
+from jaxconv._src.bench.machine import import_openvino  # noqa: E402
+
+import_openvino()
 
 import jax  # noqa: E402
 

@@ -55,3 +55,21 @@ def test_inference_part_writes_its_rows(tmp_path):
     (row,) = json.loads(out.read_text())["inference"]
     assert row["model"] == "mnist_cnn" and row["batch"] == 1
     assert set(row["median_ms"]) == {"lax", "accelerate"}
+
+
+def test_openvinos_telemetry_forks_before_jax_starts(tmp_path):
+    """``import openvino`` forks a process (its telemetry): the benchmark imports it before
+    JAX's backends start (machine.import_openvino), so JAX never warns of a fork (a deadlock
+    risk, and the parent's pages copy-on-write while contenders are timed)."""
+    import subprocess
+    import sys
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxconv._src.bench.model_run", "--parts", "inference",
+         "--inference-models", "mnist_cnn", "--inference-batches", "1", "--inference-rounds",
+         "1", "--inference-calls", "1", "--inference-contenders", "lax", "openvino",
+         "--out", str(tmp_path / "inference.json")],
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "os.fork()" not in done.stderr, done.stderr[-3000:]
+    (row,) = json.loads((tmp_path / "inference.json").read_text())["inference"]
+    assert row["agrees"]["openvino"], row["gap"]

@@ -124,13 +124,31 @@ def torch_info() -> dict[str, Any]:
             "threads": torch.get_num_threads()}
 
 
-def openvino_version() -> str | None:
-    """The OpenVINO runtime's version (the serving benchmark's contender), or None."""
+def import_openvino() -> Any | None:
+    """The ``openvino`` module with its import's telemetry sent, or None where it is not installed.
+
+    ``import openvino`` sends a telemetry event from a thread that forks a process (the
+    openvino_telemetry package's sender). A fork of a process whose JAX backends run can
+    deadlock it (JAX warns at the fork, an error under strict warnings), and it makes the
+    parent's pages copy-on-write while contenders are timed. So a process that uses OpenVINO
+    calls this before JAX's first computation: the sender is given a second to finish.
+    """
     try:
         import openvino  # type: ignore[import-untyped]
     except ImportError:
         return None
-    return str(openvino.__version__).split("-")[0]
+    try:
+        import openvino_telemetry  # type: ignore[import-untyped]
+        openvino_telemetry.Telemetry().force_shutdown(1.0)
+    except Exception:  # noqa: BLE001 -- no telemetry package, or one without it: nothing to wait for
+        pass
+    return openvino
+
+
+def openvino_version() -> str | None:
+    """The OpenVINO runtime's version (the serving benchmark's contender), or None."""
+    openvino = import_openvino()
+    return None if openvino is None else str(openvino.__version__).split("-")[0]
 
 
 def commit() -> str | None:

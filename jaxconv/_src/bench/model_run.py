@@ -210,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
             kept_by_call = host_memory.keep_freed_memory()
         except RuntimeError:  # a caller (a test) whose JAX backends exist: its own settings
             pass
+    if "inference" in args.parts and "openvino" in args.inference_contenders:
+        machine.import_openvino()  # before JAX starts: its import forks (machine.import_openvino)
     if (backend := jax.default_backend()) != "cpu":  # starts JAX's backends
         # the contenders are CPU programs: torch's twin runs on the CPU, and the layers and the
         # machine's peak are the CPU's
