@@ -146,9 +146,13 @@ def import_openvino() -> Any | None:
 
 
 def openvino_version() -> str | None:
-    """The OpenVINO runtime's version (the serving benchmark's contender), or None."""
-    openvino = import_openvino()
-    return None if openvino is None else str(openvino.__version__).split("-")[0]
+    """The OpenVINO runtime's version (the serving benchmark's contender), or None: from its
+    package's metadata, without importing it (which forks: :func:`import_openvino`)."""
+    import importlib.metadata
+    try:
+        return importlib.metadata.version("openvino").split("-")[0]
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def commit() -> str | None:
