@@ -77,3 +77,43 @@ def test_openvinos_telemetry_forks_before_jax_starts(tmp_path):
     assert row["agrees"]["openvino"], row["gap"]
     import openvino  # the machine record names the runtime timed, read without importing it
     assert result["machine"]["openvino"] == openvino.__version__.split("-")[0]
+
+
+def _row(model, accelerate, openvino, gap=1e-5, agrees=True):
+    return {"model": model, "batch": 1, "dtype": "float32", "description": model,
+            "median_ms": {"accelerate": accelerate, "openvino": openvino},
+            "p90_ms": {"accelerate": 2 * accelerate, "openvino": 2 * openvino},
+            "calls": {"accelerate": 20, "openvino": 20}, "gap": {"accelerate": 0.0,
+                                                                 "openvino": gap},
+            "agrees": {"accelerate": True, "openvino": agrees}}
+
+
+def test_runs_of_the_inference_part_merge_into_their_medians():
+    runs = [[_row("dcgan", 1.6, 1.35), _row("mnist_cnn", 0.2, 0.3)],
+            [_row("dcgan", 2.1, 1.36, gap=4e-4), _row("mnist_cnn", 0.3, 0.3)],
+            [_row("dcgan", 1.7, 1.34, agrees=False), _row("mnist_cnn", 0.25, 0.3)]]
+    dcgan, mnist = model_inference.merge_runs(runs)
+    assert dcgan["median_ms"] == {"accelerate": 1.7, "openvino": 1.35}
+    assert dcgan["p90_ms"] == {"accelerate": 3.4, "openvino": 2.7}
+    assert dcgan["runs_median_ms"]["accelerate"] == [1.6, 2.1, 1.7]
+    assert dcgan["spread"]["accelerate"] == pytest.approx(2.1 / 1.6)
+    assert dcgan["calls"]["openvino"] == 60
+    assert dcgan["gap"]["openvino"] == 4e-4 and not dcgan["agrees"]["openvino"]
+    assert dcgan["over_accelerate"]["openvino"] == pytest.approx(1.35 / 1.7)
+    assert mnist["median_ms"]["accelerate"] == 0.25 and mnist["agrees"]["openvino"]
+    with pytest.raises(ValueError, match="merge_runs: the runs' rows differ"):
+        model_inference.merge_runs([runs[0], runs[1][::-1]])
+
+
+@jax.numpy_dtype_promotion("standard")
+def test_the_inference_part_runs_in_processes_of_its_own(tmp_path):
+    out = tmp_path / "inference.json"
+    assert model_run.main(["--parts", "inference", "--inference-models", "mnist_cnn",
+                           "--inference-batches", "1", "--inference-rounds", "1",
+                           "--inference-calls", "2", "--inference-contenders", "lax",
+                           "accelerate", "--inference-runs", "2", "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["inference"]
+    assert row["calls"] == {"lax": 4, "accelerate": 4}
+    for k, each in row["runs_median_ms"].items():
+        assert len(each) == 2 and row["median_ms"][k] == pytest.approx(sum(each) / 2)
+    assert all(row["agrees"].values())

@@ -26,11 +26,17 @@ running statistics drawn at random so that BatchNorm is no identity), and DCGAN'
 (:class:`Generator`: transposed convolutions, which OpenVINO runs as ConvolutionBackpropData).
 Each contender's output agrees with lax's float32 output to ``TOLERANCE`` of its largest
 magnitude (``gap``), else the row says so (``agrees``).
+
+A process's medians vary more than its calls do (on a 2-core Xeon VM, DCGAN's generator at
+batch 1 took 1.6 ms a call under accelerate in some processes and 2.1 in others, OpenVINO
+1.35 in each): ``--inference-runs N`` runs the part in N processes (:func:`inference_runs`)
+and reports each contender's median over them, each process's beside it (:func:`merge_runs`).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import random
 import statistics
 import pathlib
@@ -354,6 +360,67 @@ def inference(args: Any) -> list[dict[str, Any]]:
                   + " ".join(f"{k} {m[k]:8.2f} (p90 {row['p90_ms'][k]:.2f})" for k in m)
                   + "  gaps " + ", ".join(f"{k} {g:.1e}" for k, g in row["gap"].items()),
                   flush=True)
+    return rows
+
+
+def merge_runs(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The rows of several processes (``runs``, each :func:`inference`'s rows in the same
+    order) as one: each contender's median and p90 the median over the processes, each
+    process's median (``runs_median_ms``) and the spread of them (``spread``: the slowest
+    process's median over the fastest's) beside them; the largest gap, and agreement in every
+    process."""
+    rows = []
+    for i, first in enumerate(runs[0]):
+        each = [run[i] for run in runs]
+        if any((r["model"], r["batch"], r["dtype"]) != (first["model"], first["batch"],
+                                                         first["dtype"]) for r in each):
+            raise ValueError("merge_runs: the runs' rows differ in their models, batches or "
+                             "dtypes")
+        per_run = {k: [r["median_ms"][k] for r in each] for k in first["median_ms"]}
+        med = {k: statistics.median(v) for k, v in per_run.items()}
+        row = {**first, "median_ms": med,
+               "p90_ms": {k: statistics.median(r["p90_ms"][k] for r in each) for k in med},
+               "calls": {k: sum(r["calls"][k] for r in each) for k in med},
+               "runs_median_ms": per_run,
+               "spread": {k: max(v) / min(v) for k, v in per_run.items()},
+               "gap": {k: max(r["gap"][k] for r in each) for k in first["gap"]},
+               "agrees": {k: all(r["agrees"][k] for r in each) for k in first["agrees"]}}
+        if "accelerate" in med:
+            row["over_accelerate"] = {k: v / med["accelerate"] for k, v in med.items()}
+        rows.append(row)
+    return rows
+
+
+def inference_runs(args: Any) -> list[dict[str, Any]]:
+    """:func:`inference` in ``args.inference_runs`` child processes, merged
+    (:func:`merge_runs`)."""
+    from jaxconv._src.native import library
+    cmd = [sys.executable, "-m", "jaxconv._src.bench.model_run", "--child-inference",
+           "--parts", "inference", "--inference-models", *args.inference_models,
+           "--inference-batches", *map(str, args.inference_batches),
+           "--inference-rounds", str(args.inference_rounds),
+           "--inference-calls", str(args.inference_calls),
+           "--inference-contenders", *args.inference_contenders, "--dtype", args.dtype]
+    runs = []
+    for i in range(args.inference_runs):
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"models: inference process {i + 1} failed:\n"
+                               f"{done.stderr[-3000:]}")
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        # each process must have had the lowering this one reports
+        if result["onednn"] != library.status().line():
+            raise RuntimeError("models: an inference process's CPU lowering differs from this "
+                               f"process's: {result['onednn']!r} vs {library.status().line()!r}")
+        runs.append(result["inference"])
+        print(f"inference process {i + 1} of {args.inference_runs} done", file=sys.stderr,
+              flush=True)
+    rows = merge_runs(runs)
+    for row in rows:
+        m = row["median_ms"]
+        print(f"{row['description']:16s} batch {row['batch']:2d} {args.dtype} "
+              + " ".join(f"{k} {m[k]:8.2f} (spread {row['spread'][k]:.2f})" for k in m),
+              flush=True)
     return rows
 
 

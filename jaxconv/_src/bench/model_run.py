@@ -62,7 +62,7 @@ from jaxconv._src import host_memory
 from jaxconv._src.bench import machine, models
 from jaxconv._src.bench.model_inference import CONTENDERS as INFERENCE_CONTENDERS
 from jaxconv._src.bench.model_inference import MODELS as INFERENCE_MODELS
-from jaxconv._src.bench.model_inference import inference
+from jaxconv._src.bench.model_inference import inference, inference_runs
 from jaxconv._src.bench.model_layers import layers
 from jaxconv._src.bench.model_report import runs
 from jaxconv._src.bench.model_steps import CONTENDERS, steps, steps_child
@@ -176,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="calls of each contender a round, each timed alone")
     ap.add_argument("--inference-contenders", nargs="+", choices=INFERENCE_CONTENDERS,
                     default=list(INFERENCE_CONTENDERS))
+    ap.add_argument("--inference-runs", type=int, default=1,
+                    help="processes for the inference part (default 1: this one); from 2, each "
+                         "contender's median and p90 are the median over the processes, each "
+                         "process's median beside them (a process's median varies more than "
+                         "its calls do)")
     ap.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
     ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                     help="the steps' and the per-layer table's dtype (bfloat16: the steps in "
@@ -190,8 +195,16 @@ def main(argv: list[str] | None = None) -> int:
                          "ratio beside it")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child-layers", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-inference", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--mode", choices=("usual", "kept"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if ("inference" in args.parts or args.child_inference) \
+            and "openvino" in args.inference_contenders:
+        machine.import_openvino()  # before JAX starts: its import forks (machine.import_openvino)
+    if args.child_inference:
+        from jaxconv._src.native import library
+        print(json.dumps({"onednn": library.status().line(), "inference": inference(args)}))
+        return 0
     if args.child:
         print(json.dumps(steps_child(args)))
         return 0
@@ -210,8 +223,6 @@ def main(argv: list[str] | None = None) -> int:
             kept_by_call = host_memory.keep_freed_memory()
         except RuntimeError:  # a caller (a test) whose JAX backends exist: its own settings
             pass
-    if "inference" in args.parts and "openvino" in args.inference_contenders:
-        machine.import_openvino()  # before JAX starts: its import forks (machine.import_openvino)
     if (backend := jax.default_backend()) != "cpu":  # starts JAX's backends
         # the contenders are CPU programs: torch's twin runs on the CPU, and the layers and the
         # machine's peak are the CPU's
@@ -238,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
         result["layers"] = layers(args, dtype)
     if "inference" in args.parts:
-        result["inference"] = inference(args)
+        result["inference"] = (inference(args) if args.inference_runs <= 1
+                               else inference_runs(args))
     from jaxconv._src.bench.run import results_dir
     out = args.out or results_dir() / f"models{'-nobn' if args.no_batchnorm else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
