@@ -46,13 +46,19 @@ def test_running_statistics_are_no_identity():
 
 
 @jax.numpy_dtype_promotion("standard")
-def test_inference_part_writes_its_rows(tmp_path):
+def _mnist_row(tmp_path, *options):
+    """The inference part's one row: the MNIST CNN at batch 1, lax and accelerate, one round."""
     out = tmp_path / "inference.json"
     assert model_run.main(["--parts", "inference", "--inference-models", "mnist_cnn",
                            "--inference-batches", "1", "--inference-rounds", "1",
-                           "--inference-calls", "1", "--inference-contenders", "lax",
-                           "accelerate", "--out", str(out)]) == 0
+                           "--inference-contenders", "lax", "accelerate", *options,
+                           "--out", str(out)]) == 0
     (row,) = json.loads(out.read_text())["inference"]
+    return row
+
+
+def test_inference_part_writes_its_rows(tmp_path):
+    row = _mnist_row(tmp_path, "--inference-calls", "1")
     assert row["model"] == "mnist_cnn" and row["batch"] == 1
     assert set(row["median_ms"]) == {"lax", "accelerate"}
 
@@ -105,14 +111,8 @@ def test_runs_of_the_inference_part_merge_into_their_medians():
         model_inference.merge_runs([runs[0], runs[1][::-1]])
 
 
-@jax.numpy_dtype_promotion("standard")
 def test_the_inference_part_runs_in_processes_of_its_own(tmp_path):
-    out = tmp_path / "inference.json"
-    assert model_run.main(["--parts", "inference", "--inference-models", "mnist_cnn",
-                           "--inference-batches", "1", "--inference-rounds", "1",
-                           "--inference-calls", "2", "--inference-contenders", "lax",
-                           "accelerate", "--inference-runs", "2", "--out", str(out)]) == 0
-    (row,) = json.loads(out.read_text())["inference"]
+    row = _mnist_row(tmp_path, "--inference-calls", "2", "--inference-runs", "2")
     assert row["calls"] == {"lax": 4, "accelerate": 4}
     for k, each in row["runs_median_ms"].items():
         assert len(each) == 2 and row["median_ms"][k] == pytest.approx(sum(each) / 2)
