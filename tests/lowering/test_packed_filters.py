@@ -242,6 +242,56 @@ def test_a_data_gradients_packed_filter_is_read_as_it_is(case, batch, dtype):
                    jnp.dtype(dtype))
 
 
+#: a data gradient of one example whose filter outweighs x and y over 8 times: its call
+#: splits x's channels (decisions.h, SplitsChannels), its filter packed in one part a chunk
+HEAVY = ("NXC", "XIO", 1, 128, 256, (16, 16), (4, 4), (2, 2), (1, 1), (1, 1))
+
+
+@needs_onednn
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_data_gradients_filter_packed_for_chunks_of_its_channels_is_read_in_parts(dtype):
+    """Planned for 4 pool threads (run on this machine's pool), the filter is packed as four
+    parts, one per chunk of dx's channels, each read as it is by its chunk (four packed reads
+    a call, no reorder), with the unpacked call's values."""
+    rng, w, p = _data_problem(HEAVY, 1)
+    dy = h.random(rng, Kernel.FORWARD.out_shape(p)).astype(dtype)
+    w = w.astype(dtype)
+    with library.planned_pool_threads(4):
+        bytes_, why = fused.pack(np.asarray(w), p, "onednn", Kernel.DATA)
+        assert why == ""
+        before = library.cache_stats()
+        got = _data_call(dy, w, p, (bytes_, "onednn"))
+        after = library.cache_stats()
+        unpacked = _data_call(dy, w, p, None)
+    assert after["packed_reads"] - before["packed_reads"] == 4
+    assert after["packed_reorders"] == before["packed_reorders"]
+    if dtype == "float32":
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(unpacked))  # the same sums
+    h.assert_close(got.astype(jnp.float32),
+                   _data_oracle(dy.astype(jnp.float32), w.astype(jnp.float32), p),
+                   jnp.dtype(dtype))
+
+
+@needs_onednn
+@pytest.mark.parametrize("packed_for, called_on", [(4, 2), (2, 1), (1, 2)])
+def test_a_data_gradients_filter_packed_for_other_chunks_of_channels_is_still_right(
+        packed_for, called_on):
+    """Packed in four parts and called on two chunks, in two parts and called on the team
+    (one pool thread), or whole (for the team) and called on two chunks of channels: the
+    call moves the packed filter to the caller's layout (a packed reorder) and is right."""
+    rng, w, p = _data_problem(HEAVY, 1)
+    dy = h.random(rng, Kernel.FORWARD.out_shape(p))
+    with library.planned_pool_threads(packed_for):
+        bytes_, why = fused.pack(np.asarray(w), p, "onednn", Kernel.DATA)
+    assert why == ""
+    with library.planned_pool_threads(called_on):
+        before = library.cache_stats()
+        got = _data_call(dy, w, p, (bytes_, "onednn"))
+        after = library.cache_stats()
+    assert after["packed_reorders"] > before["packed_reorders"]
+    h.assert_close(got, _data_oracle(dy, w, p), jnp.float32)
+
+
 @needs_onednn
 def test_a_filter_packed_for_one_kernel_is_an_error_of_the_other():
     """The header names the kernel: a forward's packed bytes given to a data gradient of the

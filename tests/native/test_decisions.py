@@ -60,11 +60,18 @@ def test_a_forward_of_one_example_splits_its_rows_where_they_are_outer():
     assert chunks(FORWARD, *one, data_axes=nhwc, pool_threads=8) == 6  # one per work unit
     assert chunks(FORWARD, *heavy_filter, data_axes=nhwc) == 2  # rows split all the same
     assert chunks(DATA, *one, data_axes=nhwc) == 2           # a data gradient's: x's rows
-    # a data gradient whose filter holds over 8 times x and y: one team call (each chunk of
-    # rows would read the whole filter); DCGAN's 4x4 512 -> 256 at 4x4, 85 times
-    assert chunks(DATA, *heavy_filter, data_axes=nhwc) == 0
+    # a data gradient whose filter holds over 8 times x and y: not its rows (each chunk would
+    # read the whole filter) but x's channels, equal chunks of multiples of 16 (SplitsChannels);
+    # DCGAN's 4x4 512 -> 256 at 4x4, 85 times
+    assert chunks(DATA, *heavy_filter, data_axes=nhwc) == 2  # 8.4 times
     dcgan = ((1, 8, 8, 256), (1, 4, 4, 512), (512, 256, 4, 4))
-    assert chunks(DATA, *dcgan, data_axes=nhwc) == 0
+    assert chunks(DATA, *dcgan, data_axes=nhwc) == 2
+    assert chunks(DATA, *dcgan, data_axes=nhwc, pool_threads=8) == 8   # 32 channels each
+    assert chunks(DATA, *dcgan, data_axes=nhwc, pool_threads=3) == 2   # 3 do not divide 256
+    assert chunks(DATA, *dcgan, data_axes=nhwc, pool_threads=1) == 0   # one thread: the team
+    assert chunks(DATA, (1, 256, 8, 8), (1, 512, 4, 4), (512, 256, 4, 4)) == 0  # NCHW: the team
+    odd = ((1, 8, 8, 48), (1, 4, 4, 512), (512, 48, 4, 4))   # 48 channels: not two of 16s
+    assert chunks(DATA, *odd, data_axes=nhwc) == 0
     assert chunks(FORWARD, *dcgan, data_axes=nhwc) == 2
     assert chunks(WEIGHT, *one, data_axes=nhwc) == 0         # a weight gradient: the team
     assert chunks(FORWARD, *one) == 0                        # NCHW: rows are not contiguous

@@ -210,6 +210,29 @@ def test_a_batch_below_the_pool_threads_runs_as_chunks_of_its_examples_rows(spec
         assert mine and all(c["threading"] == "single" for c in mine), (kernel, mine)
 
 
+# one example's data gradient whose filter holds over 8 times the elements of x and y
+# (decisions.h, kRowsFilterRatio): DCGAN's 4x4 stride-2 256 -> 128 at 8x8, 10.7 times
+HEAVY_DATA = (2, "NXC", "XIO", 1, 128, 256, (16, 16), (4, 4), (2, 2), (1, 1), (1, 1), (1, 1))
+
+
+@needs_onednn
+@pytest.mark.parametrize("threads", [2, 4])
+def test_one_examples_data_gradient_with_a_heavy_filter_runs_as_chunks_of_its_channels(
+        threads):
+    """Planned for 2 or 4 pool threads (run on this machine's pool), the data gradient splits
+    x's channels, not its rows (each chunk of rows would read the whole filter: decisions.h,
+    SplitsChannels): dx equals the oracle's, and each chunk's problem is one example of x's
+    channels / threads, single-threaded, its filter the caller's part of it."""
+    x, w, dy, attrs, (_, dx_ref, _) = _problem(HEAVY_DATA, seed=9, batch=1)
+    with library.planned_pool_threads(threads):
+        dx = jaxconv.convolution_backward_data(dy, w, x.shape, **attrs, lowering="onednn")
+    h.assert_close(dx, dx_ref, jnp.float32)
+    part = x.shape[3] // threads
+    mine = [c for c in library.choices() if c["kernel"] == "data"
+            and c["x"] == (*x.shape[:3], part) and c["w"] == (*w.shape[:2], part, w.shape[3])]
+    assert mine and all(c["threading"] == "single" for c in mine), library.choices()[:3]
+
+
 # a batch-1 1x1 layer (MobileNetV2's 14x14 192 -> 64): oneDNN's 1x1 kernel takes the caller's
 # XIO filter as it is, where its filter reorder took as long as the products
 POINTWISE = (2, "NXC", "XIO", 1, 192, 64, (14, 14), (1, 1), (1, 1), (1, 1), (0, 0), (0, 0))

@@ -17,6 +17,22 @@ bool RowsOuter(const Problem& p) {
 
 bool SplitsRows(const Problem& p) { return RowsOuter(p) && p.x_dims[0] == 1; }
 
+namespace {
+
+// A data gradient whose filter outweighs x and y kRowsFilterRatio times.
+bool HeavyFilter(const Problem& p) {
+  return p.kernel == Kernel::kData &&
+         Elements(p.w_dims) > kRowsFilterRatio * (Elements(p.x_dims) + Elements(p.y_dims));
+}
+
+}  // namespace
+
+bool SplitsChannels(const Problem& p) {
+  const int64_t rank = static_cast<int64_t>(p.x_dims.size());
+  return SplitsRows(p) && HeavyFilter(p) && p.groups == 1 && p.post_ops.empty() &&
+         p.data_axes[1] == rank - 1 && p.x_dims.back() % (2 * kChannelBlock) == 0;
+}
+
 bool SplitsExampleRows(const Problem& p, int64_t chunks) {
   return RowsOuter(p) && p.x_dims[0] > 1 && chunks > p.x_dims[0];
 }
@@ -81,12 +97,16 @@ int64_t ExampleChunks(const Problem& p, int64_t threads, double work) {
   // in two beats the OpenMP team (docs/onednn.md, "Threads")
   const int64_t by_work =
       std::max<int64_t>(work >= kRowsMinUnits ? 2 : 1, static_cast<int64_t>(work));
+  if (HeavyFilter(p)) {  // each chunk of rows would read the whole filter: x's channels
+    if (!SplitsChannels(p)) return 0;
+    const int64_t c = p.x_dims.back();
+    int64_t n = std::min<int64_t>({threads, by_work, c / kChannelBlock});
+    while (n > 1 && c % (n * kChannelBlock) != 0) --n;
+    return n > 1 ? n : 0;
+  }
   const int64_t along = p.kernel == Kernel::kForward ? p.y_dims[1] : p.x_dims[1];
   const int64_t n = std::min<int64_t>({threads, along, by_work});
   if (n == 1 && work >= 1) return 0;  // one large example that no rows split: OpenMP's team
-  if (p.kernel == Kernel::kData &&
-      Elements(p.w_dims) > kRowsFilterRatio * (Elements(p.x_dims) + Elements(p.y_dims)))
-    return 0;  // each chunk of rows would read the whole filter
   for (int64_t i = 0; n > 1 && i < n; ++i)  // a chunk of pads alone: the team
     if (!RowChunk(p, i * along / n, (i + 1) * along / n).ok()) return 0;
   return n;

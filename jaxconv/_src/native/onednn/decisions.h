@@ -67,14 +67,26 @@ void MergePixels(Problem& p);
 struct RowSpan {
   int64_t x_begin = 0, x_end = 0, y_begin = 0, y_end = 0, pad_begin = 0, pad_end = 0;
   int64_t example = 0;  // the example whose rows these are (SplitsExampleRows)
+  int64_t c_begin = 0, c_end = 0;  // a chunk of x's channels instead (SplitsChannels)
   bool ok() const;
 };
 RowSpan RowChunk(const Problem& p, int64_t begin, int64_t end);
 
 // A data gradient of one example whose filter holds more than this many times the elements of
-// x and y together runs as one OpenMP call, not as chunks of rows (each chunk would read the
-// whole filter): DCGAN's 4x4 512 -> 256 at 4x4 (85 times) took 2.0 ms as rows, 1.1 on the team.
+// x and y together does not split its rows (each chunk would read the whole filter): DCGAN's
+// 4x4 512 -> 256 at 4x4 (85 times) took 2.0 ms as rows, 1.1 on the team. It splits x's
+// channels (SplitsChannels), or runs as one OpenMP call.
 constexpr double kRowsFilterRatio = 8;
+
+// Such a data gradient (a served transposed convolution of a generator or decoder) in
+// channels-last buffers, of one group, runs as chunks of x's channels, each a multiple of
+// kChannelBlock and all equal: a chunk computes its channels from all of y and its part of
+// the filter, into a buffer of its own that it then copies into x, so that each thread reads
+// its share of the filter, as the team's threads would, without the team (its hand-off to
+// and from our master thread, its workers spinning after it beside the pool's next chunks:
+// docs/onednn.md, "Threads").
+constexpr int64_t kChannelBlock = 16;
+bool SplitsChannels(const Problem& p);
 
 // How a call of `p` runs: 0 as one OpenMP call; n >= 1 as n chunks of the batch (or of y's
 // rows: SplitsRows) on XLA's pool of `pool_threads` threads (1: whole, single-threaded, on the
@@ -91,7 +103,9 @@ constexpr double kRowsFilterRatio = 8;
 //     unit (one example, one row, one pool thread: then one OpenMP call), or the
 //     filter outweighs a chunk's activations (each chunk would reorder the whole filter: one
 //     OpenMP call reorders it once); one example's data gradient by rows unless its filter
-//     outweighs x and y kRowsFilterRatio times.
+//     outweighs x and y kRowsFilterRatio times; then by x's channels (SplitsChannels), one
+//     chunk per whole unit (two from kRowsMinUnits on), at most one per pool thread and
+//     kChannelBlock channels, as many as divide the channels evenly.
 int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp);
 
 // Whether a caller that has waited `waited` for `chunks - finished` chunks goes on spinning.

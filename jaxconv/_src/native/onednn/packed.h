@@ -18,11 +18,14 @@
 // the trial runs as tap products reads its filter in place and is not packed), created as
 // the call's threads will run it (Chunks: its first chunk single-threaded, or the whole
 // problem on the team; oneDNN blocks a filter by the threads that share it: a 1x1 1024 -> 512
-// at 14x14 is Acdb64a on the team and Acdb48a on one thread), without post-ops. The header
-// names both, so that the call creates the primitives the filter was packed for without a
-// trial of its own. A call whose primitive wants another layout (another thread count than
-// the pack saw) moves the packed filter to the caller's layout and on as an unpacked one,
-// each call: slower, never wrong; a header that does not match the call is an error.
+// at 14x14 is Acdb64a on the team and Acdb48a on one thread), without post-ops; a data
+// gradient split into chunks of x's channels (decisions.h, SplitsChannels) in parts, one per
+// chunk, each chunk's part of the filter in its chunk's primitive's layout (PackedParts).
+// The header names both, so that the call creates the primitives the filter was packed for
+// without a trial of its own. A call whose primitive wants another layout (another thread
+// count than the pack saw) moves the packed filter to the caller's layout and on as an
+// unpacked one, each call (Unpacked, where parts are involved): slower, never wrong; a
+// header that does not match the call is an error.
 #pragma once
 
 #include <atomic>
@@ -58,6 +61,16 @@ extern std::atomic<int64_t> packed_reads, packed_reorders;
 // builds it, the filter's dims included) on activations `where`, for a call of `chunks`
 // (Chunks), has.
 std::shared_ptr<Entry> PackedEntry(const Problem& p, Activations where, int64_t chunks);
+
+// The parts a filter packed for `p` and `chunks` holds, one after another in the same layout:
+// one per chunk of a call split by x's channels (SplitsChannels: each chunk's part of the
+// filter, packed for its chunk's primitive), else one (the whole filter).
+int64_t PackedParts(const Problem& p, int64_t chunks);
+
+// The packed filter `w` of `p` (packed for `chunks`, each part in `layout`) in the caller's
+// layout, in this thread's buffer: for a call whose chunks differ from the pack's where
+// either splits x's channels (whose parts no other call's primitive reads).
+void* Unpacked(const Problem& p, int64_t chunks, void* w, const memory::desc& layout);
 
 // Reads the header of the packed filter `w` of `bytes` bytes into `p` (its filter dims and
 // `packed`) and `chunks`, and points `w` at the filter; "" where it is one for `p`'s kernel,

@@ -131,7 +131,8 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
     memory::desc layout;  // a packed filter's (packed.h)
     if (packed) {
       layout = PackedEntry(p, static_cast<Activations>(p.packed), packed_chunks)->prim_w;
-      if (layout.get_size() + sizeof(PackedHeader) != b.size_bytes())
+      if (PackedParts(p, packed_chunks) * layout.get_size() + sizeof(PackedHeader) !=
+          b.size_bytes())
         throw std::invalid_argument("the packed filter's size differs from its layout's");
     }
     const memory::desc* in = packed ? &layout : nullptr;
@@ -140,6 +141,13 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
     const int64_t pool_threads = PlannedPoolThreads(pool.num_threads());
     SeePoolThreads(pool_threads);
     const int64_t chunks = threads == 1 ? 1 : Chunks(p, pool_threads, Omp().ok());
+    // packed in parts for chunks of x's channels, or whole for a call that splits them:
+    // the caller's layout, each call (slower, never wrong: packed.h)
+    if (packed && chunks != packed_chunks &&
+        (PackedParts(p, packed_chunks) > 1 || PackedParts(p, chunks) > 1)) {
+      w = Unpacked(p, packed_chunks, w, layout);
+      in = nullptr;
+    }
     if (chunks == 1) {  // whole, on the calling thread: no job to share with the pool
       RunSingleThreaded(p, x, y, w, operands, in);
     } else if (chunks > 1) {

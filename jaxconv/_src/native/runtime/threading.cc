@@ -10,7 +10,9 @@
 #include <memory>
 #include <thread>
 #include <algorithm>
+#include <cstring>
 
+#include "buffers.h"
 #include "cache.h"
 #include "decisions.h"
 #include "execute.h"
@@ -89,6 +91,13 @@ struct Job {  // shared by the caller and its tasks
 
 Problem ChunkProblem(const Problem& p, int64_t i, int64_t chunks, RowSpan* span) {
   Problem q = p;
+  if (SplitsChannels(p)) {  // x's channels [begin, end), equal chunks (decisions.h)
+    const int64_t c = p.x_dims.back();
+    *span = RowSpan{};
+    span->c_begin = i * c / chunks, span->c_end = (i + 1) * c / chunks;
+    q.x_dims.back() = q.w_dims[p.filter_axes[1]] = span->c_end - span->c_begin;
+    return q;
+  }
   int64_t example = 0;
   if (SplitsExampleRows(p, chunks)) {  // example i / r's rows, part i % r of r
     const int64_t r = chunks / p.x_dims[0];
@@ -112,10 +121,55 @@ Problem ChunkProblem(const Problem& p, int64_t i, int64_t chunks, RowSpan* span)
   return q;
 }
 
+void CopySlice(bool gather, void* whole, void* part, const std::vector<int64_t>& dims,
+               size_t axis, int64_t begin, int64_t end, size_t bytes) {
+  size_t outer = 1, inner = bytes;
+  for (size_t a = 0; a < axis; ++a) outer *= dims[a];
+  for (size_t a = axis + 1; a < dims.size(); ++a) inner *= dims[a];
+  const size_t run = (end - begin) * inner, stride = dims[axis] * inner;
+  auto* w = static_cast<char*>(whole) + begin * inner;
+  auto* q = static_cast<char*>(part);
+  for (size_t o = 0; o < outer; ++o, w += stride, q += run)
+    gather ? std::memcpy(q, w, run) : std::memcpy(w, q, run);
+}
+
 namespace {
+
+// Chunk i of a data gradient split by x's channels (SplitsChannels): all of y and its part of
+// the filter (the packed filter's i-th part, or the caller's gathered) into this thread's
+// buffer, then into x's channels.
+void RunChannelChunk(Job& job, int64_t i) {
+  RowSpan span;
+  Problem q = ChunkProblem(job.p, i, job.chunks, &span);
+  const size_t bytes = ElementSize(q.dtype);
+  thread_local Buffer out, filter;
+  void* x = out.Get(static_cast<size_t>(Elements(q.x_dims)) * bytes);
+  void* w;
+  if (job.packed != nullptr) {
+    w = job.w + i * job.packed->get_size();
+  } else {
+    w = filter.Get(static_cast<size_t>(Elements(q.w_dims)) * bytes);
+    CopySlice(true, job.w, w, job.p.w_dims, job.p.filter_axes[1], span.c_begin, span.c_end,
+              bytes);
+  }
+  RunSingleThreaded(q, x, job.y, w, {}, job.packed);
+  CopySlice(false, job.x, x, job.p.x_dims, job.p.x_dims.size() - 1, span.c_begin, span.c_end,
+            bytes);
+  out.Trim();
+  filter.Trim();
+}
 
 // Chunk i: its examples (or rows) of x and y (and of a tensor post-op operand).
 void RunChunk(Job& job, int64_t i) {
+  if (SplitsChannels(job.p)) {
+    try {
+      RunChannelChunk(job, i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(job.mu);
+      if (!job.error) job.error = std::current_exception();
+    }
+    return;
+  }
   RowSpan span;
   Problem q = ChunkProblem(job.p, i, job.chunks, &span);
   const size_t bytes = ElementSize(q.dtype);

@@ -5,7 +5,10 @@
 // - a forward or data gradient whose batch splits runs as chunks of the batch on XLA's pool,
 //   one single-threaded primitive per thread (that thread's OpenMP thread count set to 1); one
 //   example's, as chunks of its rows (decisions.h, SplitsRows); a batch of fewer examples
-//   than the pool's threads, as chunks of each example's rows (SplitsExampleRows);
+//   than the pool's threads, as chunks of each example's rows (SplitsExampleRows); one
+//   example's data gradient whose filter outweighs its activations, as chunks of x's
+//   channels (SplitsChannels), each chunk's filter the caller's part of it (or its own
+//   packed part: packed.h);
 // - a weight gradient, and the rest, as one call on oneDNN's OpenMP team, which one thread of
 //   ours starts for every such call (team.h).
 // A call that uses the whole machine takes one lock (RunMutex), so that an OpenMP team never
@@ -50,9 +53,14 @@ void RunSingleThreaded(Problem& q, void* x, void* y, void* w,
                        const std::vector<void*>& sides = {},
                        const memory::desc* packed = nullptr);
 
-// Chunk `i` of `chunks` of `p`'s batch (or rows, or its examples' rows): its problem, and its
-// span of x and y (and its example).
+// Chunk `i` of `chunks` of `p`'s batch (or rows, or its examples' rows, or x's channels):
+// its problem, and its span of x and y (and its example; or its channels).
 Problem ChunkProblem(const Problem& p, int64_t i, int64_t chunks, RowSpan* span);
+
+// Between `whole`, a row-major buffer of `dims` (elements of `bytes` bytes), and `part`, the
+// dense one of its elements [begin, end) along `axis`: into the part (`gather`), or back.
+void CopySlice(bool gather, void* whole, void* part, const std::vector<int64_t>& dims,
+               size_t axis, int64_t begin, int64_t end, size_t bytes);
 
 // Runs `p` as `chunks` chunks of its batch (or of rows: decisions.h, SplitsRows) on XLA's
 // `pool` and the calling thread (a tensor post-op operand split with y).
