@@ -196,6 +196,18 @@ def test_spin_lasts_until_the_chunks_end_or_200_us():
     assert fn(1, 2, 200_000) == 0      # kSpin: then asleep
 
 
+def test_pool_threads_linger_after_split_calls_within_50_us_while_the_team_is_idle():
+    fn = LIB.jaxconv_onednn_decide_linger
+    fn.argtypes = [I64, I64]
+    quiet = 10**12                        # no team call for a thousand seconds
+    assert fn(5_000, quiet) == 1          # a batch-1 forward's calls: 5-20 us apart
+    assert fn(49_999, quiet) == 1
+    assert fn(50_000, quiet) == 0         # kLingerGap: XLA's own work between them
+    assert fn(90_000, quiet) == 0         # a training step's closest
+    assert fn(5_000, 19_999_999) == 0     # a team call within kLingerAfterTeam (20 ms)
+    assert fn(5_000, 20_000_000) == 1
+
+
 def test_trial_races_times_and_keeps_the_layout_that_moves_least_within_the_margin():
     racing = (ctypes.c_int * 3)()
     LIB.jaxconv_onednn_decide_racing(_arr(ctypes.c_double, [0.001, 0.0035, 0.05]), 3, racing)

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import jax
 import jax.numpy as jnp
@@ -208,6 +209,76 @@ def test_a_batch_below_the_pool_threads_runs_as_chunks_of_its_examples_rows(spec
         mine = [c for c in library.choices() if c["kernel"] == kernel and c["w"] == w.shape
                 and c["x"][2:] == x.shape[2:] and c["x"][0] == 1 and c["x"][1] < x.shape[1]]
         assert mine and all(c["threading"] == "single" for c in mine), (kernel, mine)
+
+
+def _chain_of_split_calls(depth: int):
+    """A batch-1 forward's chain: `depth` 3x3 64 -> 64 convolutions at 14x14 (about 3.5 work
+    units each: every one split into chunks of rows), one jitted program, its float64 oracle;
+    and the same chain after a weight gradient on the OpenMP team that it waits for."""
+    rng = np.random.default_rng(41)
+    x = rng.standard_normal((1, 14, 14, 64)).astype(np.float32)
+    ws = [(rng.standard_normal((3, 3, 64, 64)) / 24).astype(np.float32) for _ in range(depth)]
+
+    def chain(x, ws):
+        for w in ws:
+            x = jaxconv.convolution(x, w, pads_begin=1, pads_end=1, lowering="onednn")
+        return x
+
+    def after_team(x, ws):
+        xs = jnp.tile(x, (8, 1, 1, 1))
+        dw = jaxconv.convolution_backward_weights(xs, xs, ws[0].shape, pads_begin=1,
+                                                  pads_end=1, lowering="onednn")
+        return chain(x + 0 * jnp.sum(dw), ws)  # after the team call
+    want = x.astype(np.float64)
+    for w in ws:
+        want = np.asarray(lax.conv_general_dilated(
+            want, w.astype(np.float64), (1, 1), [(1, 1), (1, 1)],
+            dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=HIGHEST))
+    return (jax.jit(chain), jax.jit(after_team), jnp.asarray(x), [jnp.asarray(w) for w in ws],
+            want)
+
+
+@needs_onednn
+def test_pool_threads_linger_between_a_forwards_split_calls_and_only_there():
+    """A batch-1 forward's split calls, microseconds apart, hand their chunks to the pool
+    threads still waiting after the previous call (linger.h; ``lingered_jobs``), and compute
+    what they compute without (``library.lingering(0)``); calls a millisecond apart (XLA's
+    own work between them, as in a training step), or right after a call on the OpenMP team,
+    leave no thread waiting (decisions.h, Lingers)."""
+    with jax.enable_x64():
+        chain, after_team, x, ws, want = _chain_of_split_calls(6)
+    with library.planned_pool_threads(4):  # split on any machine: 4 chunks on its pool
+        h.assert_close(chain(x, ws), want, jnp.float32)  # its first calls' trials: the team
+        after_team(x, ws).block_until_ready()
+        time.sleep(0.03)  # the team idle (kLingerAfterTeam)
+        before = library.cache_stats()["lingered_jobs"]
+        for _ in range(20):
+            got = chain(x, ws)
+        h.assert_close(got, want, jnp.float32)
+        assert library.cache_stats()["lingered_jobs"] > before
+        with library.lingering(0):
+            time.sleep(0.01)  # the threads still waiting leave
+            before = library.cache_stats()["lingered_jobs"]
+            for _ in range(5):
+                got = chain(x, ws)
+            assert library.cache_stats()["lingered_jobs"] == before
+        h.assert_close(got, want, jnp.float32)
+        before = library.cache_stats()["lingered_jobs"]
+        for _ in range(5):  # each chain right after its team call
+            got = after_team(x, ws)
+        assert library.cache_stats()["lingered_jobs"] == before
+        h.assert_close(got, want, jnp.float32)
+        one = jax.jit(lambda x, w: jaxconv.convolution(x, w, pads_begin=1, pads_end=1,
+                                                       lowering="onednn"))
+        one(x, ws[0]).block_until_ready()
+        time.sleep(0.03)
+        # threads that lingered would still wait after a millisecond: none lingers
+        with library.lingering(100_000):
+            before = library.cache_stats()["lingered_jobs"]
+            for _ in range(10):
+                one(x, ws[0]).block_until_ready()
+                time.sleep(0.001)
+            assert library.cache_stats()["lingered_jobs"] == before
 
 
 # one example's data gradient whose filter holds over 8 times the elements of x and y

@@ -247,10 +247,12 @@ def cache_stats() -> dict[str, int]:
     moved the filter into oneDNN's blocked layout by jaxconv's own transpose
     (``filter_transposes``) and the weight gradients copied out of it by jaxconv's own copy
     (``filter_copies``), and the calls that read a packed filter as it is (``packed_reads``)
-    or reordered it into their primitive's layout (``packed_reorders``: :func:`pack_filter`);
-    zeros when not loaded."""
+    or reordered it into their primitive's layout (``packed_reorders``: :func:`pack_filter`),
+    and the jobs of split calls that pool threads still waiting after the last one took
+    without a wake-up (``lingered_jobs``: docs/onednn.md, "Threads"); zeros when not loaded."""
     names = ("entries", "capacity", "hits", "misses", "reference_skipped", "reference_trials",
-             "filter_transposes", "filter_copies", "packed_reads", "packed_reorders")
+             "filter_transposes", "filter_copies", "packed_reads", "packed_reorders",
+             "lingered_jobs")
     if not status().available:
         return dict.fromkeys(names, 0)
     out = (ctypes.c_int64 * len(names))()
@@ -360,6 +362,23 @@ def planned_pool_threads(threads: int) -> Iterator[None]:
         yield
     finally:
         plan(ctypes.c_int64(0))
+
+
+@contextlib.contextmanager
+def lingering(microseconds: float) -> Iterator[None]:
+    """Inside it, the pool threads that ran a split call's chunks wait ``microseconds`` for the
+    next one's (0: not at all) instead of the rule's ``kLinger``: the in-process A/B of
+    ``benchmarks/onednn_linger.py`` (docs/onednn.md, "Threads"). The results are the same;
+    only which threads run the chunks, and when, differ."""
+    if not status().available:
+        yield
+        return
+    set_linger = _HANDLES[-1].jaxconv_onednn_set_linger
+    set_linger(ctypes.c_int64(round(microseconds * 1000)))
+    try:
+        yield
+    finally:
+        set_linger(ctypes.c_int64(-1))
 
 
 #: the kernels and the dtypes a filter is packed for, as ``jaxconv_onednn_pack_filter``

@@ -177,6 +177,10 @@ bool KeepSpinning(int64_t finished, int64_t chunks, std::chrono::nanoseconds wai
   return finished < chunks && waited < kSpin;
 }
 
+bool Lingers(std::chrono::nanoseconds gap, std::chrono::nanoseconds since_team) {
+  return gap < kLingerGap && since_team >= kLingerAfterTeam;
+}
+
 std::vector<bool> Racing(const std::vector<double>& warmup) {
   const double fastest = *std::min_element(warmup.begin(), warmup.end());
   std::vector<bool> racing(warmup.size());

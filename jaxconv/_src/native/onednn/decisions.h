@@ -36,6 +36,22 @@ constexpr double kMinChunkBytes = double{1 << 20};
 constexpr double kRowsMinUnits = 0.25;
 // The caller, its own chunk done, spins this long for the others before it sleeps.
 constexpr std::chrono::microseconds kSpin{200};
+// A pool thread whose chunks are done waits this long for the next split call's job before it
+// returns to XLA's pool, where it soon sleeps: the next call's task then waits for a wake-up
+// (20-50 us on a KVM guest), and in some processes the woken thread took the caller's core
+// while the caller waited to run, so that both chunks ran one after the other (DCGAN's
+// generator at batch 1 1.44-1.92 ms a forward across processes, 1.29-1.39 lingering) ...
+constexpr std::chrono::microseconds kLinger{200};
+// ... where the split calls come this close: the previous one ended less than kLingerGap
+// before this one started (Lingers). A batch-1 forward's calls come 5-20 us apart; a training
+// step's have XLA's own work between them (ResNet-18's at batch 8: 90 us to 50 ms apart),
+// which a waiting thread would slow.
+constexpr std::chrono::microseconds kLingerGap{50};
+// ... and only once no call has run on the OpenMP team for this long (the team's master then
+// releases its pool: team.h, kTeamIdle): a waiting thread beside a team's threads shares the
+// cores with them (ResNet-18's batch-1 forward, ten Winograd calls on the team among its split
+// calls, took 9% longer with lingering threads).
+constexpr std::chrono::milliseconds kLingerAfterTeam{20};
 
 // A problem's work in units of the least worth a thread of its own.
 double WorkUnits(const Problem& p);
@@ -110,6 +126,10 @@ int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp);
 
 // Whether a caller that has waited `waited` for `chunks - finished` chunks goes on spinning.
 bool KeepSpinning(int64_t finished, int64_t chunks, std::chrono::nanoseconds waited);
+// Whether the pool threads that run a split call's chunks linger after them (kLinger): the
+// call started `gap` after the previous split call ended and `since_team` after the last
+// team call started.
+bool Lingers(std::chrono::nanoseconds gap, std::chrono::nanoseconds since_team);
 
 // ---- Fused chains (docs/onednn.md, "Fused chains") ----
 

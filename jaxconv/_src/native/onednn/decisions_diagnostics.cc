@@ -7,6 +7,7 @@
 
 #include "decisions.h"
 #include "filter_move.h"
+#include "linger.h"
 #include "problem.h"
 #include "threading.h"
 
@@ -50,6 +51,9 @@ int64_t jaxconv_onednn_decide_chunks(int kernel, int rank, const int64_t* x, con
 // the pool there is (threading.h, PlanForPoolThreads): the tests' stand-in for more cores.
 void jaxconv_onednn_plan_for_pool_threads(int64_t threads) { PlanForPoolThreads(threads); }
 
+// Pool threads linger `ns` after a split call's chunks (linger.h, SetLinger; < 0: kLinger).
+void jaxconv_onednn_set_linger(int64_t ns) { SetLinger(std::chrono::nanoseconds(ns)); }
+
 // Whether a `kernel` (0 forward, 1 data gradient) of x (1, x_rows, 8, 4) (NHWC) by a filter of
 // `taps` rows splits its rows (SplitsRows), and the chunk [begin, end)'s RowChunk into `span`
 // (x_begin, x_end, y_begin, y_end, pad_begin, pad_end); its ok() returned as 2 (else 0 or 1).
@@ -69,6 +73,11 @@ int jaxconv_onednn_decide_row_chunk(int kernel, int64_t x_rows, int64_t taps, in
 
 int jaxconv_onednn_decide_spin(int64_t finished, int64_t chunks, int64_t waited_ns) {
   return KeepSpinning(finished, chunks, std::chrono::nanoseconds(waited_ns)) ? 1 : 0;
+}
+
+int jaxconv_onednn_decide_linger(int64_t gap_ns, int64_t since_team_ns) {
+  return Lingers(std::chrono::nanoseconds(gap_ns), std::chrono::nanoseconds(since_team_ns)) ? 1
+                                                                                             : 0;
 }
 
 // The trial's decisions for `n` candidates: which race after warm-ups `warmup` (into

@@ -18,6 +18,7 @@
 #include "decisions.h"
 #include "execute.h"
 #include "filter_move.h"
+#include "linger.h"
 #include "packed.h"
 #include "problem.h"
 #include "trial.h"
@@ -207,6 +208,7 @@ void jaxconv_onednn_cache_stats(int64_t* out) {
   out[7] = filter_copies;
   out[8] = packed_reads;
   out[9] = packed_reorders;
+  out[10] = lingered_jobs;
 }
 
 // jaxconv's own move of a filter between the caller's XIO layout and oneDNN's blocked one

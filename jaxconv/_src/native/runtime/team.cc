@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "linger.h"
 #include "openmp.h"
 
 namespace jaxconv_onednn {
@@ -97,6 +98,7 @@ class Master {
 
 void OnTeamThread(const std::function<void()>& work) {
   static Master* master = new Master();  // never destroyed: its thread outlives main
+  DismissLingering();  // a team beside waiting pool threads would share the cores with them
   master->Run(work);
 }
 

@@ -16,6 +16,7 @@
 #include "cache.h"
 #include "decisions.h"
 #include "execute.h"
+#include "linger.h"
 #include "openmp.h"
 
 namespace jaxconv_onednn {
@@ -77,6 +78,7 @@ namespace {
 struct Job {  // shared by the caller and its tasks
   Problem p;
   int64_t chunks;
+  bool linger = false;  // whether the threads that run its chunks linger after them
   char *x, *y, *w;
   std::vector<void*> sides;
   const memory::desc* packed;
@@ -210,6 +212,16 @@ void ClaimChunks(const std::shared_ptr<Job>& job) {
   }
 }
 
+// A lingering thread's run of a job (linger.h).
+bool ClaimLingering(const std::shared_ptr<void>& job) {
+  const auto j = std::static_pointer_cast<Job>(job);
+  ClaimChunks(j);
+  return j->linger;
+}
+
+// When the last split call ended (read and written under RunMutex).
+std::chrono::steady_clock::time_point last_split_end;
+
 }  // namespace
 
 void RunOnPool(const Problem& p, int64_t chunks, xla::ffi::ThreadPool& pool, void* x, void* y,
@@ -222,13 +234,21 @@ void RunOnPool(const Problem& p, int64_t chunks, xla::ffi::ThreadPool& pool, voi
   job->w = static_cast<char*>(w);
   job->sides = sides;
   job->packed = packed;
-  for (int64_t t = 1; t < chunks; ++t) pool.Schedule([job] { ClaimChunks(job); });
+  job->linger = Lingers(std::chrono::steady_clock::now() - last_split_end, SinceTeamCall());
+  // threads still lingering after the last call first, then tasks on the pool for the rest
+  const int64_t given = OfferToLingering(ClaimLingering, job, chunks - 1);
+  for (int64_t t = 1 + given; t < chunks; ++t)
+    pool.Schedule([job] {
+      ClaimChunks(job);
+      if (job->linger) Linger();
+    });
   ClaimChunks(job);
   const auto t0 = std::chrono::steady_clock::now();
   while (KeepSpinning(job->finished.load(), job->chunks, std::chrono::steady_clock::now() - t0))
     for (int k = 0; k < 16; ++k) _mm_pause();
   std::unique_lock<std::mutex> lock(job->mu);
   job->cv.wait(lock, [&] { return job->finished == job->chunks; });
+  last_split_end = std::chrono::steady_clock::now();
   if (job->error) std::rethrow_exception(job->error);
 }
 

@@ -14,7 +14,9 @@
 // A call that uses the whole machine takes one lock (RunMutex), so that an OpenMP team never
 // runs beside another call's chunks. Chunks are claimed from a counter by the calling thread
 // and the tasks it schedules, so a call never waits for a task that has not started; the
-// caller then spins for the others (KeepSpinning) before it sleeps.
+// caller then spins for the others (KeepSpinning) before it sleeps. Pool threads still
+// lingering after the last split call (linger.h, decisions.h Lingers) take the job before
+// any task is scheduled.
 #pragma once
 
 #include <cstdint>
@@ -63,7 +65,8 @@ void CopySlice(bool gather, void* whole, void* part, const std::vector<int64_t>&
                size_t axis, int64_t begin, int64_t end, size_t bytes);
 
 // Runs `p` as `chunks` chunks of its batch (or of rows: decisions.h, SplitsRows) on XLA's
-// `pool` and the calling thread (a tensor post-op operand split with y).
+// `pool` and the calling thread (a tensor post-op operand split with y). The caller holds
+// RunMutex.
 void RunOnPool(const Problem& p, int64_t chunks, xla::ffi::ThreadPool& pool, void* x, void* y,
                void* w, const std::vector<void*>& sides = {},
                const memory::desc* packed = nullptr);
