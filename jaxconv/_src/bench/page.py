@@ -415,7 +415,9 @@ on CPU"). On the 2-core Zen 4 VM (the variables then an argument, not closed ove
 {_serving_short(_BY_TITLE["Serving on CPU"].jsons)}
 
 The same on a 2-core Intel Xeon with AVX-512 BF16 and FP16 but no AMX (its own row of the table
-of machines above), the variables closed over:
+of machines above), the variables closed over; float32 each contender's median over three
+processes (`--inference-runs 3`: a process's median varies more than its calls do), bfloat16
+one process:
 
 {_table("Serving on CPU, Intel Xeon")}
 
