@@ -304,6 +304,29 @@ def test_one_examples_data_gradient_with_a_heavy_filter_runs_as_chunks_of_its_ch
     assert mine and all(c["threading"] == "single" for c in mine), library.choices()[:3]
 
 
+# the handler's other data-gradient paths on such a filter: a strided 1x1 (its unit-stride
+# result spread onto dx's grid), and outputs whose windows read only padding (cut from dy)
+HEAVY_DATA_PATHS = [
+    (2, "NXC", "XIO", 1, 256, 2048, (4, 4), (1, 1), (2, 2), (1, 1), (0, 0), (0, 0)),
+    (2, "NXC", "XIO", 1, 64, 1024, (2, 2), (3, 3), (1, 1), (1, 1), (3, 3), (3, 3)),
+]
+
+
+@needs_onednn
+@pytest.mark.parametrize("spec", HEAVY_DATA_PATHS, ids=["spread", "padding-only"])
+def test_chunks_of_channels_keep_the_data_gradients_other_paths(spec):
+    """The spread and the cut outputs happen inside each chunk of channels as in a whole
+    call: dx equals the oracle's, computed as two chunks of half x's channels."""
+    x, w, dy, attrs, (_, dx_ref, _) = _problem(spec, seed=10, batch=1)
+    with library.planned_pool_threads(2):
+        dx = jaxconv.convolution_backward_data(dy, w, x.shape, **attrs, lowering="onednn")
+    h.assert_close(dx, dx_ref, jnp.float32)
+    part = x.shape[3] // 2
+    mine = [c for c in library.choices() if c["kernel"] == "data" and c["x"][3] == part
+            and c["w"] == (*w.shape[:2], part, w.shape[3])]
+    assert mine and all(c["threading"] == "single" for c in mine), library.choices()[:3]
+
+
 # a batch-1 1x1 layer (MobileNetV2's 14x14 192 -> 64): oneDNN's 1x1 kernel takes the caller's
 # XIO filter as it is, where its filter reorder took as long as the products
 POINTWISE = (2, "NXC", "XIO", 1, 192, 64, (14, 14), (1, 1), (1, 1), (1, 1), (0, 0), (0, 0))
