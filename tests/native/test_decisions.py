@@ -69,7 +69,8 @@ def test_a_forward_of_one_example_splits_its_rows_where_they_are_outer():
     assert chunks(DATA, *dcgan, data_axes=nhwc, pool_threads=8) == 8   # 32 channels each
     assert chunks(DATA, *dcgan, data_axes=nhwc, pool_threads=3) == 2   # 3 do not divide 256
     assert chunks(DATA, *dcgan, data_axes=nhwc, pool_threads=1) == 0   # one thread: the team
-    assert chunks(DATA, (1, 256, 8, 8), (1, 512, 4, 4), (512, 256, 4, 4)) == 0  # NCHW: the team
+    nchw = ((1, 256, 8, 8), (1, 512, 4, 4), (512, 256, 4, 4))
+    assert chunks(DATA, *nchw) == 0                          # NCHW: the team
     odd = ((1, 8, 8, 48), (1, 4, 4, 512), (512, 48, 4, 4))   # 48 channels: not two of 16s
     assert chunks(DATA, *odd, data_axes=nhwc) == 0
     assert chunks(FORWARD, *dcgan, data_axes=nhwc) == 2

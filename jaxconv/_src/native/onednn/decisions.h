@@ -40,7 +40,8 @@ constexpr std::chrono::microseconds kSpin{200};
 // returns to XLA's pool, where it soon sleeps: the next call's task then waits for a wake-up
 // (20-50 us on a KVM guest), and in some processes the woken thread took the caller's core
 // while the caller waited to run, so that both chunks ran one after the other (DCGAN's
-// generator at batch 1 1.44-1.92 ms a forward across processes, 1.29-1.39 lingering) ...
+// generator at batch 1 1.44-1.92 ms a forward across processes, 1.29-1.39 lingering; 2-core
+// Xeon VM) ...
 constexpr std::chrono::microseconds kLinger{200};
 // ... where the split calls come this close: the previous one ended less than kLingerGap
 // before this one started (Lingers). A batch-1 forward's calls come 5-20 us apart; a training
@@ -50,7 +51,7 @@ constexpr std::chrono::microseconds kLingerGap{50};
 // ... and only once no call has run on the OpenMP team for this long (the team's master then
 // releases its pool: team.h, kTeamIdle): a waiting thread beside a team's threads shares the
 // cores with them (ResNet-18's batch-1 forward, ten Winograd calls on the team among its split
-// calls, took 9% longer with lingering threads).
+// calls, took 9% longer with lingering threads on the 2-core Xeon VM).
 constexpr std::chrono::milliseconds kLingerAfterTeam{20};
 
 // A problem's work in units of the least worth a thread of its own.

@@ -69,7 +69,7 @@ namespace {
 // oneDNN's reference, packed for a call on the team, where it runs faster than the tap
 // products (PackedWins); for chunks of x's channels, each chunk's (the tap products gather
 // their part of the filter each call: DCGAN's 4x4 512 -> 256 at 4x4 in two chunks, 0.41-0.48
-// ms a chunk as tap products, 0.22 on its part packed); else null. A call split into chunks
+// ms a chunk as tap products, 0.22 on its part packed, 2-core Xeon); else null. A call split into chunks
 // of rows keeps the tap products.
 std::shared_ptr<Entry> OverTaps(const Problem& p, const std::shared_ptr<Entry>& taps,
                                 int64_t chunks) {

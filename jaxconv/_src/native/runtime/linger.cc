@@ -90,9 +90,9 @@ void Linger() {
     for (;;) {
       const int state = seat->state.load(std::memory_order_acquire);
       if (state == kAssigned) break;
-      if (state == kWaiting &&
-          (dismissals.load(std::memory_order_relaxed) != dismissed ||
-           Clock::now() - t0 >= std::chrono::nanoseconds(linger_ns.load(std::memory_order_relaxed)))) {
+      const std::chrono::nanoseconds limit(linger_ns.load(std::memory_order_relaxed));
+      if (state == kWaiting && (dismissals.load(std::memory_order_relaxed) != dismissed ||
+                                Clock::now() - t0 >= limit)) {
         int waiting = kWaiting;
         if (seat->state.compare_exchange_strong(waiting, kFree, std::memory_order_acq_rel))
           return;
