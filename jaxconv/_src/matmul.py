@@ -1,12 +1,15 @@
-"""Matrix products on oneDNN's matmul: the primitive ``jaxconv_matmul`` that
-:func:`jaxconv.accelerate` binds for a 2D bfloat16 ``dot_general`` (a dense layer's forward
-and both its gradients in a mixed-precision step).
+"""Matrix products on the oneDNN handler: the primitive ``jaxconv_matmul`` that
+:func:`jaxconv.accelerate` binds for a 2D ``dot_general`` of bfloat16 matrices (a dense layer's
+forward and both its gradients in a mixed-precision step) or of float32 ones where that timed
+faster (a served model's dense layer).
 
 Why. XLA:CPU computes a bfloat16 ``dot_general`` in float32: it converts both operands, runs
 the float32 product and rounds the result. oneDNN's matmul multiplies bfloat16 natively (twice
 float32's FMA rate on AVX-512 BF16 and AMX) and sums in float32: a dense layer's three
 products took 0.14-0.43 of XLA's time on a 2-core Zen 4 (``python -m benchmarks.dense_products``;
-docs/onednn.md, "Matrix products").
+docs/onednn.md, "Matrix products"). A float32 product of one row or a few (a serving batch)
+reads its weights once; XLA:CPU runs it on one thread, and the handler's sgemm in parts on
+XLA's pool reads them on every pool thread (``python -m benchmarks.dense_products --serving``).
 
 The product. ``matmul(a, b, contracting=(ca, cb))`` is ``lax.dot_general(a, b, ((ca,), (cb,)),
 ((), ()))`` of two matrices: ``a``'s free axis makes the result's rows, ``b``'s its columns.
@@ -15,11 +18,12 @@ are products of the same kind (``C = op(A) op(B)``, ``dA = ct op(B)^T``, ``dB = 
 each laid out as its operand), so derivatives of any order stay ``jaxconv_matmul`` equations,
 and ``vmap`` of one batched operand folds the batch into that operand's free axis.
 
-Where it runs on oneDNN: on the CPU, in a program on one device, not exported (a serialized
-artifact may run where the handler is not registered), for bfloat16 operands where oneDNN
-computes bfloat16 natively (``lowering/onednn.py``'s ``native_bfloat16``; the chooser
-decides: ``chooser.product_on_onednn``). Everywhere else the primitive lowers to
-``lax.dot_general``, so the values agree within bfloat16's rounding of one float32 sum.
+Where it runs on the handler: on the CPU, in a program on one device, not exported (a
+serialized artifact may run where the handler is not registered), for bfloat16 operands where
+oneDNN computes bfloat16 natively (``lowering/onednn.py``'s ``native_bfloat16``) and float32
+ones where the handler's product timed faster (the chooser decides:
+``chooser.product_on_onednn``). Everywhere else the primitive lowers to ``lax.dot_general``, so
+the values agree within the rounding of one float32 sum.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from jax.interpreters import ad, batching, mlir
 
 from jaxconv._src import lowering, primitive
 from jaxconv._src.kernel import Array, DType
-from jaxconv._src.native import library
+from jaxconv._src.lowering.onednn import matmul_call
 
 matmul_p = Primitive("jaxconv_matmul")
 
@@ -98,14 +102,7 @@ def _xla(a: Array, b: Array, *, contracting: tuple[int, int],
 
 def _onednn(a: Array, b: Array, *, contracting: tuple[int, int],
             preferred_element_type: DType) -> Array:
-    # oneDNN's C = op(A) op(B): A is M x K, stored K x M where a sums over its axis 0; B is
-    # K x N, stored N x K where b sums over its axis 1
-    ca, cb = contracting
-    out = _abstract_eval(a, b, contracting=contracting,
-                         preferred_element_type=preferred_element_type)
-    call = jax.ffi.ffi_call(library.MATMUL_TARGET, jax.ShapeDtypeStruct(out.shape, out.dtype))
-    result: Array = call(a, b, op="matmul", a_transposed=ca == 0, b_transposed=cb == 1)
-    return result
+    return matmul_call(a, b, contracting, preferred_element_type)
 
 
 _XLA_RULE = mlir.lower_fun(_xla, multiple_results=False)

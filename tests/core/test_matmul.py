@@ -1,5 +1,7 @@
-"""Matrix products on oneDNN's matmul (``jaxconv/_src/matmul.py``) and the mixed-precision
-dense layers ``jaxconv.accelerate`` runs through them.
+"""Matrix products on oneDNN's matmul (``jaxconv/_src/matmul.py``) and the dense layers
+``jaxconv.accelerate`` runs through them: bfloat16 ones where oneDNN computes bfloat16
+natively, float32 ones where the handler's sgemm in parts timed faster than XLA's product (the
+suite times nothing, so the float32 tests take that verdict: ``float32_on_onednn``).
 
 Oracles: numpy's float64 product of the same (rounded) operands, per-dtype tolerances
 (``jaxconv.testing``), and ``jax.test_util.check_grads`` to order 2 in float64 (which runs the
@@ -19,7 +21,9 @@ import pytest
 
 import jaxconv
 from jaxconv._src import matmul as mm
+from jaxconv._src.lowering import chooser
 from jaxconv._src.lowering import onednn as onednn_lowering
+from jaxconv._src.native import library
 from tests.support import helpers as h
 
 TARGET = "jaxconv_onednn_matmul"
@@ -45,6 +49,15 @@ def _calls(fn, *args) -> int:
     return jax.jit(fn).lower(*args).as_text().count(TARGET)
 
 
+@pytest.fixture
+def float32_on_onednn(monkeypatch):
+    """Every float32 product's timed choice taken as the handler's (the suite times nothing:
+    ``chooser._float32_product``); where the handler is not loaded, the test skips."""
+    if jax.default_backend() != "cpu" or not library.status().available:
+        pytest.skip("the handler's float32 products run on the CPU, with the onednn extra")
+    monkeypatch.setattr(chooser, "_float32_product", lambda *args: None)
+
+
 @pytest.mark.parametrize("contracting", CONTRACTING)
 @pytest.mark.parametrize(("dtype", "out"), [(jnp.bfloat16, None), (jnp.bfloat16, jnp.float32),
                                             (jnp.float32, None)])
@@ -64,6 +77,31 @@ def test_values_against_float64(contracting, dtype, out, m, k, n):
     h.assert_close(np.asarray(got, np.float64), _reference(a, b, contracting), out or dtype)
     native = onednn_lowering.native_bfloat16() and dtype == jnp.bfloat16
     assert _calls(fn, a, b) == (1 if native else 0)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("contracting", CONTRACTING)
+@pytest.mark.parametrize(("m", "k", "n"), [
+    (1, 1280, 1000),   # a serving batch's classifier: parts of its 1000 columns
+    (8, 3136, 250),    # the MNIST CNN's first dense layer at batch 8, an odd last part
+    (600, 700, 40),    # parts of its 600 rows (m > n)
+    (1, 33, 5),        # below a work unit: whole on the calling thread
+])
+def test_float32_products_on_the_handler_in_parts(float32_on_onednn, threads, contracting, m,
+                                                   k, n):
+    """A float32 product on the handler (its sgemm in parts of the result's rows or columns
+    on XLA's pool, planned for 2 and 3 threads) against numpy's float64 product, in each
+    layout of its operands."""
+    a, b = _operands(contracting, m, k, n, jnp.float32, seed=11)
+
+    def fn(a, b):
+        return mm.matmul(a, b, contracting)
+
+    assert _calls(fn, a, b) == 1
+    with library.planned_pool_threads(threads):
+        got = jax.jit(fn)(a, b)
+    assert got.shape == (m, n) and got.dtype == jnp.float32
+    h.assert_close(np.asarray(got, np.float64), _reference(a, b, contracting), jnp.float32)
 
 
 @pytest.mark.parametrize("contracting", CONTRACTING)
@@ -186,8 +224,10 @@ def test_accelerate_runs_bfloat16_dense_layers_on_the_matmul():
     assert _calls(grad, params, x) == 0
 
 
-def test_float32_products_run_as_written():
-    """accelerate leaves float32 products to XLA: no jaxconv_matmul, no custom call."""
+def test_float32_products_run_as_written_where_xla_is_the_choice():
+    """Where XLA's product is the choice for a float32 product (the rule, which the suite's
+    untimed choices keep), accelerate leaves it as written: no jaxconv_matmul, no custom
+    call."""
     params, x = _mlp()
 
     def grad(params, x):
@@ -196,6 +236,58 @@ def test_float32_products_run_as_written():
     x32 = x.astype(jnp.float32)
     assert _calls(jaxconv.accelerate(grad), params, x32) == 0
     assert "jaxconv_matmul" not in str(jax.make_jaxpr(jaxconv.accelerate(grad))(params, x32))
+
+
+def test_accelerate_runs_float32_dense_layers_on_the_handler_where_it_is_the_choice(
+        float32_on_onednn):
+    """Where the handler's float32 product is the choice, ``accelerate(grad(loss))`` of a
+    float32 MLP runs its two forwards, two kernel gradients and one data gradient there, and
+    ``vmap`` of the accelerated loss too: gradients and per-example losses within float32's
+    bound of float64's."""
+    params, x = _mlp(10)
+    x32 = x.astype(jnp.float32)
+
+    def loss(params, x):
+        return _mlp_loss(params, x, jnp.float32)
+
+    grad = jax.grad(loss)
+    with jax.enable_x64(True):
+        params64 = jax.tree.map(lambda v: np.asarray(v, np.float64), params)
+        want = jax.grad(_mlp_loss)(params64, np.asarray(x32, np.float64), jnp.float64)
+    got = jax.jit(jaxconv.accelerate(grad))(params, x32)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        h.assert_close(np.asarray(g, np.float64), np.asarray(w, np.float64), jnp.float32)
+    assert _calls(jaxconv.accelerate(grad), params, x32) == 5
+    xs = jnp.stack([x32, _mlp(12)[1].astype(jnp.float32)])
+    per_example = jax.jit(jax.vmap(jaxconv.accelerate(loss), (None, 0)))(params, xs)
+    with jax.enable_x64(True):
+        want = [_mlp_loss(params64, np.asarray(xs[i], np.float64), jnp.float64) for i in range(2)]
+    h.assert_close(np.asarray(per_example, np.float64), np.asarray(want), jnp.float32)
+
+
+def test_a_float32_products_choice_is_timed_and_explained(measuring):
+    """With timed choices on, a float32 product's choice between XLA's product and the
+    handler's is timed once (a "product" decision, kept for the next trace), and ``explain``
+    notes it."""
+    if not library.status().available:
+        pytest.skip("the handler's float32 products need the onednn extra")
+    rng = np.random.default_rng(13)
+    v = jnp.asarray(rng.standard_normal((1, 512)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((512, 300)), jnp.float32)
+
+    def dense(v, w):
+        return v @ w
+
+    explained = jaxconv.explain(jaxconv.accelerate(dense), v, w)
+    (decision,) = [d for d in measuring.decisions() if d.kernel == "product"]
+    assert decision.problem == "float32 [1, 512] x [512, 300], contracting [1, 0]"
+    assert decision.verdict in ("xla", "onednn") and set(decision.times_ms) == {"xla", "onednn"}
+    assert any(note.startswith(f"float32 product timed, {decision.verdict} kept")
+               for note in explained.notes), explained.notes
+    assert _calls(jaxconv.accelerate(dense), v, w) == (decision.verdict == "onednn")
+    h.assert_close(np.asarray(jax.jit(jaxconv.accelerate(dense))(v, w), np.float64),
+                   np.asarray(v, np.float64) @ np.asarray(w, np.float64), jnp.float32)
+    assert len([d for d in measuring.decisions() if d.kernel == "product"]) == 1
 
 
 def test_grad_of_accelerate_and_vmap_of_it():

@@ -414,6 +414,9 @@ def explain(fn: Callable[..., Any], *args: Any, measure: bool = False, reps: int
     notes = [f"whole program timed, {d.verdict} kept "
              f"({'the program as written' if d.verdict == 'lax' else 'accelerated'}): "
              f"{d.line()}" for d in programs]
+    notes += [f"float32 product timed, {d.verdict} kept "
+              f"({'XLA' if d.verdict == 'xla' else 'oneDNN'}): {d.line()}"
+              for d in seen if d.kernel == "product"]
     try:  # accelerate's own passes over the program, traced only: their decisions
         widened = transform.passes(closed, record=record)
         jax.make_jaxpr(lambda *a: transform.evaluate(widened.jaxpr, widened.consts, a,

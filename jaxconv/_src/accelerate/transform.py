@@ -314,7 +314,9 @@ def accelerate(fun: F, *, lowering: str = "auto") -> F:
     operation, and sums in 16 bits). A matrix product that a transpose reads (autodiff's
     gradient of a dense layer's kernel) is computed in the transposed layout; a product of two
     bfloat16 matrices runs on oneDNN's bfloat16 matmul where oneDNN computes bfloat16 natively
-    (XLA:CPU computes it in float32; docs/onednn.md, "Matrix products"). A float32 sum of a
+    (XLA:CPU computes it in float32), and one of two float32 matrices on oneDNN's sgemm in parts
+    on XLA's pool where that timed faster on the machine (a served model's dense layer, which
+    XLA:CPU runs on one thread; docs/onednn.md, "Matrix products"). A float32 sum of a
     product by a factor constant along the summed axes (autodiff's gradient of a BatchNorm's
     mean) is the factor times the sum, which XLA then shares with the program's sum of the
     same operand; a sum of an element-wise chain that other equations read too (a BatchNorm's

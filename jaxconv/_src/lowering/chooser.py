@@ -514,20 +514,68 @@ def product_why_not(a: Any, b: Any, dimension_numbers: Any,
                     preferred_element_type: DType) -> str | None:
     """Why ``dot_general(a, b, dimension_numbers)`` (abstract values) of a program on one device
     does not run on oneDNN's matmul (``onednn.product_applies``), or None where it does: what
-    ``accelerate`` reports for a product it leaves as written."""
-    return onednn.product_applies(a, b, dimension_numbers, preferred_element_type)
+    ``accelerate`` reports for a product it leaves as written. A float32 product runs there on
+    the CPU where it timed faster than XLA's on this machine (:func:`_float32_product`)."""
+    why = onednn.product_applies(a, b, dimension_numbers, preferred_element_type)
+    if why is None and np.dtype(a.dtype) == np.float32:
+        if jax.default_backend() != "cpu":
+            return (f"a float32 product runs on oneDNN on the CPU only, got default backend "
+                    f"{jax.default_backend()}")
+        why = _float32_product(a, b, dimension_numbers, preferred_element_type)
+    return why
 
 
 def product_on_onednn(a: Any, b: Any, dimension_numbers: Any, preferred_element_type: DType,
                       *, partitioned: bool = False, exported: bool = False) -> bool:
-    """Whether ``dot_general(a, b, dimension_numbers)`` (abstract values) runs on oneDNN's
-    matmul (``matmul.py``): in a program on one device that is not exported, where oneDNN
-    computes it (``onednn.product_applies``). A program that will run it keeps freed memory."""
+    """Whether ``dot_general(a, b, dimension_numbers)`` (abstract values), lowered for the CPU,
+    runs on oneDNN's matmul (``matmul.py``): in a program on one device that is not exported,
+    where oneDNN computes it (``onednn.product_applies``; a float32 one where it timed faster,
+    :func:`_float32_product`). A program that will run it keeps freed memory."""
     ours = (not partitioned and not exported and onednn.product_applies(
-        a, b, dimension_numbers, preferred_element_type) is None)
+        a, b, dimension_numbers, preferred_element_type) is None and (
+            np.dtype(a.dtype) != np.float32
+            or _float32_product(a, b, dimension_numbers, preferred_element_type) is None))
     if ours:
         keep_freed_memory("cpu")
     return ours
+
+
+#: the float32 products' contest, part of its key (a change times again)
+_FLOAT32_PRODUCT = "XLA's dot_general against the handler's sgemm in parts on XLA's pool"
+
+
+def _float32_product(a: Any, b: Any, dimension_numbers: Any,
+                     preferred_element_type: DType) -> str | None:
+    """Why a float32 product (``onednn.product_applies`` holds) stays XLA's, or None where
+    oneDNN's timed faster. XLA's product is the rule; the handler's (its sgemm in parts of
+    the result on XLA's pool: ``native/onednn/matmul.h``) replaces it where it times faster
+    by ``measured.CHALLENGER_MARGIN`` beyond noise, once per shape and machine
+    (``measured.pick_program``). A serving batch's dense layer reads its weights once and XLA
+    runs it on one thread: 1 x 1280 x 1000 took 157 us in XLA, 105 us as two parts; the MNIST
+    CNN's 1 x 3136 x 256, 170 against 67 (2-core Xeon; docs/onednn.md, "Matrix products")."""
+    (ca, cb), _ = dimension_numbers
+    contracting = (int(ca[0]), int(cb[0]))
+
+    def xla(x: Array, y: Array) -> Array:
+        out: Array = jax.lax.dot_general(x, y, dimension_numbers,
+                                         preferred_element_type=preferred_element_type)
+        return out
+
+    def ours(x: Array, y: Array) -> Array:
+        return onednn.matmul_call(x, y, contracting, preferred_element_type)
+
+    description = (f"float32 {list(a.shape)} x {list(b.shape)}, contracting "
+                   f"{list(contracting)}")
+    text = repr((_FLOAT32_PRODUCT, tuple(a.shape), tuple(b.shape), contracting,
+                 str(preferred_element_type)))
+    verdict = measured.pick_program(description, text, {"xla": xla, "onednn": ours},
+                                    (a, b), rule="xla", kind="product")
+    if verdict == "onednn":
+        return None
+    if not measured.enabled():
+        return ("timed choices are off (JAXCONV_MEASURE=0): a float32 product stays XLA's, "
+                "the rule")
+    return "XLA's float32 product timed at least as fast on this machine"
 
 
 def keep_freed_memory(backend: str = "cpu") -> None:

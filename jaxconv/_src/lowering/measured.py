@@ -568,17 +568,18 @@ def collecting() -> Iterator[list[Decision]]:
 
 
 def pick_program(description: str, text: str, calls: dict[str, Callable[..., Any]],
-                 avals: Sequence[Any], rule: str) -> str:
+                 avals: Sequence[Any], rule: str, kind: str = "program") -> str:
     """Which of two whole programs runs (``calls``: ``rule``'s, and the challenger's), each a
     function of operands of ``avals``: ``rule`` unless the other timed faster by
     :data:`CHALLENGER_MARGIN` beyond twice the standard error of the lead, round by round
     (:func:`_beats_paired`), once per program and machine (its key: ``text``, the
     program as written, hashed), as for a kernel's candidates (:func:`pick`; the chooser's
-    ``whole_program``). Operands: floats drawn at random, integers and booleans zero (an
+    ``whole_program``, and ``product_why_not`` with ``kind`` "product": a matrix product's
+    two programs). Operands: floats drawn at random, integers and booleans zero (an
     index in range). Measuring off: ``rule``."""
     if not enabled():
         return rule
-    key = "program " + hashlib.sha256(text.encode()).hexdigest()
+    key = f"{kind} " + hashlib.sha256(text.encode()).hexdigest()
 
     def measure() -> dict[str, Any]:
         rng = np.random.default_rng(0)
@@ -591,9 +592,9 @@ def pick_program(description: str, text: str, calls: dict[str, Callable[..., Any
                                _PROGRAM_ROUNDS)
         (challenger,) = (m for m in calls if m != rule)
         lead, need = _beats_paired(samples[challenger], samples[rule], CHALLENGER_MARGIN)
-        return _record("program", description, rule, challenger if lead > need else rule,
+        return _record(kind, description, rule, challenger if lead > need else rule,
                        lead, need, samples)
-    return _settled(key, tuple(calls), measure, ("program", description, ""))
+    return _settled(key, tuple(calls), measure, (kind, description, ""))
 
 
 def _round(methods: tuple[str, ...], r: int) -> list[tuple[str, bool]]:

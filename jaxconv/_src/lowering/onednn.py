@@ -143,24 +143,41 @@ def native_bfloat16() -> bool:
 def product_applies(a: Any, b: Any, dimension_numbers: Any,
                     preferred_element_type: DType) -> str | None:
     """Why ``dot_general(a, b, dimension_numbers, preferred_element_type=...)`` (abstract
-    values) is not a product ``matmul.matmul`` computes on oneDNN, or None (the chooser
-    asks: ``chooser.product_on_onednn``)."""
+    values) is not a product ``matmul.matmul`` computes on oneDNN, or None: two bfloat16
+    matrices where oneDNN computes bfloat16 natively, or two float32 ones (the chooser
+    then times it against XLA's: ``chooser.product_why_not``)."""
     (ca, cb), (ba, bb) = dimension_numbers
     if ba or bb or a.ndim != 2 or b.ndim != 2 or len(ca) != 1 or len(cb) != 1:
         return "a matmul multiplies two matrices over one axis each, without batch axes"
-    bf16 = np.dtype(jnp.bfloat16)
-    if np.dtype(a.dtype) != bf16 or np.dtype(b.dtype) != bf16:
-        return (f"oneDNN's matmul replaces XLA's for bfloat16 operands (float32 ran within "
-                f"the machine's spread of it through XLA on a 2-core Zen 4; docs/onednn.md), "
-                f"got {np.dtype(a.dtype)} and {np.dtype(b.dtype)}")
+    bf16, f32 = np.dtype(jnp.bfloat16), np.dtype(np.float32)
+    dtype = np.dtype(a.dtype)
+    if dtype not in (bf16, f32) or np.dtype(b.dtype) != dtype:
+        return (f"oneDNN's matmul multiplies two bfloat16 or two float32 matrices, got "
+                f"{np.dtype(a.dtype)} and {np.dtype(b.dtype)}")
     if preferred_element_type is not None and np.dtype(preferred_element_type) not in (
-            bf16, np.dtype(np.float32)):
-        return (f"a bfloat16 matmul returns bfloat16 or float32, got preferred_element_type "
+            dtype, f32):
+        return (f"a {dtype} matmul returns {dtype} or float32, got preferred_element_type "
                 f"{np.dtype(preferred_element_type)}")
-    if not native_bfloat16():
+    if dtype == f32 and not library.status().available:
+        return "jaxconv's handler is not loaded: XLA's product"
+    if dtype == bf16 and not native_bfloat16():
         return ("oneDNN does not compute bfloat16 natively on this CPU (or jaxconv's handler is "
                 "not loaded): XLA's float32 product")
     return None
+
+
+def matmul_call(a: Array, b: Array, contracting: tuple[int, int],
+                preferred_element_type: DType) -> Array:
+    """The handler's product of two matrices (``native/onednn/matmul.h``): ``a`` and ``b``
+    read in their layouts, ``contracting`` the axis of each that it sums over."""
+    # oneDNN's C = op(A) op(B): A is M x K, stored K x M where a sums over its axis 0; B is
+    # K x N, stored N x K where b sums over its axis 1
+    ca, cb = contracting
+    dtype = a.dtype if preferred_element_type is None else preferred_element_type
+    out = jax.ShapeDtypeStruct((a.shape[1 - ca], b.shape[1 - cb]), dtype)  # type: ignore[no-untyped-call]
+    call = jax.ffi.ffi_call(library.MATMUL_TARGET, out)
+    result: Array = call(a, b, op="matmul", a_transposed=ca == 0, b_transposed=cb == 1)
+    return result
 
 
 # Output positions whose windows read only padding (ConvProblem.padding_only_outputs: a 1x1

@@ -1,10 +1,13 @@
-"""The product rewrites: bfloat16 ones on oneDNN's matmul, and those whose result a ``transpose``
-reads computed in the transposed layout.
+"""The product rewrites: bfloat16 and float32 ones on the handler's products, and those whose
+result a ``transpose`` reads computed in the transposed layout.
 
 A 2D ``dot_general`` of bfloat16 matrices (a dense layer's forward, its data gradient and its
 kernel gradient in a mixed-precision step) binds ``jaxconv_matmul`` (``jaxconv/_src/matmul.py``),
 which runs on oneDNN's bfloat16 matmul where oneDNN computes bfloat16 natively; XLA:CPU
-computes it in float32 (:func:`product`).
+computes it in float32. One of float32 matrices binds it where the handler's product (oneDNN's
+sgemm in parts on XLA's pool) timed faster than XLA's on this machine (the chooser's
+``product_why_not``): a served model's dense layer, which XLA:CPU runs on one thread
+(:class:`Product`).
 
 Autodiff writes the gradient of a dense layer's kernel (``y = x W``, ``x``: batch x in) as
 ``transpose(dot_general(dy, x))``: the product ``dy^T x`` (out x in), then a transpose into the
@@ -80,7 +83,8 @@ def why_not(eqn: Any) -> str | None:
 
 class Product(Rewrite):
     """A ``dot_general`` of two bfloat16 matrices on oneDNN's bfloat16 matmul, where oneDNN
-    computes bfloat16 natively (:func:`onednn_product`)."""
+    computes bfloat16 natively, or of two float32 ones on the handler's product where it timed
+    faster (:func:`onednn_product`)."""
 
     name = "product"
     primitives = frozenset({"dot_general"})

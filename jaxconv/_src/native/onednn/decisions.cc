@@ -140,6 +140,16 @@ int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp) {
   return n;
 }
 
+int64_t ProductParts(int64_t m, int64_t n, int64_t k, int64_t pool_threads) {
+  const double macs = static_cast<double>(m) * n * k;
+  const double bytes = (static_cast<double>(m) * k + static_cast<double>(k) * n +
+                        static_cast<double>(m) * n) * sizeof(float);
+  const double work = std::max(macs / kMinChunkMacs, bytes / kMinChunkBytes);
+  const int64_t blocks = (std::max(m, n) + kProductBlock - 1) / kProductBlock;
+  const int64_t units = std::max<int64_t>(work >= 1 ? 2 : 1, static_cast<int64_t>(work));
+  return std::max<int64_t>(1, std::min<int64_t>({pool_threads, blocks, units}));
+}
+
 AffineRun LeadingAffine(const Problem& p) {
   AffineRun run;
   for (const PostOp& op : p.post_ops) {

@@ -132,6 +132,15 @@ bool KeepSpinning(int64_t finished, int64_t chunks, std::chrono::nanoseconds wai
 // team call started.
 bool Lingers(std::chrono::nanoseconds gap, std::chrono::nanoseconds since_team);
 
+// A float32 matrix product C (m x n) = op(A) op(B) over k (matmul.h, ProductOnPool): in how
+// many parts of C's rows (where m > n) or columns it runs on XLA's pool, each part oneDNN's
+// sgemm on one thread (1: whole on the calling thread). One part per whole work unit, two
+// from one unit on (the multiply-adds over kMinChunkMacs, or the three matrices' bytes over
+// kMinChunkBytes: a product of one or a few rows reads its weights once, memory-bound), at
+// most one per pool thread and one per kProductBlock rows or columns.
+constexpr int64_t kProductBlock = 16;
+int64_t ProductParts(int64_t m, int64_t n, int64_t k, int64_t pool_threads);
+
 // ---- Fused chains (docs/onednn.md, "Fused chains") ----
 
 // A fused forward's leading run of channel add, sub, mul and mul_rsqrt post-ops (a bias;

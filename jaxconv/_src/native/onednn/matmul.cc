@@ -1,13 +1,16 @@
 // Dense matrix products on oneDNN's matmul primitive (matmul.h).
 #include "matmul.h"
 
+#include <algorithm>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <tuple>
 #include <utility>
 
+#include "decisions.h"
 #include "execute.h"
+#include "threading.h"
 
 namespace jaxconv_onednn {
 namespace {
@@ -75,6 +78,36 @@ void Matmul(const MatmulShape& s, const void* a, const void* b, void* c) {
   Exec(e->prim, Stream(), {{DNNL_ARG_SRC, ma.get()}, {DNNL_ARG_WEIGHTS, mb.get()},
                            {DNNL_ARG_DST, mc.get()}, {DNNL_ARG_SCRATCHPAD, ms.get()}});
   scratch.Trim();
+}
+
+void ProductPart(const MatmulShape& s, const float* a, const float* b, float* c, int64_t i,
+                 int64_t parts) {
+  // [begin, end) of C's rows or columns, in whole blocks but for the last part's end
+  const bool rows = s.m > s.n;
+  const int64_t extent = rows ? s.m : s.n;
+  const int64_t blocks = (extent + kProductBlock - 1) / kProductBlock;
+  const int64_t begin = std::min(extent, blocks * i / parts * kProductBlock);
+  const int64_t end = std::min(extent, blocks * (i + 1) / parts * kProductBlock);
+  if (begin >= end) return;
+  // row-major: A is M x K (lda K), or K x M transposed (lda M); B is K x N (ldb N), or N x K
+  // transposed (ldb K); a part's rows of A (of C) start `begin` rows (or columns) in, and
+  // its columns of B (of C) `begin` columns (or rows) in
+  const int64_t lda = s.a_transposed ? s.m : s.k, ldb = s.b_transposed ? s.k : s.n;
+  if (rows) {
+    a += s.a_transposed ? begin : begin * s.k;
+    c += begin * s.n;
+  } else {
+    b += s.b_transposed ? begin * s.k : begin;
+    c += begin;
+  }
+  const int64_t m = rows ? end - begin : s.m, n = rows ? s.n : end - begin;
+  WithOneOmpThread([&] {
+    const dnnl::status status =
+        dnnl::sgemm(s.a_transposed ? 'T' : 'N', s.b_transposed ? 'T' : 'N', m, n, s.k, 1.0f, a,
+                    lda, b, ldb, 0.0f, c, s.n);
+    if (status != dnnl::status::success)
+      throw dnnl::error(static_cast<dnnl_status_t>(status), "sgemm");
+  });
 }
 
 }  // namespace jaxconv_onednn

@@ -5,6 +5,12 @@
 // float32. One primitive per shape and dtype, made on the first call and kept (at most
 // kMatmulEntries; the least recently used goes first). A call runs on oneDNN's OpenMP team
 // under RunMutex (threading.h), as a weight gradient does.
+//
+// A float32 product (ProductOnPool) runs instead as parts of C's rows or columns on XLA's pool
+// (decisions.h, ProductParts), each part oneDNN's sgemm on one thread reading its rows of A or
+// columns of B in place: a serving batch's dense layer (one row, or a few) reads its weights
+// once and is memory-bound, and one pool thread per part reads them at the cores' combined
+// bandwidth without the team's hand-off (docs/onednn.md, "Matrix products").
 #pragma once
 
 #include <cstdint>
@@ -24,5 +30,11 @@ constexpr int kMatmulEntries = 64;
 // C = op(A) op(B) of shape `s` on the caller's buffers; throws dnnl::error where oneDNN has no
 // primitive for it.
 void Matmul(const MatmulShape& s, const void* a, const void* b, void* c);
+
+// Part `i` of `parts` of a float32 product of shape `s` (ProductParts): its rows of C where
+// s.m > s.n, else its columns (in multiples of kProductBlock), by oneDNN's sgemm on the calling
+// thread with its OpenMP thread count 1.
+void ProductPart(const MatmulShape& s, const float* a, const float* b, float* c, int64_t i,
+                 int64_t parts);
 
 }  // namespace jaxconv_onednn

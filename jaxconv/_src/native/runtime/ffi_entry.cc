@@ -276,9 +276,11 @@ JAXCONV_WINOGRAD_HANDLER(WinogradForward, false)
 JAXCONV_WINOGRAD_HANDLER(WinogradWeight, true)
 
 // C = op(A) op(B) (matmul.h): a is M x K (K x M where a_transposed), b is K x N (N x K where
-// b_transposed), out M x N; a and b float32 or bfloat16, out theirs or float32.
+// b_transposed), out M x N; a and b float32 or bfloat16, out theirs or float32. A float32
+// product runs as parts on XLA's pool (ProductParts), a bfloat16 one on the team.
 ffi::Error MatmulImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> out,
-                      std::string_view op, bool a_transposed, bool b_transposed) {
+                      std::string_view op, bool a_transposed, bool b_transposed,
+                      ffi::ThreadPool pool) {
   const std::string prefix = std::string(op) + ": oneDNN matmul: ";
   const ffi::DataType t = a.element_type(), r = out->element_type();
   if ((t != ffi::DataType::F32 && t != ffi::DataType::BF16) || b.element_type() != t ||
@@ -302,6 +304,17 @@ ffi::Error MatmulImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBu
     return ffi::Error::Success();
   }
   return Guarded(prefix, [&] {
+    if (t == ffi::DataType::F32 && r == ffi::DataType::F32) {
+      const auto* fa = static_cast<const float*>(a.untyped_data());
+      const auto* fb = static_cast<const float*>(b.untyped_data());
+      auto* fc = static_cast<float*>(out->untyped_data());
+      const int64_t parts =
+          ProductParts(s.m, s.n, s.k, PlannedPoolThreads(pool.num_threads()));
+      if (parts == 1) return ProductPart(s, fa, fb, fc, 0, 1);
+      std::lock_guard<std::mutex> one_at_a_time(RunMutex());
+      RunParts(parts, pool, [&](int64_t i) { ProductPart(s, fa, fb, fc, i, parts); });
+      return;
+    }
     std::lock_guard<std::mutex> one_at_a_time(RunMutex());
     OnTeamThread([&] { Matmul(s, a.untyped_data(), b.untyped_data(), out->untyped_data()); });
   });
@@ -317,7 +330,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxconv_onednn_matmul, jaxconv_onednn::MatmulImpl,
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<std::string_view>("op")
                                   .Attr<bool>("a_transposed")
-                                  .Attr<bool>("b_transposed"));
+                                  .Attr<bool>("b_transposed")
+                                  .Ctx<ffi::ThreadPool>());
 
 #define JAXCONV_ONEDNN_BIND(SYMBOL, NAME)                                              \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(SYMBOL, jaxconv_onednn::NAME##Impl,                     \

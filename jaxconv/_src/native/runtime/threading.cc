@@ -76,17 +76,24 @@ void PlanForPoolThreads(int64_t threads) {
 namespace {
 
 struct Job {  // shared by the caller and its tasks
-  Problem p;
   int64_t chunks;
   bool linger = false;  // whether the threads that run its chunks linger after them
-  char *x, *y, *w;
-  std::vector<void*> sides;
-  const memory::desc* packed;
+  // runs chunk i; called only for chunks claimed before the caller returns (it refers to
+  // the caller's frame)
+  std::function<void(int64_t)> run;
   std::atomic<int64_t> next{0};
   std::mutex mu;
   std::condition_variable cv;
   std::atomic<int64_t> finished{0};  // read without the lock by the spinning caller
   std::exception_ptr error;
+};
+
+struct ConvCall {  // a split convolution's operands, which its chunks share
+  const Problem& p;
+  int64_t chunks;
+  char *x, *y, *w;
+  const std::vector<void*>& sides;
+  const memory::desc* packed;
 };
 
 }  // namespace
@@ -140,7 +147,7 @@ namespace {
 // Chunk i of a data gradient split by x's channels (SplitsChannels): all of y and its part of
 // the filter (the packed filter's i-th part, or the caller's gathered) into this thread's
 // buffer, then into x's channels.
-void RunChannelChunk(Job& job, int64_t i) {
+void RunChannelChunk(const ConvCall& job, int64_t i) {
   RowSpan span;
   Problem q = ChunkProblem(job.p, i, job.chunks, &span);
   const size_t bytes = ElementSize(q.dtype);
@@ -162,14 +169,9 @@ void RunChannelChunk(Job& job, int64_t i) {
 }
 
 // Chunk i: its examples (or rows) of x and y (and of a tensor post-op operand).
-void RunChunk(Job& job, int64_t i) {
+void RunChunk(const ConvCall& job, int64_t i) {
   if (SplitsChannels(job.p)) {
-    try {
-      RunChannelChunk(job, i);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(job.mu);
-      if (!job.error) job.error = std::current_exception();
-    }
+    RunChannelChunk(job, i);
     return;
   }
   RowSpan span;
@@ -195,18 +197,19 @@ void RunChunk(Job& job, int64_t i) {
                                                                : y_at);
     ++s;
   }
-  try {  // a forward or data gradient: each chunk reads the whole filter
-    RunSingleThreaded(q, job.x + x_at, job.y + y_at, job.w, sides, job.packed);
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(job.mu);
-    if (!job.error) job.error = std::current_exception();
-  }
+  // a forward or data gradient: each chunk reads the whole filter
+  RunSingleThreaded(q, job.x + x_at, job.y + y_at, job.w, sides, job.packed);
 }
 
 // Claims and runs chunks until none is left.
 void ClaimChunks(const std::shared_ptr<Job>& job) {
   for (int64_t i; (i = job->next.fetch_add(1)) < job->chunks;) {
-    RunChunk(*job, i);
+    try {
+      job->run(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(job->mu);
+      if (!job->error) job->error = std::current_exception();
+    }
     std::lock_guard<std::mutex> lock(job->mu);
     if (job->finished.fetch_add(1) + 1 == job->chunks) job->cv.notify_all();
   }
@@ -224,16 +227,11 @@ std::chrono::steady_clock::time_point last_split_end;
 
 }  // namespace
 
-void RunOnPool(const Problem& p, int64_t chunks, xla::ffi::ThreadPool& pool, void* x, void* y,
-               void* w, const std::vector<void*>& sides, const memory::desc* packed) {
+void RunParts(int64_t chunks, xla::ffi::ThreadPool& pool,
+              const std::function<void(int64_t)>& part) {
   auto job = std::make_shared<Job>();
-  job->p = p;
   job->chunks = chunks;
-  job->x = static_cast<char*>(x);
-  job->y = static_cast<char*>(y);
-  job->w = static_cast<char*>(w);
-  job->sides = sides;
-  job->packed = packed;
+  job->run = part;
   job->linger = Lingers(std::chrono::steady_clock::now() - last_split_end, SinceTeamCall());
   // threads still lingering after the last call first, then tasks on the pool for the rest
   const int64_t given = OfferToLingering(ClaimLingering, job, chunks - 1);
@@ -250,6 +248,13 @@ void RunOnPool(const Problem& p, int64_t chunks, xla::ffi::ThreadPool& pool, voi
   job->cv.wait(lock, [&] { return job->finished == job->chunks; });
   last_split_end = std::chrono::steady_clock::now();
   if (job->error) std::rethrow_exception(job->error);
+}
+
+void RunOnPool(const Problem& p, int64_t chunks, xla::ffi::ThreadPool& pool, void* x, void* y,
+               void* w, const std::vector<void*>& sides, const memory::desc* packed) {
+  const ConvCall call{p, chunks, static_cast<char*>(x), static_cast<char*>(y),
+                      static_cast<char*>(w), sides, packed};
+  RunParts(chunks, pool, [&call](int64_t i) { RunChunk(call, i); });
 }
 
 }  // namespace jaxconv_onednn

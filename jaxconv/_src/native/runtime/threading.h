@@ -64,6 +64,13 @@ Problem ChunkProblem(const Problem& p, int64_t i, int64_t chunks, RowSpan* span)
 void CopySlice(bool gather, void* whole, void* part, const std::vector<int64_t>& dims,
                size_t axis, int64_t begin, int64_t end, size_t bytes);
 
+// Runs part(i) for each i in [0, parts) on XLA's `pool` and the calling thread: the caller
+// claims parts beside the threads lingering after the last split call and the tasks it
+// schedules, then waits for the rest; an exception a part throws is rethrown here. The caller
+// holds RunMutex.
+void RunParts(int64_t parts, xla::ffi::ThreadPool& pool,
+              const std::function<void(int64_t)>& part);
+
 // Runs `p` as `chunks` chunks of its batch (or of rows: decisions.h, SplitsRows) on XLA's
 // `pool` and the calling thread (a tensor post-op operand split with y). The caller holds
 // RunMutex.
