@@ -84,24 +84,29 @@ def test_values_against_float64(contracting, dtype, out, m, k, n):
 @pytest.mark.parametrize(("m", "k", "n"), [
     (1, 1280, 1000),   # a serving batch's classifier: parts of its 1000 columns
     (8, 3136, 250),    # the MNIST CNN's first dense layer at batch 8, an odd last part
-    (600, 700, 40),    # parts of its 600 rows (m > n)
+    (600, 700, 40),    # float32: parts of its 600 rows (m > n); bfloat16: on the team
     (1, 33, 5),        # below a work unit: whole on the calling thread
 ])
-def test_float32_products_on_the_handler_in_parts(float32_on_onednn, threads, contracting, m,
-                                                   k, n):
-    """A float32 product on the handler (its sgemm in parts of the result's rows or columns
-    on XLA's pool, planned for 2 and 3 threads) against numpy's float64 product, in each
-    layout of its operands."""
-    a, b = _operands(contracting, m, k, n, jnp.float32, seed=11)
+@pytest.mark.parametrize(("dtype", "out"), [(jnp.float32, None), (jnp.bfloat16, jnp.float32),
+                                            (jnp.bfloat16, None)])
+def test_products_on_the_handler_in_parts(float32_on_onednn, dtype, out, threads, contracting,
+                                          m, k, n):
+    """A product on the handler in parts of the result's rows or columns on XLA's pool
+    (float32: oneDNN's sgemm; bfloat16 of at most 16 rows or columns: a matmul primitive per
+    part), planned for 2 and 3 threads, against numpy's float64 product of the same operands,
+    in each layout of its operands."""
+    if dtype == jnp.bfloat16 and not onednn_lowering.native_bfloat16():
+        pytest.skip("oneDNN computes bfloat16 natively on AVX-512 BF16 or AMX only")
+    a, b = _operands(contracting, m, k, n, dtype, seed=11)
 
     def fn(a, b):
-        return mm.matmul(a, b, contracting)
+        return mm.matmul(a, b, contracting, out)
 
     assert _calls(fn, a, b) == 1
     with library.planned_pool_threads(threads):
         got = jax.jit(fn)(a, b)
-    assert got.shape == (m, n) and got.dtype == jnp.float32
-    h.assert_close(np.asarray(got, np.float64), _reference(a, b, contracting), jnp.float32)
+    assert got.shape == (m, n) and got.dtype == np.dtype(out or dtype)
+    h.assert_close(np.asarray(got, np.float64), _reference(a, b, contracting), out or dtype)
 
 
 @pytest.mark.parametrize("contracting", CONTRACTING)

@@ -209,22 +209,29 @@ def test_pool_threads_linger_after_split_calls_within_50_us_while_the_team_is_id
     assert fn(5_000, 20_000_000) == 1
 
 
-def test_a_float32_product_runs_in_one_part_per_work_unit_and_pool_thread():
-    """ProductParts: a serving batch's dense layer (memory-bound: its weights' bytes count) in
-    parts, one per work unit (two from one unit on), at most one per pool thread and one per
-    16 rows or columns; a small one whole on the calling thread."""
+def test_a_product_runs_in_one_part_per_work_unit_and_pool_thread():
+    """ProductOnPool and ProductParts: a float32 product, and a bfloat16 one of at most 16 rows
+    or columns (a serving batch's dense layer), in parts on XLA's pool, one per work unit (its
+    matrices' bytes count: memory-bound; two from one unit on), at most one per pool thread
+    and one per 16 rows or columns, a small one whole on the calling thread; a larger bfloat16
+    one on the team (0)."""
     fn = LIB.jaxconv_onednn_decide_product_parts
-    fn.argtypes = [I64, I64, I64, I64]
+    fn.argtypes = [I64, I64, I64, ctypes.c_int, I64]
     fn.restype = I64
-    assert fn(1, 1000, 1280, 2) == 2      # MobileNetV2's classifier: 5.1 MB of weights
-    assert fn(1, 1000, 1280, 16) == 4     # 4.9 units
-    assert fn(1, 1000, 512, 16) == 2      # ResNet-18's: 2.05 MB, 1.96 units: two
-    assert fn(1, 256, 3136, 16) == 3      # the MNIST CNN's first dense layer: 3.2 MB
-    assert fn(1, 10, 256, 16) == 1        # its second: 10 KB, whole
-    assert fn(8, 10, 256, 2) == 1
-    assert fn(1, 20, 100_000, 16) == 2    # 20 columns: two blocks of 16 at most
-    assert fn(4096, 16, 4096, 16) == 16   # rows: 256 blocks of 16
-    assert fn(1, 1000, 1280, 1) == 1      # one pool thread
+    assert fn(1, 1000, 1280, 1, 2) == 2      # MobileNetV2's classifier: 5.1 MB of weights
+    assert fn(1, 1000, 1280, 1, 16) == 4     # 4.9 units
+    assert fn(1, 1000, 512, 1, 16) == 2      # ResNet-18's: 2.05 MB, 1.96 units: two
+    assert fn(1, 256, 3136, 1, 16) == 3      # the MNIST CNN's first dense layer: 3.2 MB
+    assert fn(1, 10, 256, 1, 16) == 1        # its second: 10 KB, whole
+    assert fn(8, 10, 256, 1, 2) == 1
+    assert fn(1, 20, 100_000, 1, 16) == 2    # 20 columns: two blocks of 16 at most
+    assert fn(4096, 16, 4096, 1, 16) == 16   # rows: 256 blocks of 16
+    assert fn(1, 1000, 1280, 1, 1) == 1      # one pool thread
+    assert fn(1, 1000, 1280, 0, 16) == 2     # bfloat16: half the bytes, 2.5 units
+    assert fn(16, 1000, 1280, 0, 2) == 2
+    assert fn(1, 256, 3136, 0, 16) == 2      # 1.6 MB, 1.5 units: two from one unit on
+    assert fn(17, 1000, 1280, 0, 2) == 0     # 17 rows: on the team
+    assert fn(512, 1000, 8, 0, 2) == 0       # a training step's kernel gradient
 
 
 def test_trial_races_times_and_keeps_the_layout_that_moves_least_within_the_margin():

@@ -140,10 +140,15 @@ int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp) {
   return n;
 }
 
-int64_t ProductParts(int64_t m, int64_t n, int64_t k, int64_t pool_threads) {
+bool ProductOnPool(int64_t m, int64_t n, bool float32) {
+  return float32 || std::min(m, n) <= kPoolProductRows;
+}
+
+int64_t ProductParts(int64_t m, int64_t n, int64_t k, int64_t element_bytes,
+                     int64_t pool_threads) {
   const double macs = static_cast<double>(m) * n * k;
   const double bytes = (static_cast<double>(m) * k + static_cast<double>(k) * n +
-                        static_cast<double>(m) * n) * sizeof(float);
+                        static_cast<double>(m) * n) * element_bytes;
   const double work = std::max(macs / kMinChunkMacs, bytes / kMinChunkBytes);
   const int64_t blocks = (std::max(m, n) + kProductBlock - 1) / kProductBlock;
   const int64_t units = std::max<int64_t>(work >= 1 ? 2 : 1, static_cast<int64_t>(work));

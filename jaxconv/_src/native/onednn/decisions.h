@@ -132,14 +132,22 @@ bool KeepSpinning(int64_t finished, int64_t chunks, std::chrono::nanoseconds wai
 // team call started.
 bool Lingers(std::chrono::nanoseconds gap, std::chrono::nanoseconds since_team);
 
-// A float32 matrix product C (m x n) = op(A) op(B) over k (matmul.h, ProductOnPool): in how
-// many parts of C's rows (where m > n) or columns it runs on XLA's pool, each part oneDNN's
-// sgemm on one thread (1: whole on the calling thread). One part per whole work unit, two
-// from one unit on (the multiply-adds over kMinChunkMacs, or the three matrices' bytes over
-// kMinChunkBytes: a product of one or a few rows reads its weights once, memory-bound), at
-// most one per pool thread and one per kProductBlock rows or columns.
+// A matrix product C (m x n) = op(A) op(B) over k (matmul.h): whether it runs in parts on XLA's
+// pool (ProductParts) rather than as one call on the OpenMP team: a float32 one always (where
+// it runs on the handler at all: the chooser timed it faster than XLA's), a bfloat16 one of at
+// most kPoolProductRows rows or columns (a serving batch's dense layer: the team's hand-off
+// cost more than its product; larger ones, a training step's, on the team as measured).
+constexpr int64_t kPoolProductRows = 16;
+bool ProductOnPool(int64_t m, int64_t n, bool float32);
+
+// In how many parts of C's rows (where m > n) or columns it runs there, each part on one
+// thread (1: whole on the calling thread). One part per whole work unit, two from one unit on
+// (the multiply-adds over kMinChunkMacs, or the three matrices' bytes, of `element_bytes`
+// each, over kMinChunkBytes: a product of one or a few rows reads its weights once,
+// memory-bound), at most one per pool thread and one per kProductBlock rows or columns.
 constexpr int64_t kProductBlock = 16;
-int64_t ProductParts(int64_t m, int64_t n, int64_t k, int64_t pool_threads);
+int64_t ProductParts(int64_t m, int64_t n, int64_t k, int64_t element_bytes,
+                     int64_t pool_threads);
 
 // ---- Fused chains (docs/onednn.md, "Fused chains") ----
 

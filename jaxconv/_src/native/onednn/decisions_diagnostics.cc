@@ -71,10 +71,12 @@ int jaxconv_onednn_decide_row_chunk(int kernel, int64_t x_rows, int64_t taps, in
   return SplitsRows(p) ? (r.ok() ? 2 : 1) : 0;
 }
 
-// Parts of a float32 product of m x n over k on `pool_threads` threads (ProductParts).
-int64_t jaxconv_onednn_decide_product_parts(int64_t m, int64_t n, int64_t k,
+// Parts of a product of m x n over k on `pool_threads` threads (ProductParts), or 0 where it
+// runs on the team (ProductOnPool).
+int64_t jaxconv_onednn_decide_product_parts(int64_t m, int64_t n, int64_t k, int float32,
                                             int64_t pool_threads) {
-  return ProductParts(m, n, k, pool_threads);
+  if (!ProductOnPool(m, n, float32 != 0)) return 0;
+  return ProductParts(m, n, k, float32 ? 4 : 2, pool_threads);
 }
 
 int jaxconv_onednn_decide_spin(int64_t finished, int64_t chunks, int64_t waited_ns) {

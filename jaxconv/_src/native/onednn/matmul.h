@@ -6,11 +6,11 @@
 // kMatmulEntries; the least recently used goes first). A call runs on oneDNN's OpenMP team
 // under RunMutex (threading.h), as a weight gradient does.
 //
-// A float32 product (ProductOnPool) runs instead as parts of C's rows or columns on XLA's pool
-// (decisions.h, ProductParts), each part oneDNN's sgemm on one thread reading its rows of A or
-// columns of B in place: a serving batch's dense layer (one row, or a few) reads its weights
-// once and is memory-bound, and one pool thread per part reads them at the cores' combined
-// bandwidth without the team's hand-off (docs/onednn.md, "Matrix products").
+// A float32 product, and a bfloat16 one of a few rows (decisions.h, ProductOnPool), runs instead
+// as parts of C's rows or columns on XLA's pool (ProductParts), each part on one thread reading
+// its rows of A or columns of B in place: a serving batch's dense layer (one row, or a few)
+// reads its weights once and is memory-bound, and one pool thread per part reads them at the
+// cores' combined bandwidth without the team's hand-off (docs/onednn.md, "Matrix products").
 #pragma once
 
 #include <cstdint>
@@ -23,6 +23,10 @@ struct MatmulShape {
   int64_t m = 0, n = 0, k = 0;
   bool a_transposed = false, b_transposed = false;
   memory::data_type in = memory::data_type::f32, out = memory::data_type::f32;
+  // a part's (ProductPart): the rows' steps of the whole matrices it reads and writes in
+  // place (0: its own dense ones), and a primitive made and run on one thread
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  bool one_thread = false;
 };
 
 constexpr int kMatmulEntries = 64;
@@ -31,10 +35,11 @@ constexpr int kMatmulEntries = 64;
 // primitive for it.
 void Matmul(const MatmulShape& s, const void* a, const void* b, void* c);
 
-// Part `i` of `parts` of a float32 product of shape `s` (ProductParts): its rows of C where
-// s.m > s.n, else its columns (in multiples of kProductBlock), by oneDNN's sgemm on the calling
-// thread with its OpenMP thread count 1.
-void ProductPart(const MatmulShape& s, const float* a, const float* b, float* c, int64_t i,
+// Part `i` of `parts` of a product of shape `s` (ProductParts): its rows of C where s.m > s.n,
+// else its columns (in multiples of kProductBlock), on the calling thread with its OpenMP
+// thread count 1: float32 by oneDNN's sgemm, bfloat16 by a matmul primitive of the part's
+// shape, each reading and writing its part of the matrices in place.
+void ProductPart(const MatmulShape& s, const void* a, const void* b, void* c, int64_t i,
                  int64_t parts);
 
 }  // namespace jaxconv_onednn

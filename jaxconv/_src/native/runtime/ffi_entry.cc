@@ -277,7 +277,8 @@ JAXCONV_WINOGRAD_HANDLER(WinogradWeight, true)
 
 // C = op(A) op(B) (matmul.h): a is M x K (K x M where a_transposed), b is K x N (N x K where
 // b_transposed), out M x N; a and b float32 or bfloat16, out theirs or float32. A float32
-// product runs as parts on XLA's pool (ProductParts), a bfloat16 one on the team.
+// product, and a bfloat16 one of a few rows, runs as parts on XLA's pool (ProductOnPool,
+// ProductParts), another on the team.
 ffi::Error MatmulImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> out,
                       std::string_view op, bool a_transposed, bool b_transposed,
                       ffi::ThreadPool pool) {
@@ -304,15 +305,14 @@ ffi::Error MatmulImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBu
     return ffi::Error::Success();
   }
   return Guarded(prefix, [&] {
-    if (t == ffi::DataType::F32 && r == ffi::DataType::F32) {
-      const auto* fa = static_cast<const float*>(a.untyped_data());
-      const auto* fb = static_cast<const float*>(b.untyped_data());
-      auto* fc = static_cast<float*>(out->untyped_data());
-      const int64_t parts =
-          ProductParts(s.m, s.n, s.k, PlannedPoolThreads(pool.num_threads()));
-      if (parts == 1) return ProductPart(s, fa, fb, fc, 0, 1);
+    if (ProductOnPool(s.m, s.n, t == ffi::DataType::F32)) {
+      const void *pa = a.untyped_data(), *pb = b.untyped_data();
+      void* pc = out->untyped_data();
+      const int64_t parts = ProductParts(s.m, s.n, s.k, ElementSize(s.in),
+                                         PlannedPoolThreads(pool.num_threads()));
+      if (parts == 1) return ProductPart(s, pa, pb, pc, 0, 1);
       std::lock_guard<std::mutex> one_at_a_time(RunMutex());
-      RunParts(parts, pool, [&](int64_t i) { ProductPart(s, fa, fb, fc, i, parts); });
+      RunParts(parts, pool, [&](int64_t i) { ProductPart(s, pa, pb, pc, i, parts); });
       return;
     }
     std::lock_guard<std::mutex> one_at_a_time(RunMutex());
