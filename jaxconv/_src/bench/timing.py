@@ -114,6 +114,8 @@ def interleaved(fns: dict[str, Callable], reps: int, seed: int = 0,
     import numpy as np
 
     from jaxconv._src.host_faults import minor_faults
+    for fn in fns.values():  # compiled first: a first call that compiles lasts a sample, and
+        _time_n(fn, 1)       # its count would be one call (latency, not throughput)
     calls = {k: calls_per_sample(fn) for k, fn in fns.items()}
     order = np.random.default_rng(seed)
     times: dict[str, list[float]] = {k: [] for k in fns}
