@@ -161,16 +161,21 @@ def test_timer_waits_for_every_array_of_every_call():
 def test_each_sample_follows_a_lead_in_of_half_a_sample(monkeypatch):
     """The previous contender's threads settle (torch's libgomp workers spin ~5 ms after a
     region): before each timed sample of a contender, untimed calls of that same contender for
-    half a sample, in the repetition's order."""
+    half a sample, in the repetition's order; each contender is called once before its calls
+    a sample are counted (a first call that compiles would count as a whole sample)."""
     from jaxconv._src.bench import timing
 
     log = []
-    monkeypatch.setattr(timing, "calls_per_sample", lambda fn: 8)
+
+    def counted(fn):  # each contender called once (compiled) before its calls are counted
+        assert (fn(), 1) in log
+        return 8
+    monkeypatch.setattr(timing, "calls_per_sample", counted)
     monkeypatch.setattr(timing, "_time_n", lambda fn, n: log.append((fn(), n)) or 1.0)
     times = timing.interleaved({"a": lambda: "a", "b": lambda: "b"}, reps=3)
     assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3}
-    assert len(log) == 12
-    for (lead, n_lead), (sample, n_sample) in zip(log[::2], log[1::2]):
+    assert log[:2] == [("a", 1), ("b", 1)] and len(log) == 14
+    for (lead, n_lead), (sample, n_sample) in zip(log[2::2], log[3::2]):
         assert lead == sample and (n_lead, n_sample) == (4, 8)
 
 def test_smoke_preset(tmp_path):
