@@ -529,12 +529,10 @@ def product_on_onednn(a: Any, b: Any, dimension_numbers: Any, preferred_element_
                       *, partitioned: bool = False, exported: bool = False) -> bool:
     """Whether ``dot_general(a, b, dimension_numbers)`` (abstract values), lowered for the CPU,
     runs on oneDNN's matmul (``matmul.py``): in a program on one device that is not exported,
-    where oneDNN computes it (``onednn.product_applies``; a float32 one where it timed faster,
-    :func:`_float32_product`). A program that will run it keeps freed memory."""
-    ours = (not partitioned and not exported and onednn.product_applies(
-        a, b, dimension_numbers, preferred_element_type) is None and (
-            np.dtype(a.dtype) != np.float32
-            or _float32_product(a, b, dimension_numbers, preferred_element_type) is None))
+    where :func:`product_why_not` gives no reason against it (the answer ``accelerate`` had
+    when it bound the product). A program that will run it keeps freed memory."""
+    ours = (not partitioned and not exported
+            and product_why_not(a, b, dimension_numbers, preferred_element_type) is None)
     if ours:
         keep_freed_memory("cpu")
     return ours

@@ -19,7 +19,7 @@ using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int, int, int64_t,
                        int64_t, bool>;
 
 Key KeyOf(const MatmulShape& s) {
-  return {s.m,     s.n,     s.k,     s.a_transposed, s.b_transposed, static_cast<int>(s.in),
+  return {s.m, s.n, s.k, s.a_transposed, s.b_transposed, static_cast<int>(s.in),
           static_cast<int>(s.out), s.lda, s.ldb, s.ldc, s.one_thread};
 }
 
