@@ -126,6 +126,8 @@ void DismissLingering() {
   dismissals.fetch_add(1, std::memory_order_acq_rel);
 }
 
+void TeamCallEnded() { team_call_ns.store(Now(), std::memory_order_relaxed); }
+
 std::chrono::nanoseconds SinceTeamCall() {
   return std::chrono::nanoseconds(Now() - team_call_ns.load(std::memory_order_relaxed));
 }

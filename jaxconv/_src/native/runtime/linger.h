@@ -33,7 +33,13 @@ void Linger();
 // (team.h) would compete with them for the cores. Notes the time (SinceTeamCall).
 void DismissLingering();
 
-// How long ago the last call on the team started (DismissLingering); years where none has.
+// Notes the end of a call on the team: the team's master keeps its pool kTeamIdle after it
+// (team.h), so the time counts from there (a team call longer than kLingerAfterTeam, timed
+// from its start, let threads linger beside the team's).
+void TeamCallEnded();
+
+// How long ago the last call on the team ended (TeamCallEnded; started, where none has ended
+// since DismissLingering); years where none has run.
 std::chrono::nanoseconds SinceTeamCall();
 
 // Lingering threads wait `linger` instead of kLinger (0: not at all; negative: kLinger again):

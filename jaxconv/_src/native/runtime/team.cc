@@ -99,7 +99,13 @@ class Master {
 void OnTeamThread(const std::function<void()>& work) {
   static Master* master = new Master();  // never destroyed: its thread outlives main
   DismissLingering();  // a team beside waiting pool threads would share the cores with them
-  master->Run(work);
+  try {
+    master->Run(work);
+  } catch (...) {
+    TeamCallEnded();
+    throw;
+  }
+  TeamCallEnded();
 }
 
 }  // namespace jaxconv_onednn
