@@ -38,9 +38,10 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from jaxconv._src import lax_refs
+from jaxconv._src import lax_refs, lowering, primitive
 from jaxconv._src.geometry.pooling import PoolProblem, pool_problem
 from jaxconv._src.kernel import Array
+from jaxconv._src.lowering.max_pool import max_pool_call
 
 _OP = "max_pool"
 
@@ -83,8 +84,8 @@ def _forward(x: Array, p: PoolProblem) -> Array:
 
 def _argmax(x: Array, p: PoolProblem) -> Array:
     """Per window, the index (in ``p.offsets()`` order) of its first maximal tap. (Its running
-    maximum is not the JVP's primal: that stays ``_forward``'s, whose ``maximum`` passes a NaN
-    on as ``lax.reduce_window`` does; XLA fuses the two passes, no slower than one.)"""
+    maximum is not the primal: that stays ``_forward``'s, whose ``maximum`` passes a NaN on as
+    ``lax.reduce_window`` does.)"""
     xw = wide(x)
     dtype = jnp.int8 if p.taps <= 127 else jnp.int32
     first, *rest = p.offsets()
@@ -197,6 +198,69 @@ _define(gather_p, _gather, lambda t, arg, p: arg.shape, scatter_p)
 _define(scatter_p, _scatter, lambda t, arg, p: p.shape(t.shape, p.input_size), gather_p)
 
 
+# The forward and the argmax together, the JVP's primal and what its gather reads: one
+# primitive, so that on the CPU one pass of the handler computes both where that timed faster
+# (XLA:CPU computes the argmax's compares and selects an element at a time: ResNet's stem pool
+# at batch 8, 9.0 ms against 2.7; docs/onednn.md, "Max pool"), elsewhere XLA's two passes.
+# Not linear: its JVP is the pool's (the tangent gathered at the argmax; none for the argmax).
+argmax_p = Primitive("jaxconv_max_pool_argmax")
+argmax_p.multiple_results = True
+
+
+def _forward_and_argmax(x: Array, p: PoolProblem) -> tuple[Array, Array]:
+    return _forward(x, p), _argmax(x, p)
+
+
+@functools.partial(jax.jit, static_argnames="p")
+def _argmax_eager(x: Array, *, p: PoolProblem) -> tuple[Array, Array]:
+    y, arg = argmax_p.bind(x, p=p)
+    return y, arg
+
+
+def _argmax_abstract(x: Any, *, p: PoolProblem) -> tuple[jax.core.ShapedArray, ...]:
+    shape = p.shape(x.shape, p.output_size)
+    arg = jnp.int8 if p.taps <= 127 else jnp.int32
+    return jax.core.ShapedArray(shape, x.dtype), jax.core.ShapedArray(shape, arg)
+
+
+_ARGMAX_XLA = mlir.lower_fun(lambda x, *, p: _forward_and_argmax(x, p), multiple_results=True)
+_ARGMAX_HANDLER = mlir.lower_fun(lambda x, *, p: max_pool_call(x, p), multiple_results=True)
+
+
+def _argmax_cpu(ctx: mlir.LoweringRuleContext, x: Any, *, p: PoolProblem) -> Any:
+    """The handler's one pass in a program on one device that is not exported, where the
+    chooser timed it faster (``chooser.max_pool_why_not``); XLA's two passes elsewhere."""
+    (aval,) = ctx.avals_in
+    ours = lowering.max_pool_on_handler(
+        aval, p, functools.partial(_forward_and_argmax, p=p),
+        partitioned=primitive.partitioned(ctx), exported=primitive.exported(ctx, "auto"))
+    return (_ARGMAX_HANDLER if ours else _ARGMAX_XLA)(ctx, x, p=p)
+
+
+def _argmax_jvp(primals: Any, tangents: Any, *, p: PoolProblem) -> Any:
+    (x,), (dx,) = primals, tangents
+    y, arg = argmax_p.bind(x, p=p)
+    dy = (ad.Zero(jax.typeof(y).to_tangent_aval()) if type(dx) is ad.Zero
+          else gather_p.bind(dx, arg, p=p))
+    return (y, arg), (dy, ad.Zero(jax.typeof(arg).to_tangent_aval()))
+
+
+def _argmax_batch(args: Any, dims: Any, *, p: PoolProblem) -> Any:
+    # the mapped axis folded into the batch (axis 0 in both layouts), then split off again
+    (x,), (d,) = args, dims
+    x = jnp.moveaxis(x, d, 0)
+    outs = argmax_p.bind(x.reshape(-1, *x.shape[2:]), p=p)
+    return [o.reshape(x.shape[0], -1, *o.shape[1:]) for o in outs], [0, 0]
+
+
+argmax_p.def_impl(_argmax_eager)
+argmax_p.def_abstract_eval(_argmax_abstract)
+mlir.register_lowering(argmax_p, _ARGMAX_XLA)
+mlir.register_lowering(argmax_p, _argmax_cpu, platform="cpu")
+ad.primitive_jvps[argmax_p] = _argmax_jvp
+batching.primitive_batchers[argmax_p] = _argmax_batch
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _max_pool(x: Array, p: PoolProblem) -> Array:
     return _forward(x, p)
@@ -205,7 +269,8 @@ def _max_pool(x: Array, p: PoolProblem) -> Array:
 @_max_pool.defjvp
 def _max_pool_jvp(p: PoolProblem, primals: Any, tangents: Any) -> Any:
     (x,), (dx,) = primals, tangents
-    return _forward(x, p), gather_p.bind(dx, _argmax(x, p), p=p)
+    y, arg = argmax_p.bind(x, p=p)
+    return y, gather_p.bind(dx, arg, p=p)
 
 
 def pool(x: Array, p: PoolProblem) -> Array:
@@ -216,13 +281,13 @@ def pool(x: Array, p: PoolProblem) -> Array:
 
 def gather(t: Array, x: Array, p: PoolProblem) -> Array:
     """``t`` at each window's first maximum of ``x`` (the pool's JVP in ``t``)."""
-    out: Array = gather_p.bind(t, _argmax(x, p), p=p)
+    out: Array = gather_p.bind(t, argmax_p.bind(x, p=p)[1], p=p)
     return out
 
 
 def scatter(ct: Array, x: Array, p: PoolProblem) -> Array:
     """``ct`` added at each window's first maximum of ``x`` (the pool's VJP)."""
-    out: Array = scatter_p.bind(ct, _argmax(x, p), p=p)
+    out: Array = scatter_p.bind(ct, argmax_p.bind(x, p=p)[1], p=p)
     return out
 
 

@@ -12,6 +12,7 @@ convolutions, pools and the rest.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -22,14 +23,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import partial_eval as pe
 
-from jaxconv._src import host_faults, host_memory, lowering
+from jaxconv._src import host_faults, host_memory, lowering, pooling
 from jaxconv._src.accelerate import rewrites, transform
 from jaxconv._src.lowering import fused, measured
 
 #: arguments from this size on (bytes) are "a large state" whose donation matters
 LARGE_STATE_BYTES = 1 << 24
 
-_POOLS = {"jaxconv_max_pool_gather": "max pool tangent", "jaxconv_max_pool_scatter":
+_POOLS = {"jaxconv_max_pool_argmax": "max pool and argmax",
+          "jaxconv_max_pool_gather": "max pool tangent", "jaxconv_max_pool_scatter":
           "max pool gradient", "reduce_window_max": "max pool",
           "select_and_scatter_add": "max pool gradient", "select_and_gather_add":
           "max pool tangent"}
@@ -194,6 +196,13 @@ def _pool_row(eqn: Any) -> Row:
     avals = tuple(v.aval for v in eqn.invars)
     name = eqn.primitive.name
     shapes = f"{_fmt(*avals)} -> {list(eqn.outvars[0].aval.shape)}"
+    if name == pooling.argmax_p.name:  # on the handler where timed faster (chooser)
+        p = eqn.params["p"]
+        why = lowering.max_pool_why_not(avals[0], p,
+                                        functools.partial(pooling._forward_and_argmax, p=p))
+        return Row("pool", _POOLS[name], "jaxconv", shapes,
+                   "the handler's one pass" if why is None else f"XLA's passes: {why}",
+                   _bind=_binder(eqn), _avals=avals)
     if name.startswith("jaxconv_"):
         return Row("pool", _POOLS[name], "jaxconv", shapes, "gather/scatter",
                    _bind=_binder(eqn), _avals=avals)
@@ -414,9 +423,10 @@ def explain(fn: Callable[..., Any], *args: Any, measure: bool = False, reps: int
     notes = [f"whole program timed, {d.verdict} kept "
              f"({'the program as written' if d.verdict == 'lax' else 'accelerated'}): "
              f"{d.line()}" for d in programs]
-    notes += [f"float32 product timed, {d.verdict} kept "
-              f"({'XLA' if d.verdict == 'xla' else 'oneDNN'}): {d.line()}"
-              for d in seen if d.kernel == "product"]
+    notes += list(dict.fromkeys(  # once per product, however often the passes asked
+        f"float32 product timed, {d.verdict} kept "
+        f"({'XLA' if d.verdict == 'xla' else 'oneDNN'}): {d.line()}"
+        for d in seen if d.kernel == "product"))
     try:  # accelerate's own passes over the program, traced only: their decisions
         widened = transform.passes(closed, record=record)
         jax.make_jaxpr(lambda *a: transform.evaluate(widened.jaxpr, widened.consts, a,

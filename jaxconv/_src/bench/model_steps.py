@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -119,29 +120,61 @@ def _torch_step(name: str, params: Any, x: np.ndarray, labels: np.ndarray,
     return best, first
 
 
-def measure_max_pool(shape: tuple[int, ...], reps: int) -> dict[str, Any] | None:
+def _compiled_by_the_rules(fn: Callable, *args: Any) -> Callable:
+    """``fn`` compiled with timed choices off (``JAXCONV_MEASURE=0``: each choice its rule;
+    the setting, read once per process, read again before and after), JAX's caches cleared
+    before and after (JAX keeps a program's lowering, and the choices made in it, for the next
+    trace of the same program)."""
+    from jaxconv._src.lowering import measured
+    before = os.environ.get("JAXCONV_MEASURE")
+    os.environ["JAXCONV_MEASURE"] = "0"
+    measured.enabled.cache_clear()
+    jax.clear_caches()
+    try:
+        return jax.jit(fn).lower(*args).compile()
+    finally:
+        jax.clear_caches()
+        if before is None:
+            del os.environ["JAXCONV_MEASURE"]
+        else:
+            os.environ["JAXCONV_MEASURE"] = before
+        measured.enabled.cache_clear()
+
+
+def measure_max_pool(shape: tuple[int, ...], reps: int, dtype: str = "float32"
+                     ) -> dict[str, Any] | None:
     """The model's max pool alone, forward and backward (interleaved medians, ms): flax's
     ``nn.max_pool`` under ``jax.vjp`` (``xla``: XLA:CPU expands the gradient, a
     select-and-scatter, into a reduce-window over value-and-index tuples and a scatter), the
-    jaxconv contender's ``jaxconv.max_pool`` (``jaxconv``) and torch's
-    ``max_pool2d_with_indices`` and its backward, channels-last; ``gap``: the largest difference
-    of either gradient from torch's. None without torch."""
+    jaxconv contender's ``jaxconv.max_pool`` (``jaxconv``: its forward and argmax where the
+    chooser timed them faster, the handler's one pass or XLA's; ``jaxconv_xla_argmax``: XLA's,
+    the rule) and torch's ``max_pool2d_with_indices`` and its backward, channels-last (bfloat16
+    tensors for ``dtype`` bfloat16); ``gap``: the largest difference of a jaxconv gradient from
+    torch's; ``handler``: whether ``jaxconv``'s program holds the handler's pool. None without
+    torch."""
     try:
         import torch
     except ImportError:
         return None
+    from jaxconv._src.native import library
     torch.set_num_threads(usable_cpus())
     rng = np.random.default_rng(2)
     x = rng.standard_normal(shape).astype(np.float32)
-    xj = jnp.asarray(x)
+    jdtype = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
+    xj = jnp.asarray(x, jdtype)
     dy = rng.standard_normal(jax.eval_shape(models.max_pool, xj).shape).astype(np.float32)
-    dyj = jnp.asarray(dy)
-    xla = jax.jit(lambda x, dy: jax.vjp(models.max_pool, x)[1](dy)[0])
-    ours = jax.jit(lambda x, dy: jax.vjp(models.jaxconv_max_pool, x)[1](dy)[0])
+    dyj = jnp.asarray(dy, jdtype)
+
+    def vjp_of(pool: Callable) -> Callable:
+        return lambda x, dy: jax.vjp(pool, x)[1](dy)[0]
+    xla = jax.jit(vjp_of(models.max_pool))
+    ours = jax.jit(vjp_of(models.jaxconv_max_pool))
+    ours_rule = _compiled_by_the_rules(vjp_of(models.jaxconv_max_pool), xj, dyj)
+    tdtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
     nchw = (0, 3, 1, 2)
-    xt = torch.from_numpy(np.ascontiguousarray(x.transpose(nchw))).contiguous(
+    xt = torch.from_numpy(np.ascontiguousarray(x.transpose(nchw))).to(tdtype).contiguous(
         memory_format=torch.channels_last)
-    dyt = torch.from_numpy(np.ascontiguousarray(dy.transpose(nchw))).contiguous(
+    dyt = torch.from_numpy(np.ascontiguousarray(dy.transpose(nchw))).to(tdtype).contiguous(
         memory_format=torch.channels_last)
     aten = torch.ops.aten
 
@@ -149,12 +182,15 @@ def measure_max_pool(shape: tuple[int, ...], reps: int) -> dict[str, Any] | None
         _, idx = aten.max_pool2d_with_indices(xt, [3, 3], [2, 2], [1, 1])
         return aten.max_pool2d_with_indices_backward(dyt, xt, [3, 3], [2, 2], [1, 1], [1, 1],
                                                      False, idx)
-    ref = peer().numpy().transpose(0, 2, 3, 1)
-    gap = max(float(np.max(np.abs(np.asarray(f(xj, dyj)) - ref))) for f in (xla, ours))
+    ref = peer().float().numpy().transpose(0, 2, 3, 1)
+    gap = max(float(np.max(np.abs(np.asarray(f(xj, dyj), np.float32) - ref)))
+              for f in (ours, ours_rule))
     times = interleaved({"xla": lambda: xla(xj, dyj).block_until_ready(),
-                         "jaxconv": lambda: ours(xj, dyj).block_until_ready(), "torch": peer},
-                        reps, seed=2)
-    return {"input": list(shape), "gap": gap,
+                         "jaxconv": lambda: ours(xj, dyj).block_until_ready(),
+                         "jaxconv_xla_argmax": lambda: ours_rule(xj, dyj).block_until_ready(),
+                         "torch": peer}, reps, seed=2)
+    handler = f"@{library.MAX_POOL_TARGET}(" in ours.lower(xj, dyj).as_text()
+    return {"input": list(shape), "dtype": dtype, "gap": gap, "handler": handler,
             "median_ms": {k: statistics.median(v) * 1e3 for k, v in times.items()}}
 
 

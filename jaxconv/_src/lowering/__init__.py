@@ -14,7 +14,7 @@
   parameters, per device's blocks or not, its fallback, and why), from ``tables`` (the
   per-backend rules, data) and ``measured`` (the timed candidates' verdicts, cached);
   ``execute``: runs a plan; ``spmd``: the per-device calls of a partitioned program;
-  ``onednn``: the oneDNN method and ``applies``.
+  ``onednn``: the oneDNN method and ``applies``; ``max_pool``: the handler's max pool.
 """
 
 from jaxconv._src.lowering.chooser import (
@@ -23,6 +23,8 @@ from jaxconv._src.lowering.chooser import (
     PLATFORMS,
     keep_freed_memory,
     lax_computes,
+    max_pool_on_handler,
+    max_pool_why_not,
     one_device_method,
     plan,
     product_on_onednn,
@@ -55,6 +57,8 @@ __all__ = [
     "forward",
     "keep_freed_memory",
     "lax_computes",
+    "max_pool_on_handler",
+    "max_pool_why_not",
     "methods",
     "one_device_method",
     "plan",

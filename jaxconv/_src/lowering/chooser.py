@@ -48,7 +48,7 @@ from jaxlib import version as jaxlib_version
 from jaxconv._src import host_memory
 from jaxconv._src.geometry import ConvProblem
 from jaxconv._src.kernel import Array, DType, Kernel, Precision
-from jaxconv._src.lowering import measured, onednn, tables, taps, winograd
+from jaxconv._src.lowering import max_pool, measured, onednn, tables, taps, winograd
 from jaxconv._src.lowering.execute import Plan, execute
 from jaxconv._src.lowering.methods import METHODS, default_leaf, methods
 
@@ -574,6 +574,50 @@ def _float32_product(a: Any, b: Any, dimension_numbers: Any,
         return ("timed choices are off (JAXCONV_MEASURE=0): a float32 product stays XLA's, "
                 "the rule")
     return "XLA's float32 product timed at least as fast on this machine"
+
+
+#: the max pools' contest, part of its key (a change times again)
+_MAX_POOL = "XLA's forward and argmax against the handler's one pass in parts on XLA's pool"
+
+
+def max_pool_why_not(x: Any, p: Any,
+                     written: Callable[[Array], tuple[Array, Array]]) -> str | None:
+    """Why the forward and argmax of max pool ``p`` of ``x`` (an abstract value), in a program
+    on one CPU device that is not exported, stay ``written`` (XLA's selects, ``pooling.py``)
+    rather than the handler's one pass (``lowering/max_pool.py``), or None where the handler
+    computes them. XLA's program is the rule; the handler's replaces it where it times faster by
+    ``measured.CHALLENGER_MARGIN`` beyond noise, once per shape and machine
+    (``measured.pick_program``): XLA:CPU computes the argmax's compares and selects an element
+    at a time (ResNet's stem pool at batch 8, 112 x 112 x 64: 9.0 ms in XLA, 2.7 on the
+    handler; 2-core Zen 4, docs/onednn.md, "Max pool")."""
+    why = max_pool.handler_applies(x.dtype, p)
+    if why is not None:
+        return why
+    if jax.default_backend() != "cpu":
+        return f"the handler pools on the CPU only, got default backend {jax.default_backend()}"
+
+    def ours(v: Array) -> tuple[Array, Array]:
+        return max_pool.max_pool_call(v, p)
+    description = (f"{np.dtype(x.dtype).name} {list(x.shape)}, window {list(p.window)}, "
+                   f"strides {list(p.strides)}, pads {[list(q) for q in p.pads]}")
+    text = repr((_MAX_POOL, tuple(x.shape), str(np.dtype(x.dtype)), p))
+    verdict = measured.pick_program(description, text, {"xla": written, "handler": ours},
+                                    (x,), rule="xla", kind="pool")
+    if verdict == "handler":
+        return None
+    if not measured.enabled():
+        return ("timed choices are off (JAXCONV_MEASURE=0): a max pool's argmax stays XLA's, "
+                "the rule")
+    return "XLA's argmax timed at least as fast on this machine"
+
+
+def max_pool_on_handler(x: Any, p: Any, written: Callable[[Array], tuple[Array, Array]], *,
+                        partitioned: bool = False, exported: bool = False) -> bool:
+    """Whether the forward and argmax of max pool ``p`` of ``x`` (an abstract value), lowered
+    for the CPU, run on the handler: in a program on one device that is not exported, where
+    :func:`max_pool_why_not` gives no reason against it."""
+    return (not partitioned and not exported
+            and max_pool_why_not(x, p, written) is None)
 
 
 def keep_freed_memory(backend: str = "cpu") -> None:

@@ -26,8 +26,9 @@ from jaxconv._src.native import library
 
 #: sources compiled with more than -O2: the Winograd transforms' channel loops need -O3's
 #: vectoriser (its loops with run-time alias checks and remainders), and its products' kernels
-#: the full unrolling of their register blocks
-OPTIMIZE = {"winograd.cc": "-O3", "winograd_passes.cc": "-O3", "winograd_product.cc": "-O3"}
+#: the full unrolling of their register blocks; the max pool's channel loops the vectoriser
+OPTIMIZE = {"winograd.cc": "-O3", "winograd_passes.cc": "-O3", "winograd_product.cc": "-O3",
+            "max_pool.cc": "-O3"}
 
 
 def _cxx() -> str:

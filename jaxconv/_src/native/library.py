@@ -28,10 +28,12 @@ from jaxlib import version as jaxlib_version
 
 from jaxconv._src.geometry import ConvProblem
 
-#: the handler's C++ sources and headers, one file per concern, in three folders: ``runtime/``
+#: the handler's C++ sources and headers, one file per concern, in four folders: ``runtime/``
 #: (the FFI entry, the one OpenMP team, threads, working memory), ``onednn/`` (the oneDNN
-#: binding) and ``winograd/`` (Winograd's transforms, drivers, products and choices)
-SOURCE_DIRS = tuple(pathlib.Path(__file__).with_name(d) for d in ("runtime", "onednn", "winograd"))
+#: binding), ``winograd/`` (Winograd's transforms, drivers, products and choices) and
+#: ``pooling/`` (a max pool's forward with its argmax)
+SOURCE_DIRS = tuple(pathlib.Path(__file__).with_name(d)
+                    for d in ("runtime", "onednn", "winograd", "pooling"))
 SOURCES = tuple(sorted(p for d in SOURCE_DIRS for p in d.glob("*.cc")))
 HEADERS = tuple(sorted(p for d in SOURCE_DIRS for p in d.glob("*.h")))
 #: the FFI targets, one per kernel, and the forward with its element-wise chain fused
@@ -42,6 +44,8 @@ TARGETS = {"forward": "jaxconv_onednn_forward", "data": "jaxconv_onednn_data",
 WINOGRAD_TARGETS = {"forward": "jaxconv_winograd_forward", "weight": "jaxconv_winograd_weight"}
 #: dense matrix products on oneDNN's matmul (``native/onednn/matmul.h``; ``jaxconv/_src/matmul.py``)
 MATMUL_TARGET = "jaxconv_onednn_matmul"
+#: a 2D max pool's forward and argmax (``native/pooling/max_pool.h``; ``jaxconv/_src/pooling.py``)
+MAX_POOL_TARGET = "jaxconv_max_pool"
 #: oneDNN's CPU ISAs (dnnl_cpu_isa_t) by the value the handler reports
 _ISA = {0x1: "SSE4.1", 0x3: "AVX", 0x7: "AVX2", 0xf: "AVX2-VNNI", 0x1f: "AVX2-VNNI-2",
         0x27: "AVX-512", 0x67: "AVX-512 VNNI", 0xe7: "AVX-512 BF16", 0x1ef: "AVX-512 FP16",
@@ -140,7 +144,8 @@ def _load() -> Status:
     _HANDLES.append(handler)
     version = (ctypes.c_int * 3)()
     isa = handler.jaxconv_onednn_version(version)
-    for name in (*TARGETS.values(), *WINOGRAD_TARGETS.values(), MATMUL_TARGET):
+    for name in (*TARGETS.values(), *WINOGRAD_TARGETS.values(), MATMUL_TARGET,
+                 MAX_POOL_TARGET):
         capsule = jax.ffi.pycapsule(getattr(handler, name))  # type: ignore[no-untyped-call]
         jax.ffi.register_ffi_target(name, capsule, platform="cpu")
     dtypes = tuple(name for code, name in enumerate(("float32", "bfloat16", "float16"))

@@ -1,8 +1,9 @@
 // jaxconv's oneDNN lowering: the XLA FFI handlers of the three kernels of a convolution
 // problem (jaxconv_onednn_forward, _data, _weight; registered by lowering/onednn.py), of a
 // forward with its element-wise chain fused (jaxconv_onednn_fused; lowering/fused.py), and of
-// the Winograd lowering's two (jaxconv_winograd_forward, _weight; lowering/winograd.py), and
-// of dense matrix products (jaxconv_onednn_matmul; jaxconv/_src/matmul.py).
+// the Winograd lowering's two (jaxconv_winograd_forward, _weight; lowering/winograd.py),
+// and of dense matrix products (jaxconv_onednn_matmul; jaxconv/_src/matmul.py); a max pool's is
+// in ffi_max_pool.cc.
 //
 // Each validates its attributes, builds the Problem (problem.h), decides the call's threading
 // once (decisions.h, Chunks) and runs it (threading.h, execute.h). Every error becomes an
@@ -22,6 +23,7 @@
 #include "cache.h"
 #include "decisions.h"
 #include "execute.h"
+#include "guarded.h"
 #include "matmul.h"
 #include "openmp.h"
 #include "packed.h"
@@ -50,22 +52,6 @@ memory::data_type DataType(ffi::DataType t) {
     case ffi::DataType::F16: return memory::data_type::f16;
     default: return memory::data_type::undef;
   }
-}
-
-// Runs `body` and turns what it throws into an ffi::Error whose message starts with `prefix`.
-template <typename Body>
-ffi::Error Guarded(const std::string& prefix, const Body& body) {
-  try {
-    body();
-  } catch (const dnnl::error& ex) {
-    return ffi::Error::Internal(prefix + ex.what() + " (status " +
-                                std::to_string(static_cast<int>(ex.status)) + ")");
-  } catch (const std::bad_alloc&) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted, prefix + "out of memory");
-  } catch (const std::exception& ex) {
-    return ffi::Error::Internal(prefix + ex.what());
-  }
-  return ffi::Error::Success();
 }
 
 // Runs kernel `k` with operands (a, b) -> out; which of x, y, w each is depends on k.
