@@ -211,6 +211,13 @@ def _forward_and_argmax(x: Array, p: PoolProblem) -> tuple[Array, Array]:
     return _forward(x, p), _argmax(x, p)
 
 
+def _contenders(p: PoolProblem) -> tuple[Any, Any]:
+    """What the chooser times for ``p``: XLA's forward and argmax, and the gradient's scatter
+    that reads the argmax (``chooser.max_pool_why_not``)."""
+    return (functools.partial(_forward_and_argmax, p=p),
+            lambda ct, arg: scatter_p.bind(ct, arg, p=p))
+
+
 @functools.partial(jax.jit, static_argnames="p")
 def _argmax_eager(x: Array, *, p: PoolProblem) -> tuple[Array, Array]:
     y, arg = argmax_p.bind(x, p=p)
@@ -232,8 +239,8 @@ def _argmax_cpu(ctx: mlir.LoweringRuleContext, x: Any, *, p: PoolProblem) -> Any
     chooser timed it faster (``chooser.max_pool_why_not``); XLA's two passes elsewhere."""
     (aval,) = ctx.avals_in
     ours = lowering.max_pool_on_handler(
-        aval, p, functools.partial(_forward_and_argmax, p=p),
-        partitioned=primitive.partitioned(ctx), exported=primitive.exported(ctx, "auto"))
+        aval, p, *_contenders(p), partitioned=primitive.partitioned(ctx),
+        exported=primitive.exported(ctx, "auto"))
     return (_ARGMAX_HANDLER if ours else _ARGMAX_XLA)(ctx, x, p=p)
 
 

@@ -61,7 +61,7 @@ def on_the_handler(monkeypatch):
     if jax.default_backend() != "cpu" or not library.status().available:
         pytest.skip("the handler's max pool runs on the CPU, with the onednn extra")
     monkeypatch.setattr(chooser, "max_pool_why_not",
-                        lambda x, p, written: max_pool.handler_applies(x.dtype, p))
+                        lambda x, p, *contenders: max_pool.handler_applies(x.dtype, p))
     jax.clear_caches()
     yield
     jax.clear_caches()
@@ -173,8 +173,9 @@ def test_an_export_and_other_layouts_keep_xlas_argmax(on_the_handler):
 
 
 def test_the_choice_is_timed_once_per_shape_and_machine(measuring):
-    """With timing on, the handler's pass and XLA's are timed once for the program's pool
-    (``chooser.max_pool_why_not``), and the program runs the winner."""
+    """With timing on, the handler's pass and XLA's, each with the gradient's scatter, are timed
+    once for the program's pool (``chooser.max_pool_why_not``), and the program runs the
+    winner."""
     if not library.status().available:
         pytest.skip("the handler's max pool runs on the CPU, with the onednn extra")
     jax.clear_caches()
@@ -199,6 +200,6 @@ def test_explain_names_where_the_argmax_runs(monkeypatch):
     assert row.by == "jaxconv" and row.lowering.startswith("XLA's passes: ")
     if jax.default_backend() == "cpu" and library.status().available:
         for module in (chooser, lowering):
-            monkeypatch.setattr(module, "max_pool_why_not", lambda x, p, written: None)
+            monkeypatch.setattr(module, "max_pool_why_not", lambda x, p, *contenders: None)
         (row,) = [r for r in jaxconv.explain(grad, x).rows if r.kernel == "max pool and argmax"]
         assert row.lowering == "the handler's one pass"

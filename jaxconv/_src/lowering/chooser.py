@@ -577,32 +577,40 @@ def _float32_product(a: Any, b: Any, dimension_numbers: Any,
 
 
 #: the max pools' contest, part of its key (a change times again)
-_MAX_POOL = "XLA's forward and argmax against the handler's one pass in parts on XLA's pool"
+_MAX_POOL = ("XLA's forward and argmax against the handler's one pass in parts on XLA's pool, "
+             "each with the gradient's scatter")
 
 
-def max_pool_why_not(x: Any, p: Any,
-                     written: Callable[[Array], tuple[Array, Array]]) -> str | None:
+def max_pool_why_not(x: Any, p: Any, written: Callable[[Array], tuple[Array, Array]],
+                     gradient: Callable[[Array, Array], Array]) -> str | None:
     """Why the forward and argmax of max pool ``p`` of ``x`` (an abstract value), in a program
     on one CPU device that is not exported, stay ``written`` (XLA's selects, ``pooling.py``)
     rather than the handler's one pass (``lowering/max_pool.py``), or None where the handler
     computes them. XLA's program is the rule; the handler's replaces it where it times faster by
     ``measured.CHALLENGER_MARGIN`` beyond noise, once per shape and machine
-    (``measured.pick_program``): XLA:CPU computes the argmax's compares and selects an element
-    at a time (ResNet's stem pool at batch 8, 112 x 112 x 64: 9.0 ms in XLA, 2.7 on the
-    handler; 2-core Zen 4, docs/onednn.md, "Max pool")."""
+    (``measured.pick_program``). Each is timed as a training step runs it, the argmax read by
+    ``gradient(ct, arg)`` (the scatter of a cotangent): XLA fuses its argmax into that loop,
+    computing it again for every tap that reads it. XLA:CPU computes the argmax's compares and
+    selects an element at a time (ResNet's stem pool at batch 8, 112 x 112 x 64, forward and
+    backward: 10.3 ms with XLA's argmax, 4.2 with the handler's; 2-core Zen 4, docs/onednn.md,
+    "Max pool")."""
     why = max_pool.handler_applies(x.dtype, p)
     if why is not None:
         return why
     if jax.default_backend() != "cpu":
         return f"the handler pools on the CPU only, got default backend {jax.default_backend()}"
 
-    def ours(v: Array) -> tuple[Array, Array]:
-        return max_pool.max_pool_call(v, p)
+    def timed(forward: Callable[[Array], tuple[Array, Array]]) -> Callable[..., Any]:
+        def run(v: Array, ct: Array) -> tuple[Array, Array]:
+            y, arg = forward(v)
+            return y, gradient(ct, arg)
+        return run
     description = (f"{np.dtype(x.dtype).name} {list(x.shape)}, window {list(p.window)}, "
                    f"strides {list(p.strides)}, pads {[list(q) for q in p.pads]}")
     text = repr((_MAX_POOL, tuple(x.shape), str(np.dtype(x.dtype)), p))
-    verdict = measured.pick_program(description, text, {"xla": written, "handler": ours},
-                                    (x,), rule="xla", kind="pool")
+    ct = jax.ShapeDtypeStruct(p.shape(x.shape, p.output_size), x.dtype)  # type: ignore[no-untyped-call]
+    calls = {"xla": timed(written), "handler": timed(lambda v: max_pool.max_pool_call(v, p))}
+    verdict = measured.pick_program(description, text, calls, (x, ct), rule="xla", kind="pool")
     if verdict == "handler":
         return None
     if not measured.enabled():
@@ -611,13 +619,14 @@ def max_pool_why_not(x: Any, p: Any,
     return "XLA's argmax timed at least as fast on this machine"
 
 
-def max_pool_on_handler(x: Any, p: Any, written: Callable[[Array], tuple[Array, Array]], *,
-                        partitioned: bool = False, exported: bool = False) -> bool:
+def max_pool_on_handler(x: Any, p: Any, written: Callable[[Array], tuple[Array, Array]],
+                        gradient: Callable[[Array, Array], Array], *, partitioned: bool = False,
+                        exported: bool = False) -> bool:
     """Whether the forward and argmax of max pool ``p`` of ``x`` (an abstract value), lowered
     for the CPU, run on the handler: in a program on one device that is not exported, where
     :func:`max_pool_why_not` gives no reason against it."""
     return (not partitioned and not exported
-            and max_pool_why_not(x, p, written) is None)
+            and max_pool_why_not(x, p, written, gradient) is None)
 
 
 def keep_freed_memory(backend: str = "cpu") -> None:
