@@ -201,7 +201,8 @@ _define(scatter_p, _scatter, lambda t, arg, p: p.shape(t.shape, p.input_size), g
 # The forward and the argmax together, the JVP's primal and what its gather reads: one
 # primitive, so that on the CPU one pass of the handler computes both where that timed faster
 # (XLA:CPU computes the argmax's compares and selects an element at a time: ResNet's stem pool
-# at batch 8, 9.0 ms against 2.7; docs/onednn.md, "Max pool"), elsewhere XLA's two passes.
+# at batch 8, forward and backward, 10.8 ms against 4.1; docs/onednn.md, "Max pool"),
+# elsewhere XLA's two passes.
 # Not linear: its JVP is the pool's (the tangent gathered at the argmax; none for the argmax).
 argmax_p = Primitive("jaxconv_max_pool_argmax")
 argmax_p.multiple_results = True

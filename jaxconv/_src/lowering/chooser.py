@@ -592,7 +592,7 @@ def max_pool_why_not(x: Any, p: Any, written: Callable[[Array], tuple[Array, Arr
     ``gradient(ct, arg)`` (the scatter of a cotangent): XLA fuses its argmax into that loop,
     computing it again for every tap that reads it. XLA:CPU computes the argmax's compares and
     selects an element at a time (ResNet's stem pool at batch 8, 112 x 112 x 64, forward and
-    backward: 10.3 ms with XLA's argmax, 4.2 with the handler's; 2-core Zen 4, docs/onednn.md,
+    backward: 10.8 ms with XLA's argmax, 4.1 with the handler's; 2-core Zen 4, docs/onednn.md,
     "Max pool")."""
     why = max_pool.handler_applies(x.dtype, p)
     if why is not None:
