@@ -408,16 +408,15 @@ OpenVINO running it (latency hint; float32: `INFERENCE_PRECISION_HINT=f32`); eac
 alone, 5 rounds of 20, interleaved, each block after 20 ms of untimed calls; the JAX variables
 closed over, as the others' weights are part of their models. Above 1: accelerate faster.
 `jaxconv bench models --parts inference [--dtype bfloat16]` ({{doc}}`training`, "Serve a model
-on CPU"). On the 2-core Zen 4 VM (the variables then an argument, not closed over):
+on CPU"). Float32 is each contender's median over three processes (`--inference-runs 3`: a
+process's median varies more than its calls do), bfloat16 one process. On the 2-core Zen 4 VM:
 
 {_table("Serving on CPU")}
 
 {_serving_short(_BY_TITLE["Serving on CPU"].jsons)}
 
 The same on a 2-core Intel Xeon with AVX-512 BF16 and FP16 but no AMX (its own row of the table
-of machines above), the variables closed over; float32 each contender's median over three
-processes (`--inference-runs 3`: a process's median varies more than its calls do), bfloat16
-one process:
+of machines above):
 
 {_table("Serving on CPU, Intel Xeon")}
 
