@@ -438,7 +438,7 @@ OpenVINO are given the same count (`torch.set_num_threads`, `INFERENCE_NUM_THREA
 What scales worse than OpenVINO: batch-1 latency, most of all MobileNetV2's; batch 8 past 8
 threads, where a chunk of the batch was one example at most, so that 8 examples kept 8 of 16
 threads busy (each example's rows now split too, {{doc}}`onednn` "Threads": not in this
-table); and in the training step, the max pool (XLA's fusions).
+table); in the training step, the max pool (XLA's; on the handler since: {{doc}}`onednn`).
 
 ## Per kernel: oneDNN's benchdnn lists
 
