@@ -87,7 +87,7 @@ def _argmax(x: Array, p: PoolProblem) -> Array:
     maximum is not the primal: that stays ``_forward``'s, whose ``maximum`` passes a NaN on as
     ``lax.reduce_window`` does.)"""
     xw = wide(x)
-    dtype = jnp.int8 if p.taps <= 127 else jnp.int32
+    dtype = p.argmax_dtype
     first, *rest = p.offsets()
     y = _tap(xw, p, first, -jnp.inf)
     arg = jnp.zeros(y.shape, dtype)
@@ -201,7 +201,8 @@ _define(scatter_p, _scatter, lambda t, arg, p: p.shape(t.shape, p.input_size), g
 # The forward and the argmax together, the JVP's primal and what its gather reads: one
 # primitive, so that on the CPU one pass of the handler computes both where that timed faster
 # (XLA:CPU computes the argmax's compares and selects an element at a time: ResNet's stem pool
-# at batch 8, forward and backward, 10.8 ms against 4.1; docs/onednn.md, "Max pool"),
+# at batch 8, forward and backward, 10.8 ms against 4.1 on the 2-core Zen 4 of docs/onednn.md,
+# "Max pool"; the chooser times the two on the running machine),
 # elsewhere XLA's two passes.
 # Not linear: its JVP is the pool's (the tangent gathered at the argmax; none for the argmax).
 argmax_p = Primitive("jaxconv_max_pool_argmax")
@@ -212,7 +213,7 @@ def _forward_and_argmax(x: Array, p: PoolProblem) -> tuple[Array, Array]:
     return _forward(x, p), _argmax(x, p)
 
 
-def _contenders(p: PoolProblem) -> tuple[Any, Any]:
+def contenders(p: PoolProblem) -> tuple[Any, Any]:
     """What the chooser times for ``p``: XLA's forward and argmax, and the gradient's scatter
     that reads the argmax (``chooser.max_pool_why_not``)."""
     return (functools.partial(_forward_and_argmax, p=p),
@@ -227,8 +228,7 @@ def _argmax_eager(x: Array, *, p: PoolProblem) -> tuple[Array, Array]:
 
 def _argmax_abstract(x: Any, *, p: PoolProblem) -> tuple[jax.core.ShapedArray, ...]:
     shape = p.shape(x.shape, p.output_size)
-    arg = jnp.int8 if p.taps <= 127 else jnp.int32
-    return jax.core.ShapedArray(shape, x.dtype), jax.core.ShapedArray(shape, arg)
+    return jax.core.ShapedArray(shape, x.dtype), jax.core.ShapedArray(shape, p.argmax_dtype)
 
 
 _ARGMAX_XLA = mlir.lower_fun(lambda x, *, p: _forward_and_argmax(x, p), multiple_results=True)
@@ -240,7 +240,7 @@ def _argmax_cpu(ctx: mlir.LoweringRuleContext, x: Any, *, p: PoolProblem) -> Any
     chooser timed it faster (``chooser.max_pool_why_not``); XLA's two passes elsewhere."""
     (aval,) = ctx.avals_in
     ours = lowering.max_pool_on_handler(
-        aval, p, *_contenders(p), partitioned=primitive.partitioned(ctx),
+        aval, p, *contenders(p), partitioned=primitive.partitioned(ctx),
         exported=primitive.exported(ctx, "auto"))
     return (_ARGMAX_HANDLER if ours else _ARGMAX_XLA)(ctx, x, p=p)
 

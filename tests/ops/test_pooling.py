@@ -85,8 +85,14 @@ def test_vmap_second_order_and_check_grads(shape, window, strides, padding, fmt)
 
 @pytest.mark.parametrize("layout", ["NCX", "NXC"])
 def test_gradient_equals_torch_max_pool2d(layout):
+    check_against_torch_max_pool2d(layout, seed=2)
+
+
+def check_against_torch_max_pool2d(layout, seed):
+    """ResNet's stem pool (3x3, stride 2, pads 1) and its gradient against torch's
+    ``max_pool2d`` (``test_pooling_handler.py`` runs it on the handler too)."""
     torch = pytest.importorskip("torch")
-    rng = np.random.default_rng(2)
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal((2, 5, 11, 9)).astype(np.float32)  # NCHW
     xt = torch.tensor(x, requires_grad=True)
     yt = torch.nn.functional.max_pool2d(xt, (3, 3), (2, 2), (1, 1))

@@ -7,6 +7,10 @@ rule), so these tests take the handler's verdict (``on_the_handler``), and one t
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,6 +23,7 @@ from jaxconv._src import lowering, pooling
 from jaxconv._src.geometry.pooling import pool_problem
 from jaxconv._src.lowering import chooser, max_pool
 from jaxconv._src.native import library
+from tests.ops.test_pooling import check_against_torch_max_pool2d
 from tests.support.helpers import TOLERANCE
 
 # the handler's call in a lowered (StableHLO) program
@@ -88,6 +93,41 @@ def test_the_handlers_pool_and_argmax_equal_xlas(on_the_handler, shape, window, 
                                   np.asarray(_reference(x, window, strides, padding), np.float32))
 
 
+_ISA_SCRIPT = """
+import jax, numpy as np
+from jaxconv._src import pooling
+from jaxconv._src.geometry.pooling import pool_problem
+from jaxconv._src.lowering import max_pool
+from jaxconv._src.native import library
+from tests.ops.test_pooling_handler import CASES, _drawn
+assert library.status().available
+print(library.winograd_isa())
+for shape, window, strides, padding in CASES:
+    for dtype in ("float32", "bfloat16"):
+        x = _drawn(shape, dtype)
+        _, p = pool_problem("max_pool", x, window, strides, padding, "NXC")
+        y, arg = jax.jit(lambda x: max_pool.max_pool_call(x, p))(x)
+        y_ref, arg_ref = jax.jit(lambda x: pooling._forward_and_argmax(x, p))(x)
+        same = (np.array_equal(np.asarray(y, np.float32), np.asarray(y_ref, np.float32),
+                               equal_nan=True) and np.array_equal(arg, arg_ref))
+        print(int(same))
+"""
+
+
+@pytest.mark.parametrize("isa", ["avx2", "plain"])
+def test_every_vector_isa_of_the_handlers_pool(isa):
+    """The pool compiled for AVX2 and for no vector ISA, on this machine (JAXCONV_WINOGRAD_ISA
+    narrows the widest for all the handler's vectorised code: runtime/isa.h), bit for bit
+    XLA's passes on every case of both dtypes."""
+    if jax.default_backend() != "cpu" or not library.status().available:
+        pytest.skip("the handler's max pool runs on the CPU, with the onednn extra")
+    env = dict(os.environ, JAXCONV_WINOGRAD_ISA=isa, JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", _ISA_SCRIPT], env=env, capture_output=True,
+                         text=True, check=True, timeout=300).stdout.split()
+    assert out[0] == isa or (isa, out[0]) == ("avx2", "plain")  # plain: a CPU without AVX2
+    assert out[1:] == ["1"] * (2 * len(CASES)), out
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("shape,window,strides,padding", CASES, ids=IDS)
 def test_gradients_on_the_handler_equal_lax_reduce_windows(on_the_handler, shape, window,
@@ -117,19 +157,7 @@ def test_gradients_on_the_handler_equal_lax_reduce_windows(on_the_handler, shape
 
 
 def test_the_handlers_gradient_equals_torch_max_pool2d(on_the_handler):
-    torch = pytest.importorskip("torch")
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal((2, 5, 11, 9)).astype(np.float32)  # NCHW
-    xt = torch.tensor(x, requires_grad=True)
-    yt = torch.nn.functional.max_pool2d(xt, (3, 3), (2, 2), (1, 1))
-    ct = rng.standard_normal(tuple(yt.shape)).astype(np.float32)
-    yt.backward(torch.tensor(ct))
-    y, vjp = jax.vjp(_pool((3, 3), (2, 2), ((1, 1), (1, 1))),
-                     jnp.asarray(x.transpose(0, 2, 3, 1)))
-    dx = np.asarray(vjp(jnp.asarray(ct.transpose(0, 2, 3, 1)))[0]).transpose(0, 3, 1, 2)
-    np.testing.assert_array_equal(np.asarray(y).transpose(0, 3, 1, 2), yt.detach().numpy())
-    tol = TOLERANCE["float32"]
-    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=tol, atol=tol)
+    check_against_torch_max_pool2d("NXC", seed=3)
 
 
 def test_vmap_and_second_order_on_the_handler(on_the_handler):

@@ -197,7 +197,7 @@ def _pool_row(eqn: Any) -> Row:
     shapes = f"{_fmt(*avals)} -> {list(eqn.outvars[0].aval.shape)}"
     if name == pooling.argmax_p.name:  # on the handler where timed faster (chooser)
         p = eqn.params["p"]
-        why = lowering.max_pool_why_not(avals[0], p, *pooling._contenders(p))
+        why = lowering.max_pool_why_not(avals[0], p, *pooling.contenders(p))
         return Row("pool", _POOLS[name], "jaxconv", shapes,
                    "the handler's one pass" if why is None else f"XLA's passes: {why}",
                    _bind=_binder(eqn), _avals=avals)

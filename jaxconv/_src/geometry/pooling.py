@@ -46,6 +46,11 @@ class PoolProblem:
         """The taps of one window (the number ``argmax`` counts up to)."""
         return math.prod(self.window)
 
+    @property
+    def argmax_dtype(self) -> Any:
+        """The dtype of each window's argmax (a tap's index): int8 up to 127 taps, else int32."""
+        return jnp.dtype(jnp.int8 if self.taps <= 127 else jnp.int32)
+
     def offsets(self) -> Iterator[tuple[int, ...]]:
         """Each tap's offset in its window, in row-major order (the order ties are broken in:
         the first maximum wins, as in XLA's and PyTorch's max pool gradients)."""

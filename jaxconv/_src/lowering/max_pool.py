@@ -12,20 +12,16 @@ from jaxconv._src.geometry.pooling import PoolProblem
 from jaxconv._src.kernel import Array
 from jaxconv._src.native import library
 
-#: the most taps a window has where the handler computes its argmax (int8, as ``pooling.py``'s)
-MAX_TAPS = 127
-
-
 def handler_applies(dtype: np.dtype, p: PoolProblem) -> str | None:
     """Why the handler does not compute this pool's forward and argmax, or None where it
-    does: a 2D pool of float32 or bfloat16 in flax's layout (``NXC``: channels contiguous), of
-    at most :data:`MAX_TAPS` taps, with the handler built."""
+    does: a 2D pool of float32 or bfloat16 in flax's layout (``NXC``: channels contiguous)
+    whose argmax is int8 (``PoolProblem.argmax_dtype``), with the handler built."""
     if p.data.format != "NXC" or len(p.window) != 2:
         return f"the handler pools 2D NXC inputs, got {len(p.window)}D {p.data.format}"
     if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(jnp.bfloat16)):
         return f"the handler pools float32 and bfloat16, got {np.dtype(dtype)}"
-    if p.taps > MAX_TAPS:
-        return f"the handler pools windows of at most {MAX_TAPS} taps, got {p.taps}"
+    if p.argmax_dtype != np.int8:
+        return f"the handler pools windows of an int8 argmax (at most 127 taps), got {p.taps}"
     found = library.status()
     if not found.available:
         return f"the handler is not available: {found.detail}"

@@ -7,6 +7,8 @@
 #include <limits>
 #include <vector>
 
+#include "isa.h"
+
 namespace jaxconv_onednn {
 namespace {
 
@@ -82,9 +84,9 @@ JAXCONV_POOL_INLINE void Rows(const PoolShape& s, const T* x, T* y, int8_t* arg,
   }
 }
 
-// Each dtype's rows compiled for AVX-512, AVX2 and the baseline, one chosen by the running CPU
-// (GCC's target_clones on these internal functions ran the baseline's: bfloat16 at 3x float32's
-// time, its widening without SSE4.1's zero-extends).
+// Each dtype's rows compiled for AVX-512, AVX2 and no vector ISA, one chosen by the running CPU
+// (isa.h; GCC's target_clones on these internal functions ran the baseline's: bfloat16 at 3x
+// float32's time, its widening without SSE4.1's zero-extends).
 #define JAXCONV_POOL_ISA(NAME, TARGET)                                                        \
   TARGET void RowsF32##NAME(const PoolShape& s, const float* x, float* y, int8_t* arg,        \
                             int64_t begin, int64_t end) {                                    \
@@ -98,36 +100,22 @@ JAXCONV_POOL_ISA(Avx512, __attribute__((target("avx512f,avx512bw,avx512vl,fma"))
 JAXCONV_POOL_ISA(Avx2, __attribute__((target("avx2,fma"))))
 JAXCONV_POOL_ISA(Plain, )
 
-enum class PoolIsa { kAvx512, kAvx2, kPlain };
-
-PoolIsa RunningIsa() {
-  static const PoolIsa isa = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl"))
-      return PoolIsa::kAvx512;
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? PoolIsa::kAvx2
-                                                                            : PoolIsa::kPlain;
-  }();
-  return isa;
-}
-
 }  // namespace
 
 void MaxPoolRows(const PoolShape& s, const void* x, void* y, int8_t* arg, int64_t begin,
                  int64_t end) {
-  const PoolIsa isa = RunningIsa();
+  const Isa isa = IsaForCpu();
   if (s.bfloat16) {
     const auto* in = static_cast<const uint16_t*>(x);
     auto* out = static_cast<uint16_t*>(y);
-    if (isa == PoolIsa::kAvx512) return RowsBf16Avx512(s, in, out, arg, begin, end);
-    if (isa == PoolIsa::kAvx2) return RowsBf16Avx2(s, in, out, arg, begin, end);
+    if (isa == Isa::kAvx512) return RowsBf16Avx512(s, in, out, arg, begin, end);
+    if (isa == Isa::kAvx2) return RowsBf16Avx2(s, in, out, arg, begin, end);
     return RowsBf16Plain(s, in, out, arg, begin, end);
   }
   const auto* in = static_cast<const float*>(x);
   auto* out = static_cast<float*>(y);
-  if (isa == PoolIsa::kAvx512) return RowsF32Avx512(s, in, out, arg, begin, end);
-  if (isa == PoolIsa::kAvx2) return RowsF32Avx2(s, in, out, arg, begin, end);
+  if (isa == Isa::kAvx512) return RowsF32Avx512(s, in, out, arg, begin, end);
+  if (isa == Isa::kAvx2) return RowsF32Avx2(s, in, out, arg, begin, end);
   RowsF32Plain(s, in, out, arg, begin, end);
 }
 

@@ -1,6 +1,6 @@
 // The passes over Winograd's tiles (winograd_passes.h): each transform compiled for AVX-512,
 // for AVX2 and for neither, the CPU's features picking one when the library loads
-// (winograd_product.h's IsaForCpu), and one entry per pass that dispatches on the tile side.
+// (runtime/isa.h's IsaForCpu), and one entry per pass that dispatches on the tile side.
 #include "winograd_passes.h"
 
 #include <algorithm>

@@ -5,14 +5,9 @@
 
 #include <cstdint>
 
+#include "isa.h"
+
 namespace jaxconv_onednn {
-
-enum class Isa { kAvx512, kAvx2, kPlain };
-
-// The widest ISA this CPU has (kAvx512: AVX-512 F, VL and BW; kAvx2: AVX2 and FMA), or a
-// narrower one named by JAXCONV_WINOGRAD_ISA ("avx2", "plain"; read once): the tests run every
-// path on one machine.
-Isa IsaForCpu();
 
 // Rows of c each kernel call keeps in registers (AVX-512: 12, AVX2: 6).
 int RowsPerBlock();
