@@ -485,6 +485,46 @@ def test_the_accelerated_program_stays_where_it_timed_faster_whole(measuring, mo
     assert any("whole program timed, jaxconv kept (accelerated)" in n for n in notes), notes
 
 
+def _winograd_program(x, w):
+    """A small CNN's forward whose 3x3 32 -> 32 convolution the CPU table runs on Winograd."""
+    y = jax.nn.relu(lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=DN))
+    return lax.conv_general_dilated(y, w, (1, 1), "SAME", dimension_numbers=DN)
+
+
+@pytest.mark.skipif(not library.status().available, reason="needs jaxconv's oneDNN handler")
+@pytest.mark.parametrize("winner", ["direct", "jaxconv", "lax"])
+def test_a_program_with_winograd_is_also_timed_whole_without_it(measuring, monkeypatch, winner):
+    """Where a convolution's table method is Winograd, the accelerated program without
+    Winograd (``lowering="direct"``'s) challenges the accelerated one, then the program as
+    written the one that held; the winner runs, and explain says which. Without a Winograd
+    convolution, or under ``lowering="direct"``, two programs are timed."""
+    timed = _whole(monkeypatch, winner)
+    rng = np.random.default_rng(0)
+    x, w = h.random(rng, (1, 14, 14, 32)), h.random(rng, (3, 3, 32, 32))
+    p = geometry.convolution_problem(
+        "t", geometry.Names(x="x", y="y", w_shape="w", w_format="f", layout_arguments=False),
+        x_shape=x.shape, y_shape=None, w_shape=w.shape, strides=(1, 1), pads_begin=(1, 1),
+        pads_end=(1, 1), dilations=(1, 1), auto_pad="explicit", groups=1, data_format="NXC",
+        filter_format="XIO")
+    assert chooser.cpu_table_method(Kernel.FORWARD, p, np.float32) == "winograd"
+    eqns = h.equations(jaxconv.accelerate(_winograd_program), x, w)
+    assert timed == [("jaxconv", "direct", "lax")]
+    methods = {e.params["method"] for e in eqns if e.primitive.name.startswith("jaxconv")}
+    assert methods == {"jaxconv": {"auto"}, "direct": {"direct"}, "lax": set()}[winner]
+    h.assert_close(jax.jit(jaxconv.accelerate(_winograd_program))(x, w),
+                   _winograd_program(x, w), jnp.float32)
+    (d,) = [d for d in measured.decisions() if d.kernel == "program"]
+    assert (d.rule, d.verdict) == ("jaxconv", winner)
+    kept = {"jaxconv": "accelerated", "direct": "accelerated without Winograd",
+            "lax": "the program as written"}[winner]
+    notes = jaxconv.explain(jaxconv.accelerate(_winograd_program), x, w).notes
+    assert any(f"whole program timed, {winner} kept ({kept})" in n for n in notes), notes
+    timed.clear()
+    jax.make_jaxpr(jaxconv.accelerate(_winograd_program, lowering="direct"))(x, w)
+    jax.make_jaxpr(jaxconv.accelerate(_program))(*_operands())
+    assert timed == [("jaxconv", "lax"), ("jaxconv", "lax")]
+
+
 def test_no_whole_program_is_timed_with_a_loop_or_branch_large_or_measuring_off(measuring,
                                                                              monkeypatch):
     _whole(monkeypatch, "lax")

@@ -418,8 +418,8 @@ def explain(fn: Callable[..., Any], *args: Any, measure: bool = False, reps: int
         closed = jax.make_jaxpr(fn)(*args, **kwargs)
     programs = [d for d in seen if d.kernel == "program"]
     record: transform.Record = {}
-    notes = [f"whole program timed, {d.verdict} kept "
-             f"({'the program as written' if d.verdict == 'lax' else 'accelerated'}): "
+    kept = {"lax": "the program as written", "direct": "accelerated without Winograd"}
+    notes = [f"whole program timed, {d.verdict} kept ({kept.get(d.verdict, 'accelerated')}): "
              f"{d.line()}" for d in programs]
     notes += list(dict.fromkeys(  # once per product, however often the passes asked
         f"float32 product timed, {d.verdict} kept "

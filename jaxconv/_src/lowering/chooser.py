@@ -476,18 +476,41 @@ def _holds_jaxconv(jaxpr: Any) -> bool:
                for eqn in jaxpr.eqns)
 
 
-def whole_program(written: Any, ours: Callable[..., Any]) -> Any:
-    """The program that runs for a function ``accelerate`` transforms, where the two were timed
-    whole: ``written`` (its closed jaxpr) or its accelerated form (``ours``, a function of the
-    same operands, traced); None where nothing was timed (``ours`` runs). Timed once per
-    program and machine, where the programs run on the CPU, the program multiplies and adds at
-    most :data:`PROGRAM_MEASURE_MAX_MACS` times, holds no loop or branch that depends on its
+def _holds_winograd(jaxpr: Any) -> bool:
+    """Whether a convolution of ``jaxpr`` (an accelerated program; nested jaxprs included)
+    asks for ``"auto"`` where the CPU table's method is Winograd."""
+    for eqn in jaxpr.eqns:
+        params = eqn.params
+        if (eqn.primitive.name in ("jaxconv_conv", "jaxconv_fused")
+                and params.get("method") == "auto"
+                and cpu_table_method(params["kernel"], params["p"], eqn.invars[0].aval.dtype,
+                                     params["precision"], params["preferred_element_type"])
+                == "winograd"):
+            return True
+        if any(_holds_winograd(sub) for sub in jaxprs_in_params(params)):
+            return True
+    return False
+
+
+def whole_program(written: Any, ours: Callable[..., Any],
+                  without_winograd: Callable[..., Any] | None = None) -> Any:
+    """The program that runs for a function ``accelerate`` transforms, where they were timed
+    whole: ``written`` (its closed jaxpr), its accelerated form (``ours``, a function of the
+    same operands, traced) or that form without Winograd (``without_winograd``: ``lowering=
+    "direct"``'s, timed where a convolution of ``ours`` has Winograd as its table's method);
+    None where nothing was timed (``ours`` runs). Timed once per program and machine, where
+    the programs run on the CPU, the program multiplies and adds at most
+    :data:`PROGRAM_MEASURE_MAX_MACS` times, holds no loop or branch that depends on its
     operands' values, and its accelerated form holds jaxconv's kernels
-    (``measured.pick_program``: the accelerated program is the rule). Each kernel's own choice
-    is timed alone (``measured.pick``), where XLA fuses the program's convolutions with their
-    neighbours, at a small size into one fusion for a whole CNN: the MNIST CNN's batch-8
+    (``measured.pick_program``: the accelerated program is the rule; the form without
+    Winograd challenges it, then the program as written the one that held). Each kernel's
+    own choice is timed alone, where XLA fuses the program's convolutions with their
+    neighbours, at a small size into one fusion for a whole CNN (the MNIST CNN's batch-8
     forward took 0.46 ms as XLA:CPU's one fusion against 0.77 accelerated on the 2-core Xeon
-    of docs/performance.md (docs/lowerings.md, "Timed choices")."""
+    of docs/performance.md), and where a Winograd call on oneDNN's OpenMP team leaves its
+    workers spinning on the cores that the program's next calls split over XLA's pool (the
+    MNIST CNN's batch-1 forward: 0.14 ms accelerated, 0.12 without Winograd, 0.20 as
+    written, on the 2-core Zen 4 VM; docs/lowerings.md, "Timed choices")."""
     if (jax.default_backend() != "cpu" or not measured.enabled() or written.effects
             or any(isinstance(c, jax.core.Tracer) for c in written.consts)):
         return None  # (a constant of an enclosing trace cannot be timed alone)
@@ -500,12 +523,16 @@ def whole_program(written: Any, ours: Callable[..., Any]) -> Any:
     if not _holds_jaxconv(accelerated.jaxpr) or any(
             isinstance(c, jax.core.Tracer) for c in accelerated.consts):
         return None
+    forms = {"jaxconv": accelerated}
+    if without_winograd is not None and _holds_winograd(accelerated.jaxpr):
+        with jax.ensure_compile_time_eval():
+            forms["direct"] = jax.make_jaxpr(without_winograd)(*avals)
     text = f"{written.jaxpr}|{[(a.shape, str(a.dtype)) for a in written.in_avals]}|" + \
         str([(np.shape(c), str(getattr(c, "dtype", type(c).__name__))) for c in written.consts])
     description = f"of {len(written.jaxpr.eqns)} equations, {macs:.3g} multiply-adds"
-    calls = {"jaxconv": jaxpr_as_fun(accelerated), "lax": jaxpr_as_fun(written)}
+    calls = {**{m: jaxpr_as_fun(f) for m, f in forms.items()}, "lax": jaxpr_as_fun(written)}
     chosen = measured.pick_program(description, text, calls, avals, rule="jaxconv")
-    return written if chosen == "lax" else accelerated
+    return written if chosen == "lax" else forms[chosen]
 
 
 # ------------------------------------------------------------ the other kernels' choices

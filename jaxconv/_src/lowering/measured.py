@@ -102,7 +102,8 @@ _TIMING = ("each timed call after an untimed one of its own; samples of interlea
 _RULE = (f"the rule unless beaten beyond both noises by {CHALLENGER_MARGIN:.0%}; tiles "
          f"{WINOGRAD_TILE_MARGIN:.0%}; bfloat16 Winograd {WINOGRAD_BFLOAT16_MARGIN:.0%}; "
          f"16-bit oneDNN challenged by its float32 kernel, timed on float32 operands; whole "
-         f"programs by their rounds' median ratio, beyond twice its standard error")
+         f"programs by their rounds' median ratio, beyond twice its standard error, each "
+         f"challenger against the program that holds")
 
 _LOCK = threading.RLock()  # a combinator's timing lowers (and may time) its sub-problems
 _VERDICTS: dict[str, str] = {}
@@ -569,17 +570,18 @@ def collecting() -> Iterator[list[Decision]]:
 
 def pick_program(description: str, text: str, calls: dict[str, Callable[..., Any]],
                  avals: Sequence[Any], rule: str, kind: str = "program") -> str:
-    """Which of two whole programs runs (``calls``: ``rule``'s, and the challenger's), each a
-    function of operands of ``avals``: ``rule`` unless the other timed faster by
-    :data:`CHALLENGER_MARGIN` beyond twice the standard error of the lead, round by round
-    (:func:`_beats_paired`), once per program and machine (its key: ``text``, the
-    program as written, hashed), as for a kernel's candidates (:func:`pick`; the chooser's
-    ``whole_program``, and ``product_why_not`` with ``kind`` "product": a matrix product's
-    two programs). Operands: floats drawn at random, integers and booleans zero (an
-    index in range). Measuring off: ``rule``."""
+    """Which of whole programs runs (``calls``: ``rule``'s, then its challengers in order),
+    each a function of operands of ``avals``: each challenger in turn replaces the program
+    that holds (first ``rule``'s) where it timed faster than it by :data:`CHALLENGER_MARGIN`
+    beyond twice the standard error of the lead, round by round (:func:`_beats_paired`; the
+    record's lead is the last challenger's), once per program and machine (its key:
+    ``text``, the program as written, hashed with the candidates' names), as for a kernel's
+    candidates (:func:`pick`; the chooser's ``whole_program``, and ``product_why_not`` with
+    ``kind`` "product": a matrix product's two programs). Operands: floats drawn at random,
+    integers and booleans zero (an index in range). Measuring off: ``rule``."""
     if not enabled():
         return rule
-    key = f"{kind} " + hashlib.sha256(text.encode()).hexdigest()
+    key = f"{kind} " + hashlib.sha256(f"{text}|{sorted(calls)}".encode()).hexdigest()
 
     def measure() -> dict[str, Any]:
         rng = np.random.default_rng(0)
@@ -590,10 +592,12 @@ def pick_program(description: str, text: str, calls: dict[str, Callable[..., Any
                 jax.devices("cpu")[0]) for a in avals)
         samples = _interleaved(calls, dict.fromkeys(calls, drawn), _PROGRAM_SECONDS,
                                _PROGRAM_ROUNDS)
-        (challenger,) = (m for m in calls if m != rule)
-        lead, need = _beats_paired(samples[challenger], samples[rule], CHALLENGER_MARGIN)
-        return _record(kind, description, rule, challenger if lead > need else rule,
-                       lead, need, samples)
+        held, lead, need = rule, 0.0, 0.0
+        for challenger in (m for m in calls if m != rule):
+            lead, need = _beats_paired(samples[challenger], samples[held], CHALLENGER_MARGIN)
+            if lead > need:
+                held = challenger
+        return _record(kind, description, rule, held, lead, need, samples)
     return _settled(key, tuple(calls), measure, (kind, description, ""))
 
 
