@@ -61,7 +61,7 @@ def step(name: str, batch: int) -> Callable[[], Any]:
     variables = models.init(name, jnp.asarray(x), True)
     model = models.build(name, lax_refs.conv_general_dilated, True)
     jitted, tx = model_steps._jax_step(model, True, donate=True, accelerate=True)
-    run = model_steps._training_loop(jitted, variables["params"], variables["batch_stats"],
+    run = model_steps._training_loop(jitted, variables["params"], variables.get("batch_stats", {}),
                                      tx.init(variables["params"]), jnp.asarray(x),
                                      jnp.asarray(labels))
 

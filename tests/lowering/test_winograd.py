@@ -222,6 +222,53 @@ def test_staged_bfloat16_blocks(small_chunks):
         h.assert_close(got, r, jnp.bfloat16)
 
 
+# Where the passes run (decisions.h, WinogradOnPool): each forward plan, fused (a small
+# filter) and staged (chunked, blocked U; whole U), as the forward and as the data gradient
+# (the forward of the flipped filter), on one example and on several.
+WHERE = {"fused": ("winograd_4x4", False, 3, (13, 11), 70, 130),
+         "fused-one-example": ("winograd_2x2", False, 1, (14, 14), 32, 64),
+         "blocks": STAGED["blocks-oix-tails"][:2] + (2, (9, 10), 200, 184),
+         "whole-u": STAGED["whole-u"][:2] + (2, (34, 35), 192, 192)}
+
+
+@pytest.mark.parametrize("case", sorted(WHERE))
+def test_the_forward_runs_on_xlas_pool_as_on_the_team_bit_for_bit(case):
+    """A Winograd forward (and data gradient) runs its passes as parts on XLA's pool, split for
+    this machine's pool and for 4 threads on it, and computes bit for bit what it computes on
+    the OpenMP team (``library.winograd_on_pool(False)``); a weight gradient stays on the
+    team."""
+    method, chunked, n, size, c, k = WHERE[case]
+    x, w, dy, attrs, refs = _case(np.random.default_rng(3), n, size, c, k, ((1, 1), (1, 1)))
+    fwd = jax.jit(lambda x, w: jaxconv.convolution(x, w, lowering=method, **attrs))
+    data = jax.jit(lambda dy, w: jaxconv.convolution_backward_data(dy, w, x.shape,
+                                                                   lowering=method, **attrs))
+    weight = jax.jit(lambda x, dy: jaxconv.convolution_backprop_filters(
+        x, dy, w.shape, lowering=method, **attrs))
+    library.set_winograd_chunk_bytes(200_000 if chunked else 0)
+    try:
+        def run():
+            return np.asarray(fwd(x, w)), np.asarray(data(dy, w))
+        before = library.cache_stats()["winograd_pool_calls"]
+        on_pool = run()
+        assert library.cache_stats()["winograd_pool_calls"] == before + 2
+        for got, ref in zip(on_pool, refs):
+            h.assert_close(got, ref, jnp.float32)
+        with library.planned_pool_threads(4):
+            four = run()
+        with library.winograd_on_pool(False):
+            before = library.cache_stats()["winograd_pool_calls"]
+            on_team = run()
+            assert library.cache_stats()["winograd_pool_calls"] == before
+        for a, b, c_ in zip(on_pool, four, on_team):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(a, c_)
+        before = library.cache_stats()["winograd_pool_calls"]
+        h.assert_close(weight(x, dy), refs[2], jnp.float32)
+        assert library.cache_stats()["winograd_pool_calls"] == before
+    finally:
+        library.set_winograd_chunk_bytes(0)
+
+
 def _problem(channels=64, size=28, batch=8, dtype_format="NXC"):
     return geometry.convolution_problem(
         "t", geometry.Names(), x_shape=(batch, size, size, channels), y_shape=None,

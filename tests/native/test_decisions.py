@@ -209,6 +209,13 @@ def test_pool_threads_linger_after_split_calls_within_50_us_while_the_team_is_id
     assert fn(5_000, 20_000_000) == 1
 
 
+def test_winograds_forward_runs_on_xlas_pool_and_its_weight_gradient_on_the_team():
+    fn = LIB.jaxconv_onednn_decide_winograd_pool
+    fn.argtypes = [ctypes.c_int]
+    assert fn(0) == 1                     # a forward (and a data gradient): parts on the pool
+    assert fn(1) == 0                     # a weight gradient: the team, beside the step's others
+
+
 def test_a_product_runs_in_one_part_per_work_unit_and_pool_thread():
     """ProductOnPool and ProductParts: a float32 product, and a bfloat16 one of at most 16 rows
     or columns (a serving batch's dense layer), in parts on XLA's pool, one per work unit (its

@@ -254,10 +254,12 @@ def cache_stats() -> dict[str, int]:
     (``filter_copies``), and the calls that read a packed filter as it is (``packed_reads``)
     or reordered it into their primitive's layout (``packed_reorders``: :func:`pack_filter`),
     and the jobs of split calls that pool threads still waiting after the last one took
-    without a wake-up (``lingered_jobs``: docs/onednn.md, "Threads"); zeros when not loaded."""
+    without a wake-up (``lingered_jobs``: docs/onednn.md, "Threads"), and the Winograd
+    forwards whose passes ran as parts on XLA's pool, not on the OpenMP team
+    (``winograd_pool_calls``: the same section); zeros when not loaded."""
     names = ("entries", "capacity", "hits", "misses", "reference_skipped", "reference_trials",
              "filter_transposes", "filter_copies", "packed_reads", "packed_reorders",
-             "lingered_jobs")
+             "lingered_jobs", "winograd_pool_calls")
     if not status().available:
         return dict.fromkeys(names, 0)
     out = (ctypes.c_int64 * len(names))()
@@ -384,6 +386,23 @@ def lingering(microseconds: float) -> Iterator[None]:
         yield
     finally:
         set_linger(ctypes.c_int64(-1))
+
+
+@contextlib.contextmanager
+def winograd_on_pool(on: bool) -> Iterator[None]:
+    """Inside it, every Winograd forward runs its passes as parts on XLA's pool (``on``) or on
+    the OpenMP team (not ``on``) instead of as the rule decides (``WinogradOnPool``:
+    docs/onednn.md, "Threads"): the in-process A/B of ``benchmarks/winograd_pool.py``. The
+    results are the same; only which threads run the passes differ."""
+    if not status().available:
+        yield
+        return
+    set_mode = _HANDLES[-1].jaxconv_onednn_set_winograd_pool
+    set_mode(ctypes.c_int(1 if on else 0))
+    try:
+        yield
+    finally:
+        set_mode(ctypes.c_int(-1))
 
 
 #: the kernels and the dtypes a filter is packed for, as ``jaxconv_onednn_pack_filter``

@@ -196,6 +196,8 @@ bool Lingers(std::chrono::nanoseconds gap, std::chrono::nanoseconds since_team) 
   return gap < kLingerGap && since_team >= kLingerAfterTeam;
 }
 
+bool WinogradOnPool(bool weight) { return !weight; }
+
 std::vector<bool> Racing(const std::vector<double>& warmup) {
   const double fastest = *std::min_element(warmup.begin(), warmup.end());
   std::vector<bool> racing(warmup.size());

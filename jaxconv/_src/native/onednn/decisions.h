@@ -131,6 +131,16 @@ bool KeepSpinning(int64_t finished, int64_t chunks, std::chrono::nanoseconds wai
 // call started `gap` after the previous split call ended and `since_team` after the last
 // team call started.
 bool Lingers(std::chrono::nanoseconds gap, std::chrono::nanoseconds since_team);
+// Whether a Winograd call (its weight gradient: `weight`) runs its passes as parts on XLA's pool
+// (openmp.h, PoolInstead), not on the OpenMP team: a forward does. On the team, its idle
+// workers spin after each call on the cores that the program's next calls split over XLA's
+// pool; on the pool, a forward's calls are split as the direct kernel's are (one process, the
+// rule against all on the team, benchmarks/winograd_pool.py, 2-core Zen 4 VM: ResNet-18's
+// batch-1 forward 13.2 ms against 14.3, ResNet-50's 38.6 against 42.1, ResNet-18's batch-8
+// forward 81.2 against 85.8, the MNIST CNN's 0.68 against 0.79; training steps at batch 8
+// (ResNet-18) and 128 (the MNIST CNN) 306 against 312 and 22.5 against 24.9). A weight
+// gradient stays on the team, beside the step's other weight gradients there.
+bool WinogradOnPool(bool weight);
 
 // A matrix product C (m x n) = op(A) op(B) over k (matmul.h): whether it runs in parts on XLA's
 // pool (ProductParts) rather than as one call on the OpenMP team: a float32 one always (where

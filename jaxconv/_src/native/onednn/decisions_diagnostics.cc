@@ -54,6 +54,9 @@ void jaxconv_onednn_plan_for_pool_threads(int64_t threads) { PlanForPoolThreads(
 // Pool threads linger `ns` after a split call's chunks (linger.h, SetLinger; < 0: kLinger).
 void jaxconv_onednn_set_linger(int64_t ns) { SetLinger(std::chrono::nanoseconds(ns)); }
 
+// Winograd's forwards on XLA's pool (1), on the team (0), or by the rule (-1): SetWinogradPool.
+void jaxconv_onednn_set_winograd_pool(int mode) { SetWinogradPool(mode); }
+
 // Whether a `kernel` (0 forward, 1 data gradient) of x (1, x_rows, 8, 4) (NHWC) by a filter of
 // `taps` rows splits its rows (SplitsRows), and the chunk [begin, end)'s RowChunk into `span`
 // (x_begin, x_end, y_begin, y_end, pad_begin, pad_end); its ok() returned as 2 (else 0 or 1).
@@ -87,6 +90,8 @@ int jaxconv_onednn_decide_linger(int64_t gap_ns, int64_t since_team_ns) {
   return Lingers(std::chrono::nanoseconds(gap_ns), std::chrono::nanoseconds(since_team_ns)) ? 1
                                                                                              : 0;
 }
+
+int jaxconv_onednn_decide_winograd_pool(int weight) { return WinogradOnPool(weight != 0) ? 1 : 0; }
 
 // The trial's decisions for `n` candidates: which race after warm-ups `warmup` (into
 // `racing`), whether the trial ends after `round` rounds with `spent` seconds each, and the

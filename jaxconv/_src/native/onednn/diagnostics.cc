@@ -21,6 +21,7 @@
 #include "linger.h"
 #include "packed.h"
 #include "problem.h"
+#include "threading.h"
 #include "trial.h"
 
 using namespace jaxconv_onednn;  // NOLINT: this file only exports C functions
@@ -209,6 +210,7 @@ void jaxconv_onednn_cache_stats(int64_t* out) {
   out[8] = packed_reads;
   out[9] = packed_reorders;
   out[10] = lingered_jobs;
+  out[11] = winograd_pool_calls;
 }
 
 // jaxconv's own move of a filter between the caller's XIO layout and oneDNN's blocked one

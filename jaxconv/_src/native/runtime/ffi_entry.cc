@@ -216,12 +216,14 @@ ffi::Error FusedImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::RemainingArgs rest
 }
 
 
-// Winograd's F(m x m, 3 x 3) (winograd.h): the forward, y from x and the filter, and the
-// weight gradient, dW from x and dy; float32 or bfloat16, x and y NHWC, the filter through
-// its view.
+// Winograd's F(m x m, 3 x 3) (winograd.h): the forward, y from x and the filter, its passes
+// as parts on XLA's pool, and the weight gradient, dW from x and dy, on the OpenMP team
+// (decisions.h, WinogradOnPool); float32 or bfloat16, x and y NHWC, the filter through its
+// view.
 ffi::Error RunWinograd(bool weight, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b,
                        ffi::Result<ffi::AnyBuffer> out, int64_t m, int64_t pad_top,
-                       int64_t pad_left, ffi::Span<const int64_t> filter) {
+                       int64_t pad_left, ffi::Span<const int64_t> filter,
+                       ffi::ThreadPool pool) {
   const std::string prefix = std::string(op) + ": winograd lowering: ";
   const ffi::DataType t = a.element_type();
   if ((t != ffi::DataType::F32 && t != ffi::DataType::BF16) || b.element_type() != t ||
@@ -244,18 +246,26 @@ ffi::Error RunWinograd(bool weight, std::string_view op, ffi::AnyBuffer a, ffi::
   if (!bad.empty()) return ffi::Error::InvalidArgument(prefix + bad);
   return Guarded(prefix, [&] {
     std::lock_guard<std::mutex> one_at_a_time(RunMutex());
-    OnTeamThread([&] {
+    const auto run = [&] {
       if (weight) WinogradWeight(s, a.untyped_data(), b.untyped_data(), out->untyped_data());
       else WinogradForward(s, a.untyped_data(), b.untyped_data(), out->untyped_data());
-    });
+    };
+    if (!WinogradRunsOnPool(weight)) return OnTeamThread(run);
+    ++winograd_pool_calls;  // its passes as parts on XLA's pool (openmp.h, PoolInstead)
+    const PoolInstead parts{PlannedPoolThreads(pool.num_threads()),
+                            [&pool](int64_t k, const std::function<void(int64_t)>& part) {
+                              RunParts(k, pool, part);
+                            }};
+    OnPoolInstead on_pool(parts);
+    run();
   });
 }
 
 #define JAXCONV_WINOGRAD_HANDLER(NAME, WEIGHT)                                              \
   ffi::Error NAME##Impl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> out,  \
                         std::string_view op, int64_t m, int64_t pad_top, int64_t pad_left,  \
-                        ffi::Span<const int64_t> filter) {                                  \
-    return RunWinograd(WEIGHT, op, a, b, out, m, pad_top, pad_left, filter);                \
+                        ffi::Span<const int64_t> filter, ffi::ThreadPool pool) {            \
+    return RunWinograd(WEIGHT, op, a, b, out, m, pad_top, pad_left, filter, pool);          \
   }
 
 JAXCONV_WINOGRAD_HANDLER(WinogradForward, false)
@@ -371,7 +381,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxconv_onednn_fused, jaxconv_onednn::FusedImpl,
                                     .Attr<int64_t>("m")                                 \
                                     .Attr<int64_t>("pad_top")                           \
                                     .Attr<int64_t>("pad_left")                          \
-                                    .Attr<ffi::Span<const int64_t>>("filter"));
+                                    .Attr<ffi::Span<const int64_t>>("filter")           \
+                                    .Ctx<ffi::ThreadPool>());
 
 JAXCONV_WINOGRAD_BIND(jaxconv_winograd_forward, WinogradForward)
 JAXCONV_WINOGRAD_BIND(jaxconv_winograd_weight, WinogradWeight)

@@ -21,6 +21,19 @@
 
 namespace jaxconv_onednn {
 
+std::atomic<int64_t> winograd_pool_calls{0};
+
+namespace {
+std::atomic<int> winograd_pool_mode{-1};
+}  // namespace
+
+bool WinogradRunsOnPool(bool weight) {
+  const int mode = winograd_pool_mode.load(std::memory_order_relaxed);
+  return weight || mode < 0 ? WinogradOnPool(weight) : mode == 1;
+}
+
+void SetWinogradPool(int mode) { winograd_pool_mode.store(mode, std::memory_order_relaxed); }
+
 std::mutex& RunMutex() {
   static std::mutex* mu = new std::mutex();
   return *mu;

@@ -9,6 +9,8 @@
 //   example's data gradient whose filter outweighs its activations, as chunks of x's
 //   channels (SplitsChannels), each chunk's filter the caller's part of it (or its own
 //   packed part: packed.h);
+// - a Winograd forward (and data gradient), each of its passes as parts on XLA's pool
+//   (decisions.h, WinogradOnPool; openmp.h, PoolInstead);
 // - a weight gradient, and the rest, as one call on oneDNN's OpenMP team, which one thread of
 //   ours starts for every such call (team.h).
 // A call that uses the whole machine takes one lock (RunMutex), so that an OpenMP team never
@@ -19,6 +21,7 @@
 // any task is scheduled.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -31,6 +34,17 @@
 namespace jaxconv_onednn {
 
 std::mutex& RunMutex();
+
+// Winograd forwards whose passes ran as parts on XLA's pool (decisions.h, WinogradOnPool)
+// over the process (library.cache_stats: winograd_pool_calls).
+extern std::atomic<int64_t> winograd_pool_calls;
+
+// Whether a Winograd call (a weight gradient: `weight`) runs on XLA's pool: decisions.h's
+// WinogradOnPool, or for a forward, where SetWinogradPool forced it (1: the pool, 0: the
+// team; -1: the rule again), that: the in-process A/B of benchmarks/winograd_pool.py, never a
+// setting of a program.
+bool WinogradRunsOnPool(bool weight);
+void SetWinogradPool(int mode);
 
 // The threads of XLA's pool, as the last call saw them (before any: this machine's cores,
 // the size XLA gives its pool by default): what a filter packed ahead of its calls assumes

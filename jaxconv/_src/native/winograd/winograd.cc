@@ -1,6 +1,7 @@
 // Winograd F(m x m, 3 x 3) on float32 or bfloat16 NHWC buffers, computed in float32
 // (winograd.h): the drivers, which run the passes (winograd_passes.h) and the products
-// (winograd_product.h) on the OpenMP team, in the order winograd_decisions.h chooses.
+// (winograd_product.h) split between threads (OnTeam: the OpenMP team, or parts on XLA's pool
+// where the caller set that), in the order winograd_decisions.h chooses.
 #include "winograd.h"
 
 #include <algorithm>

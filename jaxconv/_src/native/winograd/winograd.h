@@ -45,7 +45,9 @@
 //   "Short tiles");
 // - the products are jaxconv's own register-blocked kernel (AVX-512: 12 rows x 32 columns,
 //   AVX2: 6 x 16); K is padded to a multiple of 32 in U, M and dM;
-// - every pass runs on oneDNN's OpenMP team (openmp.h), split between its threads.
+// - every pass is split between threads (openmp.h, OnTeam): a forward's (and a data
+//   gradient's) between parts on XLA's pool, a weight gradient's between oneDNN's OpenMP
+//   team's threads (decisions.h, WinogradOnPool).
 #pragma once
 
 #include <cstddef>
