@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -148,6 +149,20 @@ def _serving(jsons: list[str]) -> str:
                      + f" | {'yes' if agree else '**no**'} ({', '.join(gaps)}) |")
     tolerances = ", ".join(f"{rows[0]['tolerance']:.0e} ({rows[0]['dtype']})" for rows in data)
     return "\n".join(lines) + f"\n\n(Tolerance: {tolerances} of the largest magnitude.)"
+
+
+def _serving_processes(jsons: list[str]) -> str:
+    """How many processes each dtype's figures are the median over, from its JSON's command
+    (``--inference-runs N``; one without it)."""
+    words = {1: "one process", 2: "two processes", 3: "three processes"}
+    parts = []
+    for j in jsons:
+        d = _load(j)
+        found = re.search(r"--inference-runs (\d+)", d.get("command", ""))
+        n = int(found.group(1)) if found else 1
+        median = "each contender's median over " if n > 1 else ""
+        parts.append(f"{d['inference'][0]['dtype']} {median}{words.get(n, f'{n} processes')}")
+    return ", ".join(parts)
 
 
 def _serving_short(jsons: list[str]) -> str:
@@ -408,15 +423,16 @@ OpenVINO running it (latency hint; float32: `INFERENCE_PRECISION_HINT=f32`); eac
 alone, 5 rounds of 20, interleaved, each block after 20 ms of untimed calls; the JAX variables
 closed over, as the others' weights are part of their models. Above 1: accelerate faster.
 `jaxconv bench models --parts inference [--dtype bfloat16]` ({{doc}}`training`, "Serve a model
-on CPU"). Float32 is each contender's median over three processes (`--inference-runs 3`: a
-process's median varies more than its calls do), bfloat16 one process. On the 2-core Zen 4 VM:
+on CPU"). A process's median varies more than its calls do, so a figure may be each
+contender's median over several processes (`--inference-runs N`). On the 2-core Zen 4 VM
+({_serving_processes(_BY_TITLE["Serving on CPU"].jsons)}):
 
 {_table("Serving on CPU")}
 
 {_serving_short(_BY_TITLE["Serving on CPU"].jsons)}
 
 The same on a 2-core Intel Xeon with AVX-512 BF16 and FP16 but no AMX (its own row of the table
-of machines above):
+of machines above; {_serving_processes(_BY_TITLE["Serving on CPU, Intel Xeon"].jsons)}):
 
 {_table("Serving on CPU, Intel Xeon")}
 

@@ -50,7 +50,7 @@ constexpr std::chrono::microseconds kLinger{200};
 constexpr std::chrono::microseconds kLingerGap{50};
 // ... and only once no call has run on the OpenMP team for this long (the team's master then
 // releases its pool: team.h, kTeamIdle): a waiting thread beside a team's threads shares the
-// cores with them (ResNet-18's batch-1 forward, ten Winograd calls on the team among its split
+// cores with them (ResNet-18's batch-1 forward, then with ten Winograd calls on the team among its split
 // calls, took 9% longer with lingering threads on the 2-core Xeon VM).
 constexpr std::chrono::milliseconds kLingerAfterTeam{20};
 
@@ -134,12 +134,10 @@ bool Lingers(std::chrono::nanoseconds gap, std::chrono::nanoseconds since_team);
 // Whether a Winograd call (its weight gradient: `weight`) runs its passes as parts on XLA's pool
 // (openmp.h, PoolInstead), not on the OpenMP team: a forward does. On the team, its idle
 // workers spin after each call on the cores that the program's next calls split over XLA's
-// pool; on the pool, a forward's calls are split as the direct kernel's are (one process, the
-// rule against all on the team, benchmarks/winograd_pool.py, 2-core Zen 4 VM: ResNet-18's
-// batch-1 forward 13.2 ms against 14.3, ResNet-50's 38.6 against 42.1, ResNet-18's batch-8
-// forward 81.2 against 85.8, the MNIST CNN's 0.68 against 0.79; training steps at batch 8
-// (ResNet-18) and 128 (the MNIST CNN) 306 against 312 and 22.5 against 24.9). A weight
-// gradient stays on the team, beside the step's other weight gradients there.
+// pool (one process, the rule against every call on the team, 2-core Zen 4 VM: ResNet-18's
+// batch-1 forward 13.4 ms against 18.2, the MNIST CNN's 0.10 against 0.21; training steps
+// within noise: docs/onednn.md, "Threads"). A weight gradient stays on the team, beside the
+// step's other weight gradients there.
 bool WinogradOnPool(bool weight);
 
 // A matrix product C (m x n) = op(A) op(B) over k (matmul.h): whether it runs in parts on XLA's
