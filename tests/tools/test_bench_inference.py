@@ -105,6 +105,7 @@ def test_runs_of_the_inference_part_merge_into_their_medians():
     assert dcgan["spread"]["accelerate"] == pytest.approx(2.1 / 1.6)
     assert dcgan["calls"]["openvino"] == 60
     assert dcgan["gap"]["openvino"] == 4e-4 and not dcgan["agrees"]["openvino"]
+    assert dcgan["runs_gap"]["openvino"] == [1e-5, 4e-4, 1e-5]
     assert dcgan["over_accelerate"]["openvino"] == pytest.approx(1.35 / 1.7)
     assert mnist["median_ms"]["accelerate"] == 0.25 and mnist["agrees"]["openvino"]
     with pytest.raises(ValueError, match="merge_runs: the runs' rows differ"):

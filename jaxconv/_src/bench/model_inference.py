@@ -367,8 +367,8 @@ def merge_runs(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """The rows of several processes (``runs``, each :func:`inference`'s rows in the same
     order) as one: each contender's median and p90 the median over the processes, each
     process's median (``runs_median_ms``) and the spread of them (``spread``: the slowest
-    process's median over the fastest's) beside them; the largest gap, and agreement in every
-    process."""
+    process's median over the fastest's) beside them; the largest gap, each process's
+    (``runs_gap``: which process disagreed), and agreement in every process."""
     rows = []
     for i, first in enumerate(runs[0]):
         each = [run[i] for run in runs]
@@ -384,6 +384,7 @@ def merge_runs(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
                "runs_median_ms": per_run,
                "spread": {k: max(v) / min(v) for k, v in per_run.items()},
                "gap": {k: max(r["gap"][k] for r in each) for k in first["gap"]},
+               "runs_gap": {k: [r["gap"][k] for r in each] for k in first["gap"]},
                "agrees": {k: all(r["agrees"][k] for r in each) for k in first["agrees"]}}
         if "accelerate" in med:
             row["over_accelerate"] = {k: v / med["accelerate"] for k, v in med.items()}
