@@ -18,55 +18,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import statistics
 import sys
-import time
-from collections.abc import Callable
-from typing import Any
 
-import numpy as np
-
-from benchmarks.onednn_linger import forward, step
+from benchmarks.runtime_ab import Side, ab, forward, per_call, step
 from jaxconv._src.bench import machine
 from jaxconv._src.native import library
 
 INFERENCE = (("resnet18", 1), ("resnet50", 1), ("mnist_cnn", 1), ("resnet18", 8),
              ("mnist_cnn", 8))
 STEPS = (("resnet18", 8), ("mnist_cnn", 128))
-SIDES = ("rule", "team", "pool")
 
 
-def _side(side: str) -> contextlib.AbstractContextManager[None]:
-    return contextlib.nullcontext() if side == "rule" else library.winograd_on_pool(
-        side == "pool")
+def _on_pool(on: bool | None) -> Side:
+    return lambda: (contextlib.nullcontext() if on is None else library.winograd_on_pool(on))
 
 
-def ab(call: Callable[[], Any], rounds: int, per_round: int) -> dict[str, float]:
-    """Each side's median ms (of its rounds' medians), sides alternating in a fresh order."""
-    for _ in range(3):
-        call()
-    rng = np.random.default_rng(1)
-    medians: dict[str, list[float]] = {k: [] for k in SIDES}
-    for _ in range(rounds):
-        for k in rng.permutation(list(SIDES)):
-            with _side(str(k)):
-                call()  # the side's threads as its calls leave them
-                ts = []
-                for _ in range(per_round):
-                    t = time.perf_counter()
-                    call()
-                    ts.append(time.perf_counter() - t)
-            medians[str(k)].append(statistics.median(ts))
-    return {k: statistics.median(v) * 1e3 for k, v in medians.items()}
-
-
-def on_pool(call: Callable[[], Any], calls: int = 5) -> float:
-    """The Winograd forwards the rule ran on the pool per call (``cache_stats``)."""
-    call()
-    before = library.cache_stats()["winograd_pool_calls"]
-    for _ in range(calls):
-        call()
-    return (library.cache_stats()["winograd_pool_calls"] - before) / calls
+#: the rule, every Winograd forward on the team, every one on the pool
+SIDES = {"rule": _on_pool(None), "team": _on_pool(False), "pool": _on_pool(True)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,12 +51,12 @@ def main(argv: list[str] | None = None) -> int:
                                          ("step", STEPS, step, 3)):
         for name, batch in cases:
             call = make(name, batch)
-            med = ab(call, args.rounds if part == "inference" else max(4, args.rounds // 2),
-                     per_round)
+            med = ab(call, SIDES,
+                     args.rounds if part == "inference" else max(4, args.rounds // 2), per_round)
             rows.append({"part": part, "model": name, "batch": batch, "median_ms": med,
                          "team_over_rule": med["team"] / med["rule"],
                          "pool_over_rule": med["pool"] / med["rule"],
-                         "pool_calls_per_call": on_pool(call)})
+                         "pool_calls_per_call": per_call(call, "winograd_pool_calls")})
             print(f"{part:9s} {name:13s} batch {batch:3d}: rule {med['rule']:8.3f} ms, team "
                   f"{med['team']:8.3f}, pool {med['pool']:8.3f}; team/rule "
                   f"{med['team'] / med['rule']:.3f}, pool/rule {med['pool'] / med['rule']:.3f}"
