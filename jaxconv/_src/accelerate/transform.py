@@ -441,8 +441,8 @@ def _call(fun: Callable[..., Any], inputs: tuple[Any, Any], lowering: str) -> An
         direct = passes(written, "direct")
         return evaluate(direct.jaxpr, direct.consts, values, lowering="direct")
     # the program as written where it times faster whole (a small CNN that XLA fuses whole),
-    # or without Winograd (a batch-1 forward's small Winograd calls on the OpenMP team); a
-    # program timed whole runs as traced for its timing
+    # or without Winograd (a kernel timed alone misses what it costs the calls after it:
+    # chooser.whole_program); a program timed whole runs as traced for its timing
     chosen = chooser.whole_program(written, ours, ours_direct if lowering == "auto" else None)
     args = [leaves[i] for i in traced]
     outs = ours(*args) if chosen is None else jax.core.eval_jaxpr(chosen.jaxpr, chosen.consts,

@@ -507,9 +507,10 @@ def whole_program(written: Any, ours: Callable[..., Any],
     own choice is timed alone, where XLA fuses the program's convolutions with their
     neighbours, at a small size into one fusion for a whole CNN (the MNIST CNN's batch-8
     forward took 0.46 ms as XLA:CPU's one fusion against 0.77 accelerated on the 2-core Xeon
-    of docs/performance.md), and where a Winograd call on oneDNN's OpenMP team leaves its
-    workers spinning on the cores that the program's next calls split over XLA's pool (the
-    MNIST CNN's batch-1 forward: 0.14 ms accelerated, 0.12 without Winograd, 0.20 as
+    of docs/performance.md), and where a kernel's calls cost the calls after them what it
+    does not time alone (a Winograd forward on oneDNN's OpenMP team, before it ran on XLA's
+    pool, left the team's workers spinning on the cores the next calls split over the pool:
+    the MNIST CNN's batch-1 forward 0.14 ms accelerated, 0.12 without Winograd, 0.20 as
     written, on the 2-core Zen 4 VM; docs/lowerings.md, "Timed choices")."""
     if (jax.default_backend() != "cpu" or not measured.enabled() or written.effects
             or any(isinstance(c, jax.core.Tracer) for c in written.consts)):
