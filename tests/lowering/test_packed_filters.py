@@ -61,14 +61,21 @@ def test_a_packed_filter_is_read_as_it_is_with_the_unpacked_calls_values(chain, 
     operands = [o.astype(dtype) if o.ndim > 1 else o for o in _operands(rng, post, p)]
     bytes_, why = fused.pack(np.asarray(w), p, "onednn")
     assert why == "" and bytes_.dtype == np.uint8 and bytes_.ndim == 1
+    library.forget()  # the primitives each call creates, in choices()
     before = library.cache_stats()
     got = _calls(x, w, operands, p, post, (bytes_, "onednn"))
     after = library.cache_stats()
     assert after["packed_reads"] > before["packed_reads"]
     assert after["packed_reorders"] == before["packed_reorders"]  # packed for these threads
+    ran = {c["candidates"][0]["impl"] for c in library.choices()}
+    library.forget()
     unpacked = _calls(x, w, operands, p, post, None)
-    if dtype == "float32" and not any(op.alg.startswith("mul") for op in post):
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(unpacked))  # the same sums
+    # the same sums where both ran one implementation (not so for a grouped NCX forward with
+    # a residual: oneDNN's reference on the packed filter's layouts, its blocked kernel with
+    # the residual reordered unpacked: native/onednn/primitives.cc)
+    if dtype == "float32" and not any(op.alg.startswith("mul") for op in post) and \
+            ran == {c["candidates"][0]["impl"] for c in library.choices()}:
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(unpacked))
     oracle = _oracle(x.astype(jnp.float32), w.astype(jnp.float32),
                      [o.astype(jnp.float32) for o in operands], p, post)
     h.assert_close(got.astype(jnp.float32), oracle, jnp.dtype(dtype))

@@ -48,6 +48,22 @@ memory::desc Any(const memory::desc& md) {
   return memory::desc(md.get_dims(), md.get_data_type(), memory::format_tag::any);
 }
 
+memory::desc WithType(const memory::desc& md, memory::data_type dtype) {
+  using tag = memory::format_tag;
+  if (md.get_data_type() == dtype) return md;
+  if (md.get_format_kind() == memory::format_kind::blocked && md.get_inner_nblks() == 0)
+    return memory::desc(md.get_dims(), dtype, md.get_strides());
+  static const tag blocked[3][3] = {{tag::nCw16c, tag::nCw8c, tag::nCw4c},
+                                    {tag::nChw16c, tag::nChw8c, tag::nChw4c},
+                                    {tag::nCdhw16c, tag::nCdhw8c, tag::nCdhw4c}};
+  const int rank = md.get_ndims();
+  if (rank >= 3 && rank <= 5)
+    for (tag t : blocked[rank - 3])
+      if (memory::desc(md.get_dims(), md.get_data_type(), t) == md)
+        return memory::desc(md.get_dims(), dtype, t);
+  throw dnnl::error(dnnl_unimplemented, "no such layout for another element type");
+}
+
 Blocking LayoutOf(const memory::desc& md) {
   Blocking b;
   const memory::dims dims = md.get_dims();

@@ -33,6 +33,10 @@ enum class Activations { kCaller, kAny, kBlocked, kCallerFilter, kTaps };
 memory::desc Blocked(const memory::desc& md);
 memory::desc Any(const memory::desc& md);
 
+// `md`'s layout (its strides, or its channel blocks: oneDNN's nC...16c, 8c, 4c) with elements
+// of `dtype`; throws dnnl::error (unimplemented) for another blocking.
+memory::desc WithType(const memory::desc& md, memory::data_type dtype);
+
 // A descriptor's layout in plain numbers, for the pure filter-move plan (decisions.h).
 Blocking LayoutOf(const memory::desc& md);
 

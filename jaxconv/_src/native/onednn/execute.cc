@@ -72,6 +72,7 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w,
   std::unique_ptr<Entry::Memories> m = e.Take();
   // this thread's own (no state shared between threads): reordered copies and the scratchpad
   thread_local Buffer bx, by, bw, bs, bg;
+  thread_local std::vector<Buffer> bsides;  // a fused forward's tensors, where reordered
   const bool forward = k == Kernel::kForward, data = k == Kernel::kData;
   // The memory the primitive reads or writes: the caller's buffer where the primitive takes
   // its layout (the entry holds no reorder for it), else this thread's copy in the
@@ -124,8 +125,17 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w,
       throw std::invalid_argument("a fused forward's post-op operands do not match its post-ops");
     std::vector<dnnl_exec_arg_t> args = {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw},
                                          {DNNL_ARG_DST, my}, {DNNL_ARG_SCRATCHPAD, scratch}};
+    // a tensor the primitive reads in its output's layout: reordered into this thread's copy
+    if (bsides.size() < sides.size()) bsides.resize(sides.size());
     for (size_t i = 0; i < sides.size(); ++i) {
-      m->sides[i].set_data_handle(sides[i]);
+      if (e.to_sides[i]) {
+        m->user_sides[i].set_data_handle(sides[i]);
+        m->sides[i].set_data_handle(bsides[i].Get(e.sides[i].get_size()));
+        Exec(e.to_sides[i], s,
+             {{DNNL_ARG_FROM, m->user_sides[i].get()}, {DNNL_ARG_TO, m->sides[i].get()}});
+      } else {
+        m->sides[i].set_data_handle(sides[i]);
+      }
       args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(e.side_post_op[i]) | DNNL_ARG_SRC_1,
                       m->sides[i].get()});
     }
@@ -160,6 +170,7 @@ void Execute(const Entry& e, Kernel k, void* x, void* y, void* w,
   s.wait();
   e.Give(std::move(m));
   for (Buffer* b : {&bx, &by, &bw, &bs, &bg}) b->Trim();
+  for (Buffer& b : bsides) b.Trim();
 }
 
 }  // namespace jaxconv_onednn

@@ -1,6 +1,7 @@
 // Primitives and their reorders (primitives.h).
 #include "primitives.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "filter_move.h"
@@ -23,6 +24,7 @@ std::unique_ptr<Entry::Memories> Entry::Take() const {
   m->mx = make(prim_x); m->my = make(prim_y); m->mw = make(prim_w);
   m->scratch = make(scratch);
   for (const memory::desc& md : sides) m->sides.push_back(make(md));
+  for (const memory::desc& md : user_sides) m->user_sides.push_back(make(md));
   return m;
 }
 
@@ -47,9 +49,13 @@ dnnl::reorder Reorder(const memory::desc& from, const memory::desc& to) {
 }
 
 // A fused forward's post-ops (problem.h) as oneDNN's, each binary one's operand descriptor kept
-// in `e`: a channel vector as (1, C, 1...) float32, a tensor as y in the caller's layout (in
-// float32 for a kWideTensor).
-dnnl::post_ops PostOps(const Problem& p, Entry& e) {
+// in `e` (sides, as the primitive reads it; user_sides, as the caller passes it): a channel
+// vector as (1, C, 1...) float32, a tensor as y in the caller's layout (in float32 for a
+// kWideTensor), or as the primitive reads it in `y_layout`'s layout where given.
+dnnl::post_ops PostOps(const Problem& p, Entry& e, const memory::desc* y_layout = nullptr) {
+  e.sides.clear();
+  e.side_post_op.clear();
+  e.user_sides.clear();
   static const dnnl::algorithm eltwise[] = {
       dnnl::algorithm::eltwise_relu, dnnl::algorithm::eltwise_clip,
       dnnl::algorithm::eltwise_tanh, dnnl::algorithm::eltwise_logistic,
@@ -76,9 +82,12 @@ dnnl::post_ops PostOps(const Problem& p, Entry& e) {
       dims[1] = p.y_dims[p.data_axes[1]];
       md = memory::desc(dims, memory::data_type::f32, Dims(RowMajorStrides(dims)));
     }
-    po.append_binary(binary[op.alg], md);
-    e.sides.push_back(md);
+    const memory::desc read = Tensor(op) && y_layout != nullptr
+                                  ? WithType(*y_layout, md.get_data_type()) : md;
+    po.append_binary(binary[op.alg], read);
+    e.sides.push_back(read);
     e.side_post_op.push_back(static_cast<int>(i));
+    e.user_sides.push_back(md);
   }
   return po;
 }
@@ -171,13 +180,28 @@ std::shared_ptr<Entry> Create(const Problem& spread, Activations where) {
   const auto w = where == Activations::kCallerFilter ? e->user_w : Any(e->user_w);
   const auto algo = dnnl::algorithm::convolution_direct;
   auto attr = Attr();
+  // A tensor operand is read in the output's layout: oneDNN 3.2 takes one in the caller's
+  // layout beside an output in another (blocked, or the plain channels-first one "any" picks
+  // for its gemm kernel) and reads it as if in the output's, a residual added to other outputs
+  // (docs/onednn.md, "Fused chains"). Where the output's layout is not the caller's, each call
+  // reorders the operand into it (execute.cc).
+  const bool tensors = std::any_of(p.post_ops.begin(), p.post_ops.end(), Tensor);
   if (!p.post_ops.empty()) {
     if (p.kernel != Kernel::kForward) throw std::invalid_argument("post-ops on a gradient");
-    attr.set_post_ops(PostOps(p, *e));
+    attr.set_post_ops(PostOps(p, *e, tensors && where == Activations::kBlocked ? &y : nullptr));
   }
   if (p.kernel == Kernel::kForward) {
     dnnl::convolution_forward::primitive_desc pd(Engine(), dnnl::prop_kind::forward_training,
                                                  algo, x, w, y, st, dil, pb, pe, attr);
+    if (tensors && where == Activations::kAny && pd.dst_desc() != e->user_y) {
+      const memory::desc chosen = pd.dst_desc();  // "any"'s, now the operands' too
+      attr.set_post_ops(PostOps(p, *e, &chosen));
+      pd = dnnl::convolution_forward::primitive_desc(
+          Engine(), dnnl::prop_kind::forward_training, algo, x, w, chosen, st, dil, pb, pe, attr);
+    }
+    e->to_sides.clear();
+    for (size_t i = 0; i < e->sides.size(); ++i)
+      e->to_sides.push_back(Reorder(e->user_sides[i], e->sides[i]));
     e->prim = dnnl::convolution_forward(pd);
     e->prim_x = pd.src_desc(); e->prim_w = pd.weights_desc(); e->prim_y = pd.dst_desc();
     e->scratch = pd.scratchpad_desc(); e->impl = pd.impl_info_str();

@@ -24,10 +24,14 @@ struct Entry {
   dnnl::primitive prim;
   memory::desc user_x, user_y, user_w;  // the caller's buffers
   memory::desc prim_x, prim_y, prim_w, scratch;
-  // a fused forward's binary post-op operands, in order (problem.h), and each one's position
-  // among the post-ops
+  // a fused forward's binary post-op operands, in order (problem.h), as the primitive reads
+  // them, each one's position among the post-ops, as the caller passes them, and the reorder
+  // from the caller's into the primitive's (a tensor's, where the primitive's output is in
+  // another layout than the caller's: empty where they agree)
   std::vector<memory::desc> sides;
   std::vector<int> side_post_op;
+  std::vector<memory::desc> user_sides;
+  std::vector<dnnl::reorder> to_sides;
   // reorders between the caller's layouts and the primitive's (empty where they agree)
   dnnl::reorder to_x, to_y, to_w, from_x, from_y, from_w;
   FilterMove w_transpose;  // in place of to_w where it applies
@@ -51,7 +55,7 @@ struct Entry {
   // back, so there are as many sets as calls of this entry ever ran at once.
   struct Memories {
     memory ux, uy, uw, mx, my, mw, scratch;
-    std::vector<memory> sides;
+    std::vector<memory> sides, user_sides;
   };
   std::unique_ptr<Memories> Take() const;
   void Give(std::unique_ptr<Memories> m) const;

@@ -76,7 +76,7 @@ Race RunRace(const Problem& p, const std::vector<std::shared_ptr<Entry>>& found,
   // division by zero would time the arithmetic of infinities)
   std::vector<AlignedBytes> side_bytes;
   std::vector<void*> sides;
-  for (const memory::desc& md : first.sides) {
+  for (const memory::desc& md : first.user_sides) {  // as the caller passes them
     side_bytes.push_back(Allocate(md.get_size(), true));
     sides.push_back(side_bytes.back().get());
     if (md.get_data_type() == memory::data_type::f32 && md != first.user_y)
