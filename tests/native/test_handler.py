@@ -24,6 +24,7 @@ from jaxconv._src.native import library
 from tests.support import helpers as h
 from tests.support.onednn_matrix import (
     HIGHEST,
+    IDS,
     LARGE,
     MATRIX,
     SPREAD,
@@ -325,6 +326,44 @@ def test_chunks_of_channels_keep_the_data_gradients_other_paths(spec):
     mine = [c for c in library.choices() if c["kernel"] == "data" and c["x"][3] == part
             and c["w"] == (*w.shape[:2], part, w.shape[3])]
     assert mine and all(c["threading"] == "single" for c in mine), library.choices()[:3]
+
+
+def _kernel_call(kernel, x, w, dy, attrs):
+    """A call of ``kernel`` on the oneDNN lowering."""
+    return {Kernel.FORWARD: lambda: jaxconv.convolution(x, w, **attrs, lowering="onednn"),
+            Kernel.DATA: lambda: jaxconv.convolution_backward_data(dy, w, x.shape, **attrs,
+                                                                   lowering="onednn"),
+            Kernel.WEIGHT: lambda: jaxconv.convolution_backprop_filters(
+                x, dy, w.shape, **attrs, lowering="onednn")}[kernel]
+
+
+@needs_onednn
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("kernel", list(Kernel))
+@pytest.mark.parametrize("spec", MATRIX, ids=IDS)
+def test_every_candidate_of_the_layout_trial_computes_the_kernel(spec, kernel, dtype,
+                                                                layout_trial):
+    """The suite runs with the trial off (the caller's layouts, ``JAXCONV_MEASURE=0``); on a
+    user's machine the trial keeps whichever candidate times fastest, on noise where they are
+    close (a fused forward's "any" candidate read its residual in the wrong layout and was kept
+    in one process of three: test_fused.py). Each candidate of each problem, kept by an earlier
+    process's verdict, computes what torch computes in float64 on the same operands."""
+    if dtype not in library.status().dtypes:
+        pytest.skip(f"oneDNN does not compute {dtype} on this CPU")
+    x, w, dy, attrs, refs = _problem(spec, seed=41, dtype=getattr(jnp, dtype))
+    run, want = _kernel_call(kernel, x, w, dy, attrs), refs[list(Kernel).index(kernel)]
+    h.assert_close(jax.block_until_ready(run()), want, getattr(jnp, dtype))
+    mine = [c for c in library.choices() if c["kernel"] == kernel.value]
+    assert mine, library.choices()
+    for layout in sorted({c["layout"] for e in mine for c in e["candidates"]}):
+        library.forget()
+        verdicts = {e["key"]: (layout, c["impl"]) for e in mine for c in e["candidates"]
+                    if c["layout"] == layout}
+        assert library.remember(verdicts) == len(verdicts)
+        h.assert_close(jax.block_until_ready(run()), want, getattr(jnp, dtype))
+        kept = [e for e in library.choices() if e["key"] in verdicts]
+        assert kept and all(e["source"] == "cache" and e["candidates"][0]["layout"] == layout
+                            for e in kept), (layout, kept)
 
 
 # a batch-1 1x1 layer (MobileNetV2's 14x14 192 -> 64): oneDNN's 1x1 kernel takes the caller's
