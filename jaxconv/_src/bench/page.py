@@ -155,14 +155,17 @@ def _serving_processes(jsons: list[str]) -> str:
     """How many processes each dtype's figures are the median over, from its JSON's command
     (``--inference-runs N``; one without it)."""
     words = {1: "one process", 2: "two processes", 3: "three processes"}
-    parts = []
+    counts = {}
     for j in jsons:
         d = _load(j)
         found = re.search(r"--inference-runs (\d+)", d.get("command", ""))
-        n = int(found.group(1)) if found else 1
-        median = "each contender's median over " if n > 1 else ""
-        parts.append(f"{d['inference'][0]['dtype']} {median}{words.get(n, f'{n} processes')}")
-    return ", ".join(parts)
+        counts[d["inference"][0]["dtype"]] = int(found.group(1)) if found else 1
+
+    def said(n: int) -> str:
+        return ("each contender's median over " if n > 1 else "") + words.get(n, f"{n} processes")
+    if len(set(counts.values())) == 1:  # one count for every dtype: said once
+        return said(next(iter(counts.values())))
+    return ", ".join(f"{dtype} {said(n)}" for dtype, n in counts.items())
 
 
 def _serving_short(jsons: list[str]) -> str:
