@@ -325,3 +325,39 @@ def test_a_packed_data_gradients_derivatives_and_batching_read_the_filter():
     batched = jax.vmap(lambda d: fused.data(d, w, p=p, method="onednn", packed=packed))(
         jnp.stack([dy, 2 * dy]))
     h.assert_close(batched[1], _data_oracle(2 * dy, w, p), jnp.float32)
+
+
+@needs_onednn
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_filter_packed_on_each_layout_reads_the_residual_in_its_outputs_layout(
+        dtype, layout_trial):
+    """A served model's filter is packed for the activations' layouts its plain kernel keeps
+    (packed.h), and its fused call, a residual among its post-ops, creates its primitive on
+    them: on each layout the plain kernel's trial races, kept by a verdict before the filter
+    is packed, the call reads the packed filter and computes the chain (the residual read in
+    the output's layout: test_fused.py); one layout at least is not the caller's."""
+    if dtype not in library.status().dtypes:
+        pytest.skip(f"oneDNN does not compute {dtype} on this CPU")
+    case = ("NXC", "XIO", 1, 32, 32, (9, 8), (3, 3), (1, 1), (1, 1), (1, 1))
+    rng, x, w, p = _problem(case, 1)
+    post = CHAINS["bias residual relu"]
+    x, w = x.astype(dtype), w.astype(dtype)
+    operands = [o.astype(dtype) if o.ndim > 1 else o for o in _operands(rng, post, p)]
+    want = _oracle(x.astype(jnp.float32), w.astype(jnp.float32),
+                   [o.astype(jnp.float32) for o in operands], p, post)
+    assert fused.pack(np.asarray(w), p, "onednn")[1] == ""  # the plain kernel's trial
+    plain = [c for c in library.choices() if c["kernel"] == "forward" and c["source"] == "trial"]
+    assert len(plain) == 1, library.choices()
+    layouts = {c["layout"]: c["impl"] for c in plain[0]["candidates"]
+               if c["layout"] in ("caller", "any", "blocked")}
+    assert set(layouts) - {"caller"}, plain[0]["candidates"]
+    for layout, impl in sorted(layouts.items()):
+        library.forget()
+        assert library.remember({plain[0]["key"]: (layout, impl)}) == 1
+        bytes_, why = fused.pack(np.asarray(w), p, "onednn")
+        assert why == ""
+        before = library.cache_stats()
+        got = _calls(x, w, operands, p, post, (bytes_, "onednn"))
+        after = library.cache_stats()
+        assert sum(after[k] - before[k] for k in ("packed_reads", "packed_reorders")) > 0
+        h.assert_close(got.astype(jnp.float32), want, jnp.dtype(dtype))
