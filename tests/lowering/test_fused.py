@@ -26,7 +26,7 @@ from jaxconv._src.lowering import fused
 from jaxconv._src.lowering.fused import PostOp
 from jaxconv._src.native import library
 from tests.support import helpers as h
-from tests.support.onednn_matrix import needs_onednn
+from tests.support.onednn_matrix import each_layout_kept, needs_onednn
 
 HIGHEST = lax.Precision.HIGHEST
 _NAMES = Names(x="x", y="y", w_shape="w", w_format="filter_format", layout_arguments=False)
@@ -239,20 +239,9 @@ def test_each_layout_the_trial_races_reads_the_tensors_in_its_outputs_layout(
     def run():
         return jax.jit(lambda x, w, *o: fused.forward(x, w, o, p=p, post=post,
                                                       method="onednn"))(x, w, *operands)
-    h.assert_close(run(), want, getattr(jnp, dtype))
-    mine = [c for c in library.choices() if c["kernel"] == "forward"]
-    assert mine, library.choices()
-    layouts = {c["layout"] for e in mine for c in e["candidates"]}
-    assert layouts - {"caller", "caller_filter"}, [e["candidates"] for e in mine]
-    for layout in sorted(layouts):
-        library.forget()
-        verdicts = {e["key"]: (layout, c["impl"]) for e in mine for c in e["candidates"]
-                    if c["layout"] == layout}
-        assert library.remember(verdicts) == len(verdicts)
-        h.assert_close(jax.block_until_ready(run()), want, getattr(jnp, dtype))
-        kept = [e for e in library.choices() if e["key"] in verdicts]
-        assert kept and all(e["source"] == "cache" and e["candidates"][0]["layout"] == layout
-                            for e in kept), (layout, kept)
+    layouts = each_layout_kept("forward", run,
+                               lambda got: h.assert_close(got, want, getattr(jnp, dtype)))
+    assert layouts - {"caller", "caller_filter"}, layouts
 
 
 def test_a_chain_must_end_in_the_convolutions_dtype():

@@ -29,6 +29,7 @@ from tests.support.onednn_matrix import (
     MATRIX,
     SPREAD,
     _problem,
+    each_layout_kept,
     needs_onednn,
 )
 
@@ -351,19 +352,9 @@ def test_every_candidate_of_the_layout_trial_computes_the_kernel(spec, kernel, d
     if dtype not in library.status().dtypes:
         pytest.skip(f"oneDNN does not compute {dtype} on this CPU")
     x, w, dy, attrs, refs = _problem(spec, seed=41, dtype=getattr(jnp, dtype))
-    run, want = _kernel_call(kernel, x, w, dy, attrs), refs[list(Kernel).index(kernel)]
-    h.assert_close(jax.block_until_ready(run()), want, getattr(jnp, dtype))
-    mine = [c for c in library.choices() if c["kernel"] == kernel.value]
-    assert mine, library.choices()
-    for layout in sorted({c["layout"] for e in mine for c in e["candidates"]}):
-        library.forget()
-        verdicts = {e["key"]: (layout, c["impl"]) for e in mine for c in e["candidates"]
-                    if c["layout"] == layout}
-        assert library.remember(verdicts) == len(verdicts)
-        h.assert_close(jax.block_until_ready(run()), want, getattr(jnp, dtype))
-        kept = [e for e in library.choices() if e["key"] in verdicts]
-        assert kept and all(e["source"] == "cache" and e["candidates"][0]["layout"] == layout
-                            for e in kept), (layout, kept)
+    want = refs[list(Kernel).index(kernel)]
+    each_layout_kept(kernel.value, _kernel_call(kernel, x, w, dy, attrs),
+                     lambda got: h.assert_close(got, want, getattr(jnp, dtype)))
 
 
 # a batch-1 1x1 layer (MobileNetV2's 14x14 192 -> 64): oneDNN's 1x1 kernel takes the caller's
@@ -379,11 +370,7 @@ def test_a_primitive_on_the_callers_filter_computes_each_kernel(kernel, layout_t
     problem by an earlier process's verdict, it computes what torch computes (through the
     oracles' float64 references); its choice says so. Each kernel computes the problem."""
     x, w, dy, attrs, (y_ref, dx_ref, dw_ref) = _problem(POINTWISE, seed=31, batch=1)
-    run = {Kernel.FORWARD: lambda: jaxconv.convolution(x, w, **attrs, lowering="onednn"),
-           Kernel.DATA: lambda: jaxconv.convolution_backward_data(dy, w, x.shape, **attrs,
-                                                                  lowering="onednn"),
-           Kernel.WEIGHT: lambda: jaxconv.convolution_backprop_filters(x, dy, w.shape, **attrs,
-                                                                       lowering="onednn")}[kernel]
+    run = _kernel_call(kernel, x, w, dy, attrs)
     want = {Kernel.FORWARD: y_ref, Kernel.DATA: dx_ref, Kernel.WEIGHT: dw_ref}[kernel]
     h.assert_close(run(), want, jnp.float32)
     mine = _entries(library.choices(), kernel.value, x.shape)

@@ -1,7 +1,9 @@
-"""The problems the oneDNN lowering's tests share, each with its float64 torch oracle."""
+"""The problems the oneDNN lowering's tests share, each with its float64 torch oracle, and the
+check of a call on each layout the handler's trial races (:func:`each_layout_kept`)."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -69,3 +71,25 @@ SPREAD = [
       (0, 0, 0)), 2),
     ((2, "NCX", "XIO", 1, 128, 128, (32, 31), (1, 1), (2, 2), (1, 1), (0, 0), (0, 0)), 3),
 ]
+
+
+def each_layout_kept(kernel, run, check):
+    """``run()`` (a call of oneDNN's ``kernel``: "forward", "data", "weight") with the layout
+    trial on (the ``layout_trial`` fixture), then again for each activation layout among the
+    trial's candidates, kept for every problem of the call that raced it by an earlier
+    process's verdict (``library.remember``): ``check`` each result, and that the call took
+    the remembered primitive. The layouts, the caller's included."""
+    check(jax.block_until_ready(run()))
+    mine = [c for c in library.choices() if c["kernel"] == kernel]
+    assert mine, library.choices()
+    layouts = {c["layout"] for e in mine for c in e["candidates"]}
+    for layout in sorted(layouts):
+        library.forget()
+        verdicts = {e["key"]: (layout, c["impl"]) for e in mine for c in e["candidates"]
+                    if c["layout"] == layout}
+        assert library.remember(verdicts) == len(verdicts)
+        check(jax.block_until_ready(run()))
+        kept = [e for e in library.choices() if e["key"] in verdicts]
+        assert kept and all(e["source"] == "cache" and e["candidates"][0]["layout"] == layout
+                            for e in kept), (layout, kept)
+    return layouts
