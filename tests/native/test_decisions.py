@@ -43,6 +43,13 @@ def test_chunks_split_the_batch_only_where_a_thread_pays():
     assert chunks(FORWARD, *wide) == 2               # one chunk per pool thread
     assert chunks(DATA, *wide, pool_threads=4) == 4
     assert chunks(FORWARD, *heavy_filter) == 0       # the filter outweighs a chunk: OpenMP
+    # from a quarter of a work unit, two chunks (kRowsMinUnits), as one example's rows: the
+    # MNIST CNN's 3x3 1 -> 32 at 28x28, batch 8 (0.74 units)
+    small = ((8, 1, 28, 28), (8, 32, 26, 26), (32, 1, 3, 3))
+    assert chunks(FORWARD, *small) == 2
+    assert chunks(DATA, *small) == 2
+    # a filter that outweighs a chunk below one unit: whole, not the team (0.5 units)
+    assert chunks(FORWARD, (8, 256, 1, 2), (8, 256, 1, 2), (256, 256, 1, 1)) == 1
     assert chunks(WEIGHT, *wide) == 0                # a weight gradient: one OpenMP call
     assert chunks(WEIGHT, *tiny) == 1
     one = ((1, 64, 56, 56), (1, 64, 56, 56), (64, 64, 3, 3))
@@ -85,13 +92,13 @@ def test_a_forward_of_one_example_splits_its_rows_where_they_are_outer():
     assert chunks(FORWARD, *mnist, data_axes=nhwc, pool_threads=1) == 0
     depthwise = ((1, 28, 28, 192), (1, 28, 28, 192), (192, 1, 3, 3))
     assert chunks(FORWARD, *depthwise, data_axes=nhwc) == 2
-    # one example's rows split from a quarter of a unit (kRowsMinUnits), where a batch's
-    # examples do not: MobileNetV2's depthwise 384 at 14x14 (0.57 units of bytes) keeps the
+    # one example's rows split from a quarter of a unit (kRowsMinUnits), as a batch's
+    # examples do: MobileNetV2's depthwise 384 at 14x14 (0.57 units of bytes) keeps the
     # pool's thread awake for the 1x1 after it
     small = ((1, 14, 14, 384), (1, 14, 14, 384), (384, 1, 3, 3))
     assert chunks(FORWARD, *small, data_axes=nhwc) == 2
     assert chunks(DATA, *small, data_axes=nhwc) == 2
-    assert chunks(FORWARD, (2, 384, 14, 7), (2, 384, 14, 7), (384, 1, 3, 3)) == 1
+    assert chunks(FORWARD, (2, 384, 14, 7), (2, 384, 14, 7), (384, 1, 3, 3)) == 2
     tiny = ((1, 7, 7, 64), (1, 7, 7, 64), (64, 1, 3, 3))  # 0.05 units: whole
     assert chunks(FORWARD, *tiny, data_axes=nhwc) == 1
 

@@ -121,14 +121,17 @@ int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp) {
   // is faster, so a memory-bound one is worth a team
   if (p.kernel == Kernel::kWeight) return work >= 1 ? 0 : 1;
   if (SplitsRows(p)) return ExampleChunks(p, pool_threads, work);
-  // a batch: one chunk per whole unit, two from one unit on
+  // a batch: one chunk per whole unit, two from kRowsMinUnits on, as one example's rows
   const int64_t batch = p.x_dims[0];
   const int64_t n = std::min<int64_t>(
-      {pool_threads, batch, std::max<int64_t>(work >= 1 ? 2 : 1, static_cast<int64_t>(work))});
+      {pool_threads, batch,
+       std::max<int64_t>(work >= kRowsMinUnits ? 2 : 1, static_cast<int64_t>(work))});
   if (n == 1 && work >= 1) return 0;  // one large example whose buffers split no rows
   // the filter outweighs a chunk's activations: one call reorders it once (a batch's chunks;
-  // an example's rows split anyway, judged by whole models: docs/onednn.md, "Threads")
-  if (n > 1 && Elements(p.w_dims) * n > Elements(p.x_dims) + Elements(p.y_dims)) return 0;
+  // an example's rows split anyway, judged by whole models: docs/onednn.md, "Threads"), on
+  // the team from one unit on, whole on the calling thread below
+  if (n > 1 && Elements(p.w_dims) * n > Elements(p.x_dims) + Elements(p.y_dims))
+    return work >= 1 ? 0 : 1;
   // every example a chunk and pool threads left: each example's rows split as one example's
   // would on its share of the threads (a batch of 8 on 16 threads: 16 chunks, not 8)
   if (n > 1 && n == batch && pool_threads >= 2 * batch && RowsOuter(p)) {

@@ -27,12 +27,12 @@ constexpr double kMinChunkMacs = double{1 << 21};
 // ... this many bytes of activations (x and y; ~50 us of one core's memory traffic), or the
 // call runs whole on its calling thread.
 constexpr double kMinChunkBytes = double{1 << 20};
-// One example's rows (SplitsRows) split in two from this many work units (about 12 us of one
-// core's work), not one: a batch-1 forward runs its calls one after another, most of them
-// split, so the pool's thread is awake for the next (its start ~1 us); a call left whole on
-// the calling thread lets it fall asleep, and the next split call waits 20-50 us for it
-// (MobileNetV2's depthwise 384 at 14x14, 0.6 units, before each 1x1 384 -> 64; 2-core Xeon).
-// docs/onednn.md, "Threads".
+// A forward or data gradient (one example's rows, SplitsRows, or a batch) splits in two from
+// this many work units (about 12 us of one core's work), not one: a served forward runs its
+// calls one after another, most of them split, so the pool's thread is awake for the next (its
+// start ~1 us); a call left whole on the calling thread lets it fall asleep, and the next split
+// call waits 20-50 us for it (MobileNetV2's depthwise 384 at 14x14, 0.6 units, before each 1x1
+// 384 -> 64; 2-core Xeon). docs/onednn.md, "Threads".
 constexpr double kRowsMinUnits = 0.25;
 // The caller, its own chunk done, spins this long for the others before it sleeps.
 constexpr std::chrono::microseconds kSpin{200};
@@ -112,14 +112,14 @@ bool SplitsChannels(const Problem& p);
 //   - a weight gradient: whole on the calling thread below one work unit, else one OpenMP
 //     call (chunks would each write a partial gradient to be reordered and summed);
 //   - a forward or data gradient: chunks of the batch (of one example: of rows, SplitsRows),
-//     one per whole work unit (two from one unit on; one example's rows from kRowsMinUnits)
-//     and at most one per pool thread; where each example is a chunk and threads are left
-//     (a batch of fewer examples than pool threads), each example's rows split as one
-//     example's would on its share of the threads (SplitsExampleRows),
-//     unless the batch is not the buffers' outer axis, nothing splits a call of at least a
-//     unit (one example, one row, one pool thread: then one OpenMP call), or the
-//     filter outweighs a chunk's activations (each chunk would reorder the whole filter: one
-//     OpenMP call reorders it once); one example's data gradient by rows unless its filter
+//     one per whole work unit (two from kRowsMinUnits on) and at most one per pool thread;
+//     where each example is a chunk and threads are left (a batch of fewer examples than
+//     pool threads), each example's rows split as one example's would on its share of the
+//     threads (SplitsExampleRows), unless the batch is not the buffers' outer axis, nothing
+//     splits a call of at least a unit (one example, one row, one pool thread: then one
+//     OpenMP call), or a batch's filter outweighs a chunk's activations (each chunk would
+//     reorder the whole filter: one OpenMP call reorders it once; below one unit, whole on
+//     the calling thread); one example's data gradient by rows unless its filter
 //     outweighs x and y kRowsFilterRatio times; then by x's channels (SplitsChannels), one
 //     chunk per whole unit (two from kRowsMinUnits on), at most one per pool thread and
 //     kChannelBlock channels, as many as divide the channels evenly.
