@@ -43,7 +43,7 @@ def test_chunks_split_the_batch_only_where_a_thread_pays():
     assert chunks(FORWARD, *wide) == 2               # one chunk per pool thread
     assert chunks(DATA, *wide, pool_threads=4) == 4
     assert chunks(FORWARD, *heavy_filter) == 0       # the filter outweighs a chunk: OpenMP
-    # from a quarter of a work unit, two chunks (kRowsMinUnits), as one example's rows: the
+    # from a quarter of a work unit, two chunks (kSplitMinUnits), as one example's rows: the
     # MNIST CNN's 3x3 1 -> 32 at 28x28, batch 8 (0.74 units)
     small = ((8, 1, 28, 28), (8, 32, 26, 26), (32, 1, 3, 3))
     assert chunks(FORWARD, *small) == 2
@@ -92,7 +92,7 @@ def test_a_forward_of_one_example_splits_its_rows_where_they_are_outer():
     assert chunks(FORWARD, *mnist, data_axes=nhwc, pool_threads=1) == 0
     depthwise = ((1, 28, 28, 192), (1, 28, 28, 192), (192, 1, 3, 3))
     assert chunks(FORWARD, *depthwise, data_axes=nhwc) == 2
-    # one example's rows split from a quarter of a unit (kRowsMinUnits), as a batch's
+    # one example's rows split from a quarter of a unit (kSplitMinUnits), as a batch's
     # examples do: MobileNetV2's depthwise 384 at 14x14 (0.57 units of bytes) keeps the
     # pool's thread awake for the 1x1 after it
     small = ((1, 14, 14, 384), (1, 14, 14, 384), (384, 1, 3, 3))
@@ -120,7 +120,7 @@ def test_a_batch_of_fewer_examples_than_threads_splits_their_rows_too():
     # the filter outweighs a chunk of the batch: the team, as before
     heavy = ((8, 7, 7, 512), (8, 7, 7, 512), (512, 512, 3, 3))
     assert chunks(FORWARD, *heavy, data_axes=nhwc, pool_threads=16) == 0
-    # an example's rows too few for a second chunk (a quarter unit: kRowsMinUnits): the batch
+    # an example's rows too few for a second chunk (a quarter unit: kSplitMinUnits): the batch
     tiny = ((2, 7, 7, 64), (2, 7, 7, 64), (64, 1, 3, 3))
     assert chunks(FORWARD, *tiny, data_axes=nhwc, pool_threads=16) == 1
     small = ((2, 14, 14, 384), (2, 14, 14, 384), (384, 1, 3, 3))  # 0.57 units an example

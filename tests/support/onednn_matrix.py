@@ -3,6 +3,9 @@ check of a call on each layout the handler's trial races (:func:`each_layout_kep
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -73,7 +76,8 @@ SPREAD = [
 ]
 
 
-def each_layout_kept(kernel, run, check):
+def each_layout_kept(kernel: str, run: Callable[[], Any],
+                     check: Callable[[Any], None]) -> set[str]:
     """``run()`` (a call of oneDNN's ``kernel``: "forward", "data", "weight") with the layout
     trial on (the ``layout_trial`` fixture), then again for each activation layout among the
     trial's candidates, kept for every problem of the call that raced it by an earlier

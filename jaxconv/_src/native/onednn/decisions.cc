@@ -93,10 +93,10 @@ namespace {
 // How one example (`p`, SplitsRows) of `work` units runs on `threads` threads: n >= 2 chunks
 // of its rows, 1 whole, 0 on the team (Chunks).
 int64_t ExampleChunks(const Problem& p, int64_t threads, double work) {
-  // one chunk per whole unit, and two from kRowsMinUnits on: a call of one to two units split
+  // one chunk per whole unit, and two from kSplitMinUnits on: a call of one to two units split
   // in two beats the OpenMP team (docs/onednn.md, "Threads")
   const int64_t by_work =
-      std::max<int64_t>(work >= kRowsMinUnits ? 2 : 1, static_cast<int64_t>(work));
+      std::max<int64_t>(work >= kSplitMinUnits ? 2 : 1, static_cast<int64_t>(work));
   if (HeavyFilter(p)) {  // each chunk of rows would read the whole filter: x's channels
     if (!SplitsChannels(p)) return 0;
     const int64_t c = p.x_dims.back();
@@ -121,11 +121,11 @@ int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp) {
   // is faster, so a memory-bound one is worth a team
   if (p.kernel == Kernel::kWeight) return work >= 1 ? 0 : 1;
   if (SplitsRows(p)) return ExampleChunks(p, pool_threads, work);
-  // a batch: one chunk per whole unit, two from kRowsMinUnits on, as one example's rows
+  // a batch: one chunk per whole unit, two from kSplitMinUnits on, as one example's rows
   const int64_t batch = p.x_dims[0];
   const int64_t n = std::min<int64_t>(
       {pool_threads, batch,
-       std::max<int64_t>(work >= kRowsMinUnits ? 2 : 1, static_cast<int64_t>(work))});
+       std::max<int64_t>(work >= kSplitMinUnits ? 2 : 1, static_cast<int64_t>(work))});
   if (n == 1 && work >= 1) return 0;  // one large example whose buffers split no rows
   // the filter outweighs a chunk's activations: one call reorders it once (a batch's chunks;
   // an example's rows split anyway, judged by whole models: docs/onednn.md, "Threads"), on

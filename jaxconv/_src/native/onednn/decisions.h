@@ -33,7 +33,7 @@ constexpr double kMinChunkBytes = double{1 << 20};
 // start ~1 us); a call left whole on the calling thread lets it fall asleep, and the next split
 // call waits 20-50 us for it (MobileNetV2's depthwise 384 at 14x14, 0.6 units, before each 1x1
 // 384 -> 64; 2-core Xeon). docs/onednn.md, "Threads".
-constexpr double kRowsMinUnits = 0.25;
+constexpr double kSplitMinUnits = 0.25;
 // The caller, its own chunk done, spins this long for the others before it sleeps.
 constexpr std::chrono::microseconds kSpin{200};
 // A pool thread whose chunks are done waits this long for the next split call's job before it
@@ -112,7 +112,7 @@ bool SplitsChannels(const Problem& p);
 //   - a weight gradient: whole on the calling thread below one work unit, else one OpenMP
 //     call (chunks would each write a partial gradient to be reordered and summed);
 //   - a forward or data gradient: chunks of the batch (of one example: of rows, SplitsRows),
-//     one per whole work unit (two from kRowsMinUnits on) and at most one per pool thread;
+//     one per whole work unit (two from kSplitMinUnits on) and at most one per pool thread;
 //     where each example is a chunk and threads are left (a batch of fewer examples than
 //     pool threads), each example's rows split as one example's would on its share of the
 //     threads (SplitsExampleRows), unless the batch is not the buffers' outer axis, nothing
@@ -121,7 +121,7 @@ bool SplitsChannels(const Problem& p);
 //     reorder the whole filter: one OpenMP call reorders it once; below one unit, whole on
 //     the calling thread); one example's data gradient by rows unless its filter
 //     outweighs x and y kRowsFilterRatio times; then by x's channels (SplitsChannels), one
-//     chunk per whole unit (two from kRowsMinUnits on), at most one per pool thread and
+//     chunk per whole unit (two from kSplitMinUnits on), at most one per pool thread and
 //     kChannelBlock channels, as many as divide the channels evenly.
 int64_t Chunks(const Problem& p, int64_t pool_threads, bool openmp);
 
