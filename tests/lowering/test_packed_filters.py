@@ -59,7 +59,7 @@ def test_a_packed_filter_is_read_as_it_is_with_the_unpacked_calls_values(chain, 
     post = [] if chain == "none" else CHAINS[chain]
     x, w = x.astype(dtype), w.astype(dtype)
     operands = [o.astype(dtype) if o.ndim > 1 else o for o in _operands(rng, post, p)]
-    bytes_, why = fused.pack(np.asarray(w), p, "onednn")
+    bytes_, why = fused.pack(np.asarray(w), p, "onednn", post=post, operands=operands)
     assert why == "" and bytes_.dtype == np.uint8 and bytes_.ndim == 1
     library.forget()  # the primitives each call creates, in choices()
     before = library.cache_stats()
@@ -68,11 +68,10 @@ def test_a_packed_filter_is_read_as_it_is_with_the_unpacked_calls_values(chain, 
     assert after["packed_reads"] > before["packed_reads"]
     assert after["packed_reorders"] == before["packed_reorders"]  # packed for these threads
     ran = {c["candidates"][0]["impl"] for c in library.choices()}
+    assert not any(impl.startswith("ref") for impl in ran), ran  # packed for the chain
     library.forget()
     unpacked = _calls(x, w, operands, p, post, None)
-    # the same sums where both ran one implementation (not so for a grouped NCX forward with
-    # a residual: oneDNN's reference on the packed filter's layouts, its blocked kernel with
-    # the residual reordered unpacked: native/onednn/primitives.cc)
+    # the same sums where both ran one implementation
     if dtype == "float32" and not any(op.alg.startswith("mul") for op in post) and \
             ran == {c["candidates"][0]["impl"] for c in library.choices()}:
         np.testing.assert_array_equal(np.asarray(got), np.asarray(unpacked))
@@ -91,7 +90,7 @@ def test_a_filter_packed_for_chunks_of_each_examples_rows_is_read_as_it_is():
     post = CHAINS["bias residual relu"]
     operands = _operands(rng, post, p)
     with library.planned_pool_threads(8):
-        bytes_, why = fused.pack(np.asarray(w), p, "onednn")
+        bytes_, why = fused.pack(np.asarray(w), p, "onednn", post=post, operands=operands)
         assert why == ""
         before = library.cache_stats()
         got = _calls(x, w, operands, p, post, (bytes_, "onednn"))
@@ -129,6 +128,47 @@ def test_a_filter_packed_for_other_threads_is_moved_each_call_and_still_right():
     assert (after["packed_reads"] + after["packed_reorders"]
             > before["packed_reads"] + before["packed_reorders"])
     h.assert_close(got, _oracle(x, w, operands, p, post), jnp.float32)
+
+
+@needs_onednn
+def test_a_filter_is_packed_where_onednn_runs_its_calls_chain_beyond_its_reference():
+    """oneDNN runs a residual (a tensor post-op) on its gemm kernel's plain layouts only as its
+    reference loop nest (a channels-first 1x1 64 -> 256 at 56x56, batch 1: 1.4 s a call
+    against 0.8 ms on its blocked kernel), and its "any" layouts are other ones for the chain
+    than for the plain forward. With the plain kernel's verdict on the caller's layouts
+    (gemm), a filter packed for the call's chain is packed on layouts where oneDNN computes the
+    chain with more than its reference, in that primitive's filter layout (read as it is); one
+    packed without the chain runs the reference (slower, never wrong); a call with another
+    chain than the one packed for is an error (native/onednn/packed.h)."""
+    case = ("NCX", "OIX", 1, 16, 32, (8, 8), (1, 1), (1, 1), (0, 0), (0, 0))
+    rng, x, w, p = _problem(case, 1)
+    post = CHAINS["bias residual relu"]
+    operands = _operands(rng, post, p)
+    want = _oracle(x, w, operands, p, post)
+    library.forget()
+    assert fused.pack(np.asarray(w), p, "onednn")[1] == ""  # the plain kernel's trial
+    (plain,) = [c for c in library.choices() if c["source"] != "packed"]
+    (gemm,) = [c["impl"] for c in plain["candidates"] if c["layout"] == "caller"]
+
+    def packed_call(chain):
+        library.forget()
+        assert library.remember({plain["key"]: ("caller", gemm)}) == 1
+        bytes_, why = fused.pack(np.asarray(w), p, "onednn", post=chain, operands=operands)
+        assert why == ""
+        before = library.cache_stats()
+        got = _calls(x, w, operands, p, post, (bytes_, "onednn"))
+        after = library.cache_stats()
+        h.assert_close(got, want, jnp.float32)
+        ran = {c["candidates"][0]["impl"] for c in library.choices()
+               if c["source"] == "packed" and c["kernel"] == "forward"}
+        return bytes_, ran, after["packed_reorders"] - before["packed_reorders"]
+
+    _, ran, _ = packed_call(())
+    assert {i for i in ran if i.startswith("ref")}, ran  # what a pack without its chain gets
+    bytes_, ran, reorders = packed_call(post)
+    assert ran and not any(i.startswith("ref") for i in ran) and reorders == 0, (ran, reorders)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="another chain"):
+        _calls(x, w, [], p, [], (bytes_, "onednn")).block_until_ready()
 
 
 @needs_onednn

@@ -259,16 +259,21 @@ mlir.register_lowering(fused_p, _REFERENCE_RULE)
 mlir.register_lowering(fused_p, _cpu_rule, platform="cpu")
 
 
-def pack(w: Any, p: ConvProblem, method: str, kernel: Kernel = Kernel.FORWARD
+def pack(w: Any, p: ConvProblem, method: str, kernel: Kernel = Kernel.FORWARD,
+         post: Sequence[PostOp] = (), operands: Sequence[Any] = ()
          ) -> tuple[np.ndarray | None, str]:
     """The filter ``w`` of ``kernel`` (the forward or the data gradient) of ``p``, a constant
     of the program (a host array in ``p``'s filter layout), packed once for the oneDNN
     ``method`` that runs it (``onednn_method``; float32 for ``"onednn_f32"``): the bytes the
     fused call reads in place of a filter it would move into its primitive's layout at every
-    call, and ""; or None and why not (docs/onednn.md, "Packed filters")."""
+    call, and ""; or None and why not (docs/onednn.md, "Packed filters"). A forward's chain
+    ``post`` and its ``operands`` (as :func:`forward` takes them) are the call's: its filter
+    is packed on layouts where oneDNN computes the chain with more than its reference loop
+    nest."""
     host = np.asarray(w)
+    kept = tuple(op for op in post if op.kind != "convert")  # as _onednn_program calls
     return onednn.pack_filter(kernel, host.astype(np.float32) if method == "onednn_f32" else host,
-                              p)
+                              p, kept, operands)
 
 
 def forward(x: Array, w: Array, operands: Sequence[Array], *, p: ConvProblem,

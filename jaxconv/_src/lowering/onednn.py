@@ -300,12 +300,14 @@ def packed_data(dy: Array, w: Array, p: ConvProblem) -> Array:
 _FORWARD, _DATA = _kernel(Kernel.FORWARD), _kernel(Kernel.DATA)
 
 
-def pack_filter(kernel: Kernel, w: Any, p: ConvProblem) -> tuple[np.ndarray | None, str]:
+def pack_filter(kernel: Kernel, w: Any, p: ConvProblem, post: tuple[Any, ...] = (),
+                operands: Sequence[Array] = ()) -> tuple[np.ndarray | None, str]:
     """The filter ``w`` of ``kernel`` (the forward or the data gradient) of ``p`` (a host
     array in ``p``'s filter layout) packed for that kernel's call (``native/onednn/packed.h``),
     which takes it in place of ``w``: the bytes and "", or None and why not. The call's problem
     is the one the kernel's call builds (x cropped where a pad is negative; a data gradient's
-    dy cut to its live outputs)."""
+    dy cut to its live outputs); a forward's chain ``post`` and its ``operands`` are those
+    of the fused call that reads it (:func:`fused_forward`)."""
     if kernel is Kernel.DATA:
         q, _, _ = _data_call(p)
         if q is None:
@@ -314,9 +316,13 @@ def pack_filter(kernel: Kernel, w: Any, p: ConvProblem) -> tuple[np.ndarray | No
         q, _ = _cropped(p, fitted=False)
     else:
         return None, f"packs a forward's or a data gradient's filter, got the {kernel.label}"
+    chain = _post_attrs(post, operands, w.dtype)
     return library.pack_filter(np.asarray(w), kernel=kernel.value, x_shape=q.x_shape,
                                y_shape=Kernel.FORWARD.out_shape(q), groups=q.groups,
-                               **_problem_attrs(q))
+                               **_problem_attrs(q), post_kinds=chain.get("post_kinds", ()),
+                               post_algs=chain.get("post_algs", ()),
+                               post_alphas=chain.get("post_alphas", ()),
+                               post_betas=chain.get("post_betas", ()))
 
 
 ONEDNN = Method(

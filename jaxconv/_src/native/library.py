@@ -275,7 +275,8 @@ def choices() -> list[dict[str, Any]]:
     call on the calling thread), ``source`` ("trial": timed by this process's first call;
     "cache": an earlier process's verdict, :func:`remember`; "rule": the trial off,
     ``JAXCONV_MEASURE=0``, the caller's layouts; "alone": one candidate, or one too large to
-    time), ``key`` (the problem as :func:`remember` names it) and ``candidates``: each
+    time; "packed": a call reading its filter packed, on the layouts chosen when it was
+    packed), ``key`` (the problem as :func:`remember` names it) and ``candidates``: each
     implementation's activation layouts ("caller", "any", "blocked", "caller_filter": the
     caller's filter too, or "taps": a data gradient's tap products), oneDNN's impl name,
     its best first-call trial time in ms and its ``noise`` (how far the median of its timed
@@ -414,12 +415,15 @@ _PACK_DTYPES = ("float32", "bfloat16", "float16")
 def pack_filter(w: Any, *, kernel: str, x_shape: tuple[int, ...], y_shape: tuple[int, ...],
                 data_axes: tuple[int, ...], filter_axes: tuple[int, ...],
                 strides: tuple[int, ...], dilations: tuple[int, ...],
-                pads_begin: tuple[int, ...], pads_end: tuple[int, ...], groups: int
-                ) -> tuple[Any, str]:
+                pads_begin: tuple[int, ...], pads_end: tuple[int, ...], groups: int,
+                post_kinds: Any = (), post_algs: Any = (), post_alphas: Any = (),
+                post_betas: Any = ()) -> tuple[Any, str]:
     """The filter ``w`` (a host array in the caller's layout) packed for ``kernel``
     (``"forward"`` or ``"data"``) of the problem the handler's attributes name
-    (``native/onednn/packed.h``; ``x_shape`` and ``y_shape`` the forward's): a uint8 array
-    (its header, then the filter in its primitive's layout) and "", or None and why not."""
+    (``native/onednn/packed.h``; ``x_shape`` and ``y_shape`` the forward's), whose call
+    computes the post-ops the ``post_*`` attributes name as the fused call's do (none: a plain
+    call): a uint8 array (its header, then the filter in its primitive's layout) and "", or
+    None and why not."""
     import numpy as np  # noqa: PLC0415 - only where a filter is packed
 
     if not status().available:
@@ -429,7 +433,9 @@ def pack_filter(w: Any, *, kernel: str, x_shape: tuple[int, ...], y_shape: tuple
         return None, f"packs {', '.join(_PACK_DTYPES)} filters, got {w.dtype}"
     fn = _HANDLES[-1].jaxconv_onednn_pack_filter
     i64 = ctypes.POINTER(ctypes.c_int64)
+    f32 = ctypes.POINTER(ctypes.c_float)
     fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, *[i64] * 9, ctypes.c_int64,
+                   ctypes.c_int64, i64, i64, f32, f32,
                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p,
                    ctypes.c_int64]
     fn.restype = ctypes.c_int64
@@ -437,11 +443,20 @@ def pack_filter(w: Any, *, kernel: str, x_shape: tuple[int, ...], y_shape: tuple
     lists = [(ctypes.c_int64 * max(1, len(v)))(*v) for v in (
         x_shape, y_shape, w.shape, data_axes, filter_axes, strides, dilations, pads_begin,
         pads_end)]
+    posts = len(post_kinds)
+    if not len(post_algs) == len(post_alphas) == len(post_betas) == posts:
+        raise ValueError(f"pack_filter: the post-op attributes must have one length, got "
+                         f"{posts}, {len(post_algs)}, {len(post_alphas)}, {len(post_betas)}")
+    post = [(ctypes.c_int64 * max(1, posts))(*map(int, post_kinds)),
+            (ctypes.c_int64 * max(1, posts))(*map(int, post_algs)),
+            (ctypes.c_float * max(1, posts))(*map(float, post_alphas)),
+            (ctypes.c_float * max(1, posts))(*map(float, post_betas))]
     error = ctypes.create_string_buffer(512)
 
     def call(out: Any, size: int) -> int:
         return int(fn(_PACK_KERNELS.index(kernel), _PACK_DTYPES.index(w.dtype.name), rank,
-                      *lists, groups, w.ctypes.data, out, size, error, len(error)))
+                      *lists, groups, posts, *post, w.ctypes.data, out, size, error,
+                      len(error)))
     need = call(None, 0)
     if need < 0:
         return None, error.value.decode(errors="replace")

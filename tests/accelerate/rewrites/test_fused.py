@@ -358,3 +358,31 @@ def test_a_process_whose_programs_run_elsewhere_packs_nothing(monkeypatch):
     eqns = jax.make_jaxpr(jaxconv.accelerate(served))(x).eqns
     fused = [e for e in eqns if e.primitive.name == "jaxconv_fused"]
     assert fused and not any(e.params["packed"] or e.params["constant"] for e in fused)
+
+
+@needs_onednn
+def test_a_served_channels_first_residual_is_packed_for_its_chain():
+    """A channels-first block served with its variables closed over (an equinox ResNet's end
+    of a bottleneck: a 1x1 convolution, BatchNorm, + the shortcut, ReLU): the rewrite packs the
+    filter for the chain its call computes (``native/onednn/packed.h``), on layouts where
+    oneDNN computes the residual with more than its reference loop nest (packed for the plain
+    forward's, the caller's here, the call ran the reference: 1.4 s against 6.3 ms for the
+    block at 256 channels, 56x56); the values are the function's."""
+    rng = np.random.default_rng(12)
+    x = h.random(rng, (1, 64, 8, 8))
+    w0, w1 = np.asarray(h.random(rng, (32, 64, 3, 3))), np.asarray(h.random(rng, (64, 32, 1, 1)))
+    scale, shift = (np.asarray(h.random(rng, (1, 64, 1, 1))) for _ in range(2))
+    dn = ("NCHW", "OIHW", "NCHW")
+
+    def block(x):
+        y = jax.nn.relu(lax.conv_general_dilated(x, w0, (1, 1), "SAME", dimension_numbers=dn))
+        y = lax.conv_general_dilated(y, w1, (1, 1), "VALID", dimension_numbers=dn)
+        return jax.nn.relu(y * scale + shift + x)
+    labels = [d.label for d in jaxconv.explain(block, x).decisions if d.matched == "fused chain"]
+    assert any("add(t)" in s and "packed once" in s for s in labels), labels
+    library.forget()  # choices(): this program's
+    got = jax.jit(jaxconv.accelerate(block))(x)
+    ran = {c["candidates"][0]["impl"] for c in library.choices()
+           if c["source"] == "packed" and c["w"] == w1.shape}  # the residual's call
+    assert ran and not any(i.startswith("ref") for i in ran), ran
+    h.assert_close(got, block(x), jnp.float32)

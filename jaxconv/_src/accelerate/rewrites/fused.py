@@ -261,7 +261,7 @@ class FusedConvolution(Rewrite):
         if method is not None and fixed:  # packed once, not moved every call
             if host is None:
                 host, _ = lax_conv.forward_filter(np.asarray(w), params["dimension_numbers"])
-            got, _ = fused.pack(host, p, method)  # None: the call moves it, as before
+            got, _ = fused.pack(host, p, method, post=post, operands=operands)  # None: moved
             packed = None if got is None else (got, method)
         y = fused.forward(xs, ws, operands, p=p, post=post, precision=precision,
                           preferred_element_type=out_dtype, method=scope.lowering,

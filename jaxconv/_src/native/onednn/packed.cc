@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "affine.h"
 #include "buffers.h"
 #include "cache.h"
 #include "decisions.h"
@@ -20,16 +21,48 @@ namespace jaxconv_onednn {
 
 std::atomic<int64_t> packed_reads{0}, packed_reorders{0};
 
-std::shared_ptr<Entry> PackedEntry(const Problem& p, Activations where, int64_t chunks) {
+namespace {
+
+// `make` of the problem whose primitive a call of `chunks` runs for `p` on `where` reading its
+// filter packed (its first chunk, created single-threaded as RunSingleThreaded creates a
+// chunk's; or the whole problem, on the team), with `p`'s post-ops where `chain`.
+template <typename Make>
+std::shared_ptr<Entry> AsCalled(const Problem& p, Activations where, int64_t chunks, bool chain,
+                                Make make) {
   RowSpan span;
   Problem q = chunks > 1 ? ChunkProblem(p, 0, chunks, &span) : p;
-  q.post_ops.clear();
+  if (!chain) q.post_ops.clear();
   q.threads = chunks == 0 ? 0 : 1;
   q.packed = static_cast<int>(where);
-  if (q.threads == 0) return TheCache().Get(q);
-  std::shared_ptr<Entry> e;  // created single-threaded, as RunSingleThreaded creates a chunk's
-  WithOneOmpThread([&] { e = TheCache().Get(q); });
+  if (q.threads == 0) return make(q);
+  std::shared_ptr<Entry> e;
+  WithOneOmpThread([&] { e = make(q); });
   return e;
+}
+
+}  // namespace
+
+std::shared_ptr<Entry> PackedEntry(const Problem& p, Activations where, int64_t chunks,
+                                   bool chain) {
+  return AsCalled(p, where, chunks, chain, [](const Problem& q) { return TheCache().Get(q); });
+}
+
+uint32_t ChainKey(const Problem& p) {
+  if (p.post_ops.empty()) return 0;
+  uint32_t h = 2166136261u;  // FNV-1a over each post-op's fields
+  auto mix = [&h](uint32_t v) {
+    for (int i = 0; i < 4; ++i, v >>= 8) h = (h ^ (v & 0xffu)) * 16777619u;
+  };
+  for (const PostOp& op : p.post_ops) {
+    uint32_t alpha, beta;
+    std::memcpy(&alpha, &op.alpha, sizeof(alpha));
+    std::memcpy(&beta, &op.beta, sizeof(beta));
+    mix(static_cast<uint32_t>(op.kind));
+    mix(static_cast<uint32_t>(op.alg));
+    mix(alpha);
+    mix(beta);
+  }
+  return h == 0 ? 1 : h;
 }
 
 int64_t PackedParts(const Problem& p, int64_t chunks) {
@@ -37,7 +70,8 @@ int64_t PackedParts(const Problem& p, int64_t chunks) {
 }
 
 void* Unpacked(const Problem& p, int64_t chunks, void* w, const memory::desc& layout) {
-  const std::shared_ptr<Entry> e = PackedEntry(p, static_cast<Activations>(p.packed), chunks);
+  const std::shared_ptr<Entry> e =
+      PackedEntry(p, static_cast<Activations>(p.packed), chunks, false);
   const int64_t parts = PackedParts(p, chunks);
   const size_t bytes = ElementSize(p.dtype);
   thread_local Buffer plain, part;
@@ -78,19 +112,62 @@ std::shared_ptr<Entry> OverTaps(const Problem& p, const std::shared_ptr<Entry>& 
   for (Activations where : {Activations::kCaller, Activations::kAny, Activations::kBlocked}) {
     std::shared_ptr<Entry> e;
     try {
-      e = PackedEntry(p, where, chunks);
+      e = PackedEntry(p, where, chunks, false);
     } catch (const dnnl::error&) {  // no implementation there
       continue;
     }
-    if (e->impl.rfind("ref", 0) == 0) continue;
+    if (Reference(*e)) continue;
     return parts || PackedWins(p, e, taps) ? e : nullptr;
   }
   return nullptr;
 }
 
+// Forward `p` with the chain its call computes, `post` as the fused call's attributes give it:
+// its leading affine run composed as the call composes it (affine.h; the vectors' values do
+// not matter here, and a packed filter's run never folds).
+Problem WithChain(const Problem& p, const std::vector<PostOp>& post) {
+  Problem chain = p;
+  chain.post_ops = post;
+  chain.packed = 0;  // nothing folds
+  std::vector<float> zeros(static_cast<size_t>(p.y_dims[p.data_axes[1]]), 0.0f);
+  std::vector<void*> sides(post.size(), zeros.data());  // read only where a channel's
+  void* w = nullptr;  // not read: nothing folds
+  ComposeAffine(chain, w, sides);
+  TrimAffine();
+  return chain;
+}
+
+// The activations the filter of `chain` (WithChain) is packed on for a call of `chunks`:
+// `where` (the plain kernel's trial's) where oneDNN computes the chain there with more than
+// its reference loop nest, a candidate only where nothing else implements the problem
+// (trial.h); else the first layouts where it does, the chain's own trial's first (a residual,
+// a tensor post-op, on the caller's layouts of a channels-first forward that oneDNN's gemm
+// kernel runs plain: only the reference there); `where` where none does.
+Activations ChainLayouts(const Problem& chain, Activations where, int64_t chunks) {
+  auto implemented = [&](Activations at) {
+    try {
+      // created, not cached: where it is the reference, no call runs it
+      return !Reference(*AsCalled(chain, at, chunks, true, [at](const Problem& q) {
+        return Create(q, at);
+      }));
+    } catch (const dnnl::error&) {  // no implementation there
+      return false;
+    }
+  };
+  if (implemented(where)) return where;
+  Problem unpacked = chain;
+  unpacked.packed = -1;
+  Activations kept = TheCache().Get(unpacked)->where;
+  if (kept == Activations::kCallerFilter) kept = Activations::kCaller;
+  for (Activations at : {kept, Activations::kBlocked, Activations::kAny, Activations::kCaller})
+    if (at != where && implemented(at)) return at;
+  return where;
+}
+
 }  // namespace
 
-std::string ReadPacked(Problem& p, void*& w, size_t bytes, int64_t* chunks) {
+std::string ReadPacked(Problem& p, void*& w, size_t bytes, int64_t* chunks,
+                       uint32_t* chain) {
   PackedHeader h;
   if (bytes < sizeof(h)) return "a packed filter must start with its 64-byte header";
   std::memcpy(&h, w, sizeof(h));
@@ -111,6 +188,7 @@ std::string ReadPacked(Problem& p, void*& w, size_t bytes, int64_t* chunks) {
   p.w_dims.assign(h.dims, h.dims + h.rank);
   p.packed = h.where;
   *chunks = h.chunks;
+  *chain = h.chain;
   w = static_cast<char*>(w) + sizeof(h);
   return "";
 }
@@ -124,14 +202,17 @@ extern "C" void jaxconv_onednn_see_pool_threads(int64_t threads) { SeePoolThread
 
 // Packs filter `w` (`rank` axes of `w_dims`, in the caller's layout) for kernel `kernel` (0
 // the forward, 1 the data gradient) of the problem given as a handler's attributes (problem.h;
-// dtype 0 float32, 1 bfloat16, 2 float16) into `out`: its header, then the filter in its
-// PackedEntry's layout. With `out` null it only returns the bytes needed. Returns those bytes,
-// or -1 with the reason in `error`.
+// dtype 0 float32, 1 bfloat16, 2 float16), whose call computes the `posts` post-ops given as
+// the fused call's attributes (none: a plain call), into `out`: its header, then the filter
+// in its PackedEntry's layout. With `out` null it only returns the bytes needed. Returns
+// those bytes, or -1 with the reason in `error`.
 extern "C" int64_t jaxconv_onednn_pack_filter(
     int kernel, int dtype, int rank, const int64_t* x_dims, const int64_t* y_dims, const int64_t* w_dims,
     const int64_t* data_axes, const int64_t* filter_axes, const int64_t* strides,
     const int64_t* dilations, const int64_t* pads_begin, const int64_t* pads_end, int64_t groups,
-    const void* w, void* out, int64_t out_bytes, char* error, int64_t error_bytes) {
+    int64_t posts, const int64_t* post_kinds, const int64_t* post_algs, const float* post_alphas,
+    const float* post_betas, const void* w, void* out, int64_t out_bytes, char* error,
+    int64_t error_bytes) {
   auto fail = [&](const std::string& why) {
     if (error_bytes > 0) {
       const size_t n = std::min<size_t>(why.size(), static_cast<size_t>(error_bytes) - 1);
@@ -144,6 +225,14 @@ extern "C" int64_t jaxconv_onednn_pack_filter(
                                              memory::data_type::f16};
   if (kernel < 0 || kernel > 1 || dtype < 0 || dtype > 2 || rank < 3 || rank > 5 || groups < 1)
     return fail("unknown kernel or dtype, a rank outside 3..5 or groups below 1");
+  if (posts < 0 || (posts > 0 && kernel != 0))
+    return fail("post-ops are a forward's, and never fewer than none");
+  std::vector<PostOp> post(static_cast<size_t>(posts));
+  for (int64_t i = 0; i < posts; ++i) {
+    if (post_kinds[i] < 0 || post_kinds[i] > 3) return fail("unknown post-op kind");
+    post[i] = PostOp{static_cast<PostKind>(post_kinds[i]), post_algs[i], post_alphas[i],
+                     post_betas[i]};
+  }
   Problem p;
   p.kernel = kernel == 0 ? Kernel::kForward : Kernel::kData;
   p.dtype = kTypes[dtype];
@@ -169,6 +258,9 @@ extern "C" int64_t jaxconv_onednn_pack_filter(
       Activations where = kept->where;
       if (where == Activations::kCallerFilter) where = Activations::kCaller;
       const int64_t chunks = Chunks(p, PoolThreads(), Omp().ok());
+      // the primitive the call runs, its chain's post-ops and all (packed.h)
+      const Problem call = post.empty() ? p : WithChain(p, post);
+      if (!post.empty()) where = ChainLayouts(call, where, chunks);
       std::shared_ptr<Entry> packed;
       if (where == Activations::kTaps) {
         packed = OverTaps(p, kept, chunks);
@@ -179,7 +271,7 @@ extern "C" int64_t jaxconv_onednn_pack_filter(
         }
         where = packed->where;
       } else {
-        packed = PackedEntry(p, where, chunks);
+        packed = PackedEntry(call, where, chunks, true);
       }
       const memory::desc layout = packed->prim_w;
       const int64_t parts = PackedParts(p, chunks);
@@ -196,11 +288,12 @@ extern "C" int64_t jaxconv_onednn_pack_filter(
       }
       PackedHeader h{};
       std::memcpy(h.magic, kPackedMagic, sizeof(h.magic));
-      h.where = static_cast<int32_t>(where);
-      h.dtype = static_cast<int32_t>(p.dtype);
+      h.where = static_cast<int16_t>(where);
+      h.dtype = static_cast<int16_t>(p.dtype);
       h.rank = static_cast<int16_t>(rank);
       h.kernel = static_cast<int16_t>(p.kernel);
       h.chunks = static_cast<int32_t>(chunks);
+      h.chain = ChainKey(call);
       std::copy(w_dims, w_dims + rank, h.dims);
       std::memcpy(out, &h, sizeof(h));
       // each part: the caller's filter (a chunk's part of it: gathered) into the layout

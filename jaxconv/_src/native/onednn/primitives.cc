@@ -160,6 +160,8 @@ bool Spread(const Problem& p) {
   return strided;
 }
 
+bool Reference(const Entry& e) { return e.impl.rfind("ref", 0) == 0; }
+
 std::shared_ptr<Entry> Create(const Problem& spread, Activations where) {
   if (where == Activations::kTaps) return CreateTaps(spread);
   const Problem p = Spread(spread) ? Unit(spread) : spread;  // the problem the primitive computes

@@ -71,4 +71,8 @@ bool Spread(const Problem& p);
 // The primitive of `p` on activations `where`; throws dnnl::error where oneDNN has none.
 std::shared_ptr<Entry> Create(const Problem& p, Activations where);
 
+// Whether `e` is oneDNN's reference implementation ("ref:...", its plain loop nest): a
+// candidate only where nothing else implements the problem (trial.h).
+bool Reference(const Entry& e);
+
 }  // namespace jaxconv_onednn

@@ -21,8 +21,6 @@ std::atomic<int64_t> reference_skipped{0}, reference_trials{0};
 
 namespace {
 
-bool Reference(const Entry& e) { return e.impl.rfind("ref", 0) == 0; }
-
 std::atomic<int> trial_on{-1};  // -1: from the environment at the first call
 
 bool TrialOn() {

@@ -94,8 +94,9 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
   p.pads_end = ToVector(pads_end);
   p.post_ops = std::move(post);
   int64_t packed_chunks = 0;
+  uint32_t packed_chain = 0;
   if (packed) {
-    const std::string bad = ReadPacked(p, w, b.size_bytes(), &packed_chunks);
+    const std::string bad = ReadPacked(p, w, b.size_bytes(), &packed_chunks, &packed_chain);
     if (!bad.empty()) return ffi::Error::InvalidArgument(prefix + bad);
   }
   const size_t rank = p.x_dims.size();
@@ -116,7 +117,12 @@ ffi::Error Run(Kernel k, std::string_view op, ffi::AnyBuffer a, ffi::AnyBuffer b
     if (MergesPixels(p)) MergePixels(p);  // its pixels one axis: rows split evenly
     memory::desc layout;  // a packed filter's (packed.h)
     if (packed) {
-      layout = PackedEntry(p, static_cast<Activations>(p.packed), packed_chunks)->prim_w;
+      // packed for this call's chain (its primitive's filter layout), or for none (the plain
+      // primitive's); for another chain the bytes' layout is unknown here
+      if (packed_chain != 0 && packed_chain != ChainKey(p))
+        throw std::invalid_argument("the filter was packed for another chain of post-ops");
+      layout = PackedEntry(p, static_cast<Activations>(p.packed), packed_chunks,
+                           packed_chain != 0)->prim_w;
       if (PackedParts(p, packed_chunks) * layout.get_size() + sizeof(PackedHeader) !=
           b.size_bytes())
         throw std::invalid_argument("the packed filter's size differs from its layout's");
