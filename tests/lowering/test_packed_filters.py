@@ -172,6 +172,38 @@ def test_a_filter_is_packed_where_onednn_runs_its_calls_chain_beyond_its_referen
 
 
 @needs_onednn
+def test_a_chains_filter_is_packed_on_the_layouts_its_own_trial_keeps(layout_trial):
+    """A forward's filter packed for its chain is packed on the layouts the layout trial keeps
+    for the call's primitive, its post-ops and all (``native/onednn/packed.cc``,
+    ``ChainLayouts``), not the plain forward's: with each of the chain's candidates given as
+    its verdict, the packed call runs on it, reads the filter as it is and computes the
+    chain."""
+    case = ("NXC", "XIO", 1, 32, 32, (9, 8), (3, 3), (1, 1), (1, 1), (1, 1))
+    rng, x, w, p = _problem(case, 1)
+    post = CHAINS["bias residual relu"]
+    operands = _operands(rng, post, p)
+    want = _oracle(x, w, operands, p, post)
+    assert fused.pack(np.asarray(w), p, "onednn", post=post, operands=operands)[1] == ""
+    (trial,) = [c for c in library.choices() if c["source"] == "trial"]  # the chain's
+    layouts = {c["layout"]: c["impl"] for c in trial["candidates"]
+               if c["layout"] in ("caller", "any", "blocked")}
+    assert len(layouts) >= 2, trial["candidates"]
+    for layout, impl in sorted(layouts.items()):
+        library.forget()
+        assert library.remember({trial["key"]: (layout, impl)}) == 1
+        bytes_, why = fused.pack(np.asarray(w), p, "onednn", post=post, operands=operands)
+        assert why == ""
+        before = library.cache_stats()
+        got = _calls(x, w, operands, p, post, (bytes_, "onednn"))
+        after = library.cache_stats()
+        ran = [c["candidates"][0] for c in library.choices() if c["source"] == "packed"]
+        assert {c["layout"] for c in ran} == {layout}, (layout, ran)
+        assert after["packed_reads"] > before["packed_reads"]
+        assert after["packed_reorders"] == before["packed_reorders"]
+        h.assert_close(got, want, jnp.float32)
+
+
+@needs_onednn
 def test_a_damaged_or_foreign_packed_filter_is_an_error_never_a_result():
     rng, x, w, p = _problem(PROBLEMS[0], 1)
     bytes_, _ = fused.pack(np.asarray(w), p, "onednn")

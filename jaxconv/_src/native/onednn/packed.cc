@@ -137,13 +137,15 @@ Problem WithChain(const Problem& p, const std::vector<PostOp>& post) {
   return chain;
 }
 
-// The activations the filter of `chain` (WithChain) is packed on for a call of `chunks`:
-// `where` (the plain kernel's trial's) where oneDNN computes the chain there with more than
-// its reference loop nest, a candidate only where nothing else implements the problem
-// (trial.h); else the first layouts where it does, the chain's own trial's first (a residual,
-// a tensor post-op, on the caller's layouts of a channels-first forward that oneDNN's gemm
-// kernel runs plain: only the reference there); `where` where none does.
-Activations ChainLayouts(const Problem& chain, Activations where, int64_t chunks) {
+// The activations the filter of `chain` (WithChain) is packed on for a call of `chunks`: those
+// the chain's own layout trial keeps (trial.h: each candidate timed with its post-ops, oneDNN's
+// reference loop nest left out), the first layouts where oneDNN computes the chain with more
+// than its reference where that one's primitive is the reference as the call creates it. Not
+// the plain forward's: oneDNN computes post-ops on some layouts in loops of their own, and on
+// the plain layouts of its gemm kernel a residual only with its reference (a channels-first
+// ResNet-50 served at batch 1: 245 ms a call with the plain forward's layouts, 68 with the
+// chain's; lax 82).
+Activations ChainLayouts(const Problem& chain, int64_t chunks) {
   auto implemented = [&](Activations at) {
     try {
       // created, not cached: where it is the reference, no call runs it
@@ -154,14 +156,13 @@ Activations ChainLayouts(const Problem& chain, Activations where, int64_t chunks
       return false;
     }
   };
-  if (implemented(where)) return where;
   Problem unpacked = chain;
   unpacked.packed = -1;
   Activations kept = TheCache().Get(unpacked)->where;
   if (kept == Activations::kCallerFilter) kept = Activations::kCaller;
   for (Activations at : {kept, Activations::kBlocked, Activations::kAny, Activations::kCaller})
-    if (at != where && implemented(at)) return at;
-  return where;
+    if (implemented(at)) return at;
+  return kept;
 }
 
 }  // namespace
@@ -250,17 +251,21 @@ extern "C" int64_t jaxconv_onednn_pack_filter(
   std::string why;
   try {
     // as a call's handler builds its problem (ffi_entry.cc), and on the team as it runs there:
-    // the trial of the plain kernel picks the activations' layouts
+    // the layout trial of the call's primitive (its chain's post-ops and all: packed.h) picks
+    // the activations' layouts
     if (MergesPixels(p)) MergePixels(p);
     std::lock_guard<std::mutex> one_at_a_time(RunMutex());
     OnTeamThread([&] {
-      const std::shared_ptr<Entry> kept = TheCache().Get(p);
-      Activations where = kept->where;
-      if (where == Activations::kCallerFilter) where = Activations::kCaller;
       const int64_t chunks = Chunks(p, PoolThreads(), Omp().ok());
-      // the primitive the call runs, its chain's post-ops and all (packed.h)
       const Problem call = post.empty() ? p : WithChain(p, post);
-      if (!post.empty()) where = ChainLayouts(call, where, chunks);
+      std::shared_ptr<Entry> kept;
+      Activations where;
+      if (post.empty()) {
+        kept = TheCache().Get(p);
+        where = kept->where == Activations::kCallerFilter ? Activations::kCaller : kept->where;
+      } else {
+        where = ChainLayouts(call, chunks);
+      }
       std::shared_ptr<Entry> packed;
       if (where == Activations::kTaps) {
         packed = OverTaps(p, kept, chunks);

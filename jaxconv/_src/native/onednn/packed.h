@@ -13,21 +13,20 @@
 // header names the kernel, so that bytes packed for one are an error of the other.
 //
 // The layout is that of the primitive that runs the call: on the activations' layouts the
-// layout trial keeps for the plain kernel of the problem (trial.h; the caller's filter,
+// layout trial keeps for the call's primitive, with the post-ops of the chain the call
+// computes where the pack is given them (trial.h; ChainLayouts; the caller's filter,
 // kCallerFilter, becomes the caller's activations with oneDNN's filter layout; a data gradient
 // the trial runs as tap products reads its filter in place and is not packed), created as
 // the call's threads will run it (Chunks: its first chunk single-threaded, or the whole
 // problem on the team; oneDNN blocks a filter by the threads that share it: a 1x1 1024 -> 512
-// at 14x14 is Acdb64a on the team and Acdb48a on one thread), with the post-ops of the chain
-// the call computes (a forward's, where the pack is given them: its primitive's filter
-// layout may differ from the plain one's; where oneDNN computes the chain on those layouts
-// only with its reference loop nest, the layouts the chain's own trial keeps); a data
-// gradient split into chunks of x's channels (decisions.h, SplitsChannels) in parts, one per
-// chunk, each chunk's part of the filter in its chunk's primitive's layout (PackedParts).
-// The header names all three (the chain as its ChainKey), so that the call creates the
-// primitives the filter was packed for without a trial of its own; a call with another
-// chain is an error (a filter packed without one is read by any chain's call). A call whose primitive wants another layout (another thread
-// count than the pack saw) moves the packed filter to the caller's layout and on as an
+// at 14x14 is Acdb64a on the team and Acdb48a on one thread), with those post-ops (its filter
+// layout may differ from the plain primitive's); a data gradient split into chunks of x's
+// channels (decisions.h, SplitsChannels) in parts, one per chunk, each chunk's part of the
+// filter in its chunk's primitive's layout (PackedParts). The header names all three (the
+// chain as its ChainKey), so that the call creates the primitives the filter was packed for
+// without a trial of its own; a call with another chain is an error (a filter packed without
+// one is read by any chain's call). A call whose primitive wants another layout (another
+// thread count than the pack saw) moves the packed filter to the caller's layout and on as an
 // unpacked one, each call (Unpacked, where parts are involved): slower, never wrong; a
 // header that does not match the call is an error.
 #pragma once
