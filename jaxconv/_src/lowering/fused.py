@@ -268,8 +268,7 @@ def pack(w: Any, p: ConvProblem, method: str, kernel: Kernel = Kernel.FORWARD,
     fused call reads in place of a filter it would move into its primitive's layout at every
     call, and ""; or None and why not (docs/onednn.md, "Packed filters"). A forward's chain
     ``post`` and its ``operands`` (as :func:`forward` takes them) are the call's: its filter
-    is packed on layouts where oneDNN computes the chain with more than its reference loop
-    nest."""
+    is packed on the layouts the layout trial keeps for the convolution with that chain."""
     host = np.asarray(w)
     kept = tuple(op for op in post if op.kind != "convert")  # as _onednn_program calls
     return onednn.pack_filter(kernel, host.astype(np.float32) if method == "onednn_f32" else host,

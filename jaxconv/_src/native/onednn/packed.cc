@@ -138,13 +138,11 @@ Problem WithChain(const Problem& p, const std::vector<PostOp>& post) {
 }
 
 // The activations the filter of `chain` (WithChain) is packed on for a call of `chunks`: those
-// the chain's own layout trial keeps (trial.h: each candidate timed with its post-ops, oneDNN's
-// reference loop nest left out), the first layouts where oneDNN computes the chain with more
-// than its reference where that one's primitive is the reference as the call creates it. Not
-// the plain forward's: oneDNN computes post-ops on some layouts in loops of their own, and on
-// the plain layouts of its gemm kernel a residual only with its reference (a channels-first
-// ResNet-50 served at batch 1: 245 ms a call with the plain forward's layouts, 68 with the
-// chain's; lax 82).
+// the layout trial keeps for the chain itself (its candidates timed with their post-ops,
+// oneDNN's reference left out: trial.h), not for the plain forward, whose layouts may compute
+// the post-ops slowly or only with the reference (docs/onednn.md, "Packed filters"). Where
+// the call's own primitive there (a chunk's, created single-threaded) is the reference, the
+// first other layouts where it is not.
 Activations ChainLayouts(const Problem& chain, int64_t chunks) {
   auto implemented = [&](Activations at) {
     try {
